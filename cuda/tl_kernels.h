@@ -1,0 +1,92 @@
+// Public header of the TinyLoop CUDA kernels (libtl_cuda). Knows no file format.
+//
+// Conventions: row-major, A [M, K] fp16 activations, C [M, N] fp16 outputs, weights W [K, N]
+// (K = in_features, the reduction axis). Launchers are asynchronous on `stream` and return an
+// rc: 0 ok, 1 problem shape unsupported, 2 no kernel configuration; CUDA errors are reported
+// by returning kCudaError after printing the failing call (no exit()).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+namespace tl::cuda {
+
+enum Rc : int { kOk = 0, kShapeUnsupported = 1, kNoConfig = 2, kCudaError = 3 };
+
+// True on sm_80, sm_86, sm_89 and sm_90 (the architectures the Marlin kernel is built for).
+bool marlin_available(int device);
+
+// Native path on TinyLoop's own layout: W_hat[k, n] = q[k, n] * scale[g, n] + zero[g, n],
+// q packed two per byte [K, ceil(N/2)] (low nibble = even n), scale/zero fp16 [G, N],
+// g = k / group_size. fp32 accumulation. Any M, N, K >= 1.
+int int4_gemm(const __half* A, const uint8_t* q, const __half* scale, const __half* zero,
+              __half* C, int M, int N, int K, int group_size, cudaStream_t stream);
+
+// Symmetric Marlin-format tensor-core GEMM: C = A * W_marlin, W_marlin[k, n] = (q - 8) * s,
+// B int32 [K/16, 2N] and s fp16 [G, N] exactly as marlin-pack writes them. groupsize -1 (per
+// column) or one of the supported group sizes. Any M >= 1; N % 128 == 0, K % 128 == 0.
+// `workspace`: marlin_workspace_ints(N) ints, zeroed once at allocation (the kernel leaves it
+// zeroed). C is written, not accumulated.
+int marlin_int4_tc_gemm(const __half* A, const int32_t* B, __half* C, const __half* s,
+                        int* workspace, int M, int N, int K, int groupsize, cudaStream_t stream);
+size_t marlin_workspace_ints(int N);
+
+// Correction pair: a_sum[m, g] = sum_{k in g} A[m, k] (fp32), and
+// C[m, n] += sum_g a_sum[m, g] * delta[g, n] (fp32 math, one rounding to fp16).
+int a_group_sum(const __half* A, float* a_sum, int M, int K, int group_size, cudaStream_t stream);
+int correction_accum(__half* C, const float* a_sum, const __half* delta, int M, int N, int G,
+                     cudaStream_t stream);
+
+// C = A * W_hat for asymmetric weights through the symmetric kernel plus the correction.
+// group_size: the effective group size (== K for per-row). Uses a per-device scratch that
+// grows by doubling. Returns the GEMM's rc so a caller can fall back.
+int marlin_mm_asymmetric(const __half* A, const int32_t* B, const __half* s, const __half* delta,
+                         __half* C, int* workspace, int M, int N, int K, int group_size,
+                         cudaStream_t stream);
+
+// ---- dispatcher ----
+
+// One linear weight as the runtime holds it on the device.
+struct DeviceQuantWeight {
+  const char* name = "";
+  int bits = 4;
+  int K = 0, N = 0, group_size = 0;  // effective group size (== K for per-row)
+  bool exact_int4 = false;           // flagged: must run the native kernel
+  const uint8_t* q = nullptr;        // native layout (always present)
+  const __half* scale = nullptr;
+  const __half* zero = nullptr;
+  const int32_t* marlin_B = nullptr; // Marlin pack, if any
+  const __half* marlin_s = nullptr;
+  const __half* marlin_delta = nullptr;
+  int* marlin_workspace = nullptr;
+  const __half* fp16_weight = nullptr;  // [K, N] "fp16 body cache", if the caller made one
+};
+
+enum class GemmPath { kFp16Copy, kMarlin, kNativeInt4 };
+const char* gemm_path_name(GemmPath p);
+
+// Smallest M the dispatcher sends to Marlin (below it the native kernel wins).
+int marlin_min_m();
+// Dispatch switch: starts from TINYLOOP_USE_MARLIN=1 in the environment.
+void set_marlin_dispatch(bool enabled);
+bool marlin_dispatch_enabled();
+
+// Y [M, N] = X [M, K] * W. Picks the path (see docs), runs it, returns the path taken.
+// Throws nothing; a CUDA error is printed and sets *rc (if given) to kCudaError.
+GemmPath quant_gemm(const DeviceQuantWeight& w, const __half* X, __half* Y, int M,
+                    cudaStream_t stream, int* rc = nullptr);
+
+struct DispatchStats {
+  long long dispatches[3] = {0, 0, 0};        // per GemmPath
+  std::map<std::string, long long> fallbacks; // reason -> count (Marlin wanted but not taken)
+  std::string first_dispatch_line;            // "[marlin] first dispatch ok: BT=... N=... K=... gs=..."
+};
+DispatchStats dispatch_stats();
+void reset_dispatch_stats();
+
+}  // namespace tl::cuda

@@ -1,0 +1,73 @@
+// Small RAII layer over the HDF5 C API, shared by the .tinyloop, calibration and golden-file
+// readers. Every failure throws tl::Error naming the file and the dataset.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <hdf5.h>
+
+namespace tl::h5 {
+
+// Owns one hid_t and closes it with the right H5*close.
+class Handle {
+ public:
+  Handle() = default;
+  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~Handle() { reset(); }
+  Handle(Handle&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  Handle& operator=(Handle&& o) noexcept {
+    if (this != &o) { reset(); id_ = o.id_; close_ = o.close_; o.id_ = -1; }
+    return *this;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  hid_t get() const { return id_; }
+  operator hid_t() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  void reset() { if (id_ >= 0 && close_) close_(id_); id_ = -1; }
+
+ private:
+  hid_t id_ = -1;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+// Silences HDF5's own error stack printing for the life of the process (we throw instead).
+void quiet_errors();
+
+// float16 / bfloat16 file types as h5py writes them (IEEE binary16; bfloat16 with 8-bit exponent).
+hid_t float16_type();  // owned by the library, do not close
+hid_t bfloat16_type();
+
+Handle open_file(const std::string& path, bool writable = false);  // throws with the path
+bool exists(hid_t loc, const std::string& path);                   // link path exists
+
+struct DatasetInfo {
+  std::vector<int64_t> shape;
+  H5T_class_t type_class = H5T_NO_CLASS;
+  size_t type_size = 0;
+  bool is_signed = false;
+  bool is_float16 = false;  // 2-byte float with a 5-bit exponent
+  bool is_bfloat16 = false; // 2-byte float with an 8-bit exponent
+  uint64_t storage_bytes = 0;
+};
+DatasetInfo dataset_info(hid_t loc, const std::string& path, const std::string& file);
+
+// Read a whole dataset converted to T by HDF5 (float, double, int32_t, uint8_t, int64_t).
+// Checks the rank/shape against `expect` when it is non-empty (-1 = any extent).
+template <class T>
+std::vector<T> read(hid_t loc, const std::string& path, const std::string& file,
+                    std::vector<int64_t>* shape = nullptr, const std::vector<int64_t>& expect = {});
+// Read a float16 dataset as raw bits (must be a 2-byte IEEE half in the file).
+std::vector<uint16_t> read_half_bits(hid_t loc, const std::string& path, const std::string& file,
+                                     std::vector<int64_t>* shape = nullptr,
+                                     const std::vector<int64_t>& expect = {});
+
+// Attributes on an object (group or dataset) at `path` ("." for loc itself).
+bool has_attr(hid_t loc, const std::string& path, const std::string& name);
+double attr_double(hid_t loc, const std::string& path, const std::string& name, const std::string& file);
+int64_t attr_int(hid_t loc, const std::string& path, const std::string& name, const std::string& file);
+std::string attr_string(hid_t loc, const std::string& path, const std::string& name, const std::string& file);
+
+}  // namespace tl::h5

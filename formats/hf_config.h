@@ -1,0 +1,20 @@
+// HF config.json -> ModelConfig for the Llama family (model_type llama, mistral, qwen2):
+// hidden_size, num_attention_heads, num_key_value_heads (GQA), intermediate_size,
+// num_hidden_layers (-> n_pre, n_loop = 0), vocab_size, rms_norm_eps, rope_theta, head_dim,
+// tie_word_embeddings. Anything else is a tl::Error naming the model_type.
+// A TinyLoop config.json (model_type "tinyloop", with n_pre / n_loop / loops) is read too.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/model_config.h"
+
+namespace tl {
+
+ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& file = "config.json");
+ModelConfig read_hf_config(const std::string& path);  // path to config.json
+nlohmann::json model_config_to_hf(const ModelConfig& c);  // for exports and tests
+
+}  // namespace tl

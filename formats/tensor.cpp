@@ -1,0 +1,103 @@
+#include "formats/tensor.h"
+
+#include <cmath>
+
+#include "formats/error.h"
+#include "formats/half.h"
+
+namespace tl {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F64: return 8;
+    case DType::F32: case DType::I32: return 4;
+    case DType::F16: case DType::BF16: return 2;
+    case DType::I8: case DType::U8: return 1;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F64: return "F64";
+    case DType::F32: return "F32";
+    case DType::F16: return "F16";
+    case DType::BF16: return "BF16";
+    case DType::I32: return "I32";
+    case DType::I8: return "I8";
+    case DType::U8: return "U8";
+  }
+  return "?";
+}
+
+bool dtype_from_name(const std::string& s, DType* out) {
+  static const struct { const char* name; DType t; } table[] = {
+      {"F64", DType::F64}, {"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16},
+      {"I32", DType::I32}, {"I8", DType::I8},   {"U8", DType::U8}};
+  for (const auto& e : table)
+    if (s == e.name) { *out = e.t; return true; }
+  return false;
+}
+
+bool dtype_is_float(DType t) {
+  return t == DType::F64 || t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string Tensor::shape_str() const { return tl::shape_str(shape); }
+
+std::vector<float> Tensor::to_float() const {
+  const int64_t n = numel();
+  std::vector<float> out(static_cast<size_t>(n));
+  switch (dtype) {
+    case DType::F32: for (int64_t i = 0; i < n; ++i) out[i] = as<float>()[i]; break;
+    case DType::F64: for (int64_t i = 0; i < n; ++i) out[i] = float(as<double>()[i]); break;
+    case DType::F16: for (int64_t i = 0; i < n; ++i) out[i] = half_to_float(as<uint16_t>()[i]); break;
+    case DType::BF16: for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(as<uint16_t>()[i]); break;
+    default:
+      throw Error(std::string("expected a float tensor, got ") + dtype_name(dtype), "", name);
+  }
+  return out;
+}
+
+void Tensor::check_finite(const std::string& file) const {
+  if (!dtype_is_float(dtype)) return;
+  const std::vector<float> v = to_float();
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(v[i]))
+      throw Error(std::string(std::isnan(v[i]) ? "NaN" : "Inf") + " at flat index " +
+                      std::to_string(i) + " of " + shape_str() +
+                      " (non-finite weights cannot be quantized; fix or re-export the checkpoint)",
+                  file, name);
+}
+
+Tensor Tensor::from_float(const std::string& name, std::vector<int64_t> shape, const float* values,
+                          DType dtype) {
+  Tensor t;
+  t.name = name;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  const int64_t n = t.numel();
+  t.data.resize(size_t(n) * dtype_size(dtype));
+  switch (dtype) {
+    case DType::F32: for (int64_t i = 0; i < n; ++i) t.as<float>()[i] = values[i]; break;
+    case DType::F64: for (int64_t i = 0; i < n; ++i) t.as<double>()[i] = values[i]; break;
+    case DType::F16: for (int64_t i = 0; i < n; ++i) t.as<uint16_t>()[i] = float_to_half(values[i]); break;
+    case DType::BF16: for (int64_t i = 0; i < n; ++i) t.as<uint16_t>()[i] = float_to_bf16(values[i]); break;
+    default: throw Error("from_float needs a float dtype", "", name);
+  }
+  return t;
+}
+
+}  // namespace tl

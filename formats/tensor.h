@@ -1,0 +1,43 @@
+// In-memory tensors shared by every library: a name, a dtype, a row-major shape and raw bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tl {
+
+// Element types of safetensors and .tinyloop datasets (names as safetensors spells them).
+enum class DType { F64, F32, F16, BF16, I32, I8, U8 };
+
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);           // "F32", "F16", "BF16", ...
+bool dtype_from_name(const std::string& s, DType* out);  // false for unknown names
+bool dtype_is_float(DType t);
+
+struct Tensor {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;  // row-major; a 2-D linear weight in .tinyloop is [K, N]
+  std::vector<uint8_t> data;   // little-endian raw bytes, numel() * dtype_size(dtype)
+
+  int64_t numel() const;
+  size_t nbytes() const { return data.size(); }
+  std::string shape_str() const;  // "[4096, 11008]"
+
+  template <class T> T* as() { return reinterpret_cast<T*>(data.data()); }
+  template <class T> const T* as() const { return reinterpret_cast<const T*>(data.data()); }
+
+  // Float views of F64/F32/F16/BF16 data (throws tl::Error for integer dtypes).
+  std::vector<float> to_float() const;
+  // Throws tl::Error naming the tensor and the first flat index of a NaN or Inf.
+  void check_finite(const std::string& file = "") const;
+
+  static Tensor from_float(const std::string& name, std::vector<int64_t> shape,
+                           const float* values, DType dtype);
+};
+
+std::string shape_str(const std::vector<int64_t>& shape);
+
+}  // namespace tl

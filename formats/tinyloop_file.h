@@ -1,0 +1,133 @@
+// .tinyloop v1: an HDF5 file holding a model for the TinyLoop runtime. The schema is in
+// docs/format.md; the short form:
+//
+//   /                 attrs format="tinyloop", format_version=1, producer, producer_version
+//   /config           attrs: ModelConfig fields (architecture, d_model, n_heads, ...)
+//   /tensors/<name>   dense tensors in their stored dtype; 2-D linear weights are [K, N]
+//   /quant/<name>/    one quantized linear weight W[K, N]
+//       attrs  bits, group_size (effective, == K for per-row), K, N, G, method, ...provenance
+//       q      uint8 [K, ceil(N/2)]   two 4-bit codes per byte: low nibble = even n
+//       scale  float16 [G, N]
+//       zero   float16 [G, N]         W_hat[k, n] = q[k, n] * scale[g, n] + zero[g, n]
+//       (frac4, sign_bit, ... optional runtime channels, carried through unchanged)
+//       marlin/        attrs groupsize (-1 = per column), layout, K, N
+//           B      int32 [K/16, 2N]   bit-identical to upstream marlin.Layer.pack
+//           s      float16 [G, N]     permuted scales
+//           delta  float16 [G, N]     zero + 8 * scale
+//
+// Every dataset is chunked with the Fletcher32 checksum filter. Readers check the version,
+// dtypes and shapes and throw tl::Error naming the file, the dataset and what was expected.
+// Writers write "<dir>/.<name>.tmp-<pid>" and rename it into place on commit(); an
+// uncommitted writer removes its temporary file, so a failed run leaves no output behind.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/half.h"
+#include "formats/model_config.h"
+#include "formats/tensor.h"
+
+namespace tl {
+
+constexpr int kTinyloopFormatVersion = 1;
+constexpr const char* kMarlinLayoutTag = "ist-daslab-marlin-v1";
+
+struct MarlinSection {
+  int64_t groupsize = -1;               // Marlin's argument: -1 per column, else the group size
+  std::string layout = kMarlinLayoutTag;
+  std::vector<int32_t> B;               // [K/16, 2N]
+  std::vector<half_bits> s;             // [G, N], Marlin-permuted
+  std::vector<half_bits> delta;         // [G, N], natural order
+};
+
+struct QuantWeight {
+  std::string name;
+  int bits = 4;
+  int64_t K = 0, N = 0;
+  int64_t group_size = 0;               // effective group size along K; == K means per-row
+  std::vector<uint8_t> q;               // [K, N], one code per byte in memory (0..15)
+  std::vector<half_bits> scale, zero;   // [G, N]
+  nlohmann::json provenance = nlohmann::json::object();  // method, damp, block_size, loss, ...
+  std::optional<MarlinSection> marlin;
+
+  int64_t groups() const { return group_size > 0 ? (K + group_size - 1) / group_size : 0; }
+  // Shape/range checks (codes in [0, 15], scale finite and > 0, zero finite); throws tl::Error.
+  void validate(const std::string& file = "") const;
+  // W_hat[k, n] = q * scale + zero in float32 (float16 scale/zero widened).
+  std::vector<float> dequantize() const;
+};
+
+// Metadata of one entry, read without loading its data (tl-inspect, planning).
+struct EntryInfo {
+  std::string name;
+  bool quantized = false;
+  DType dtype = DType::F32;             // dense only
+  std::vector<int64_t> shape;           // dense: stored shape; quantized: {K, N}
+  int64_t group_size = 0;               // quantized only
+  bool has_marlin = false;
+  int64_t marlin_groupsize = 0;
+  uint64_t stored_bytes = 0;            // payload bytes of the entry's datasets
+  nlohmann::json attributes = nlohmann::json::object();
+};
+
+class TinyloopReader {
+ public:
+  explicit TinyloopReader(const std::string& path);  // throws tl::Error (bad file, version, ...)
+  ~TinyloopReader();
+  TinyloopReader(TinyloopReader&&) noexcept;
+  TinyloopReader& operator=(TinyloopReader&&) noexcept;
+
+  const std::string& path() const;
+  nlohmann::json root_attributes() const;
+  bool has_config() const;
+  ModelConfig config() const;
+  std::vector<std::string> dense_names() const;   // sorted
+  std::vector<std::string> quant_names() const;   // sorted
+  bool has_dense(const std::string& name) const;
+  bool has_quant(const std::string& name) const;
+  EntryInfo info(const std::string& name) const;
+  Tensor read_dense(const std::string& name) const;
+  QuantWeight read_quant(const std::string& name, bool with_marlin = true) const;
+
+  struct Impl;
+  Impl* impl() const { return impl_.get(); }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+class TinyloopWriter {
+ public:
+  // Creates the temporary file beside `path` (throws tl::Error if the folder is not writable).
+  explicit TinyloopWriter(const std::string& path, const std::string& producer);
+  ~TinyloopWriter();  // removes the temporary file unless commit() ran
+
+  void write_config(const ModelConfig& config);
+  void write_dense(const Tensor& t);
+  void write_quant(const QuantWeight& w);  // with its Marlin section if present
+  // Copies an entry (dense or quantized, every dataset and attribute, known or not) unchanged.
+  void copy_entry(const TinyloopReader& src, const std::string& name);
+  // Copies a quantized weight unchanged except that its marlin/ group is replaced by `m`.
+  void copy_quant_with_marlin(const TinyloopReader& src, const std::string& name,
+                              const MarlinSection& m);
+  // Copies /config and the root attributes this writer does not set itself.
+  void copy_config_and_attributes(const TinyloopReader& src);
+  // Closes the file and renames it onto the target path.
+  void commit();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// True when the first bytes of `path` are the HDF5 signature.
+bool is_hdf5_file(const std::string& path);
+
+}  // namespace tl

@@ -1,0 +1,56 @@
+// The Marlin weight layout (IST-DASLab/marlin, marlin.Layer.pack), packer and decoder.
+//
+// TinyLoop weights are asymmetric, W_hat[k, n] = q * scale + zero; Marlin is symmetric,
+// W_marlin[k, n] = (q - 8) * s. With s = scale the codes carry over unchanged and the rest
+// collapses per group into delta = zero + 8 * scale, so
+//   C = A * W_hat = A * W_marlin + A_group_sum * delta.
+//
+// Layout of B (int32 [K/16, 2N]): word B[t, m] holds 8 nibbles; nibble i is q[k, n] with
+//   b = m / 128, c = m % 128, lane = c / 4, j = c % 4,
+//   k = 16 t + 2 (lane % 4) + {0,8,0,8,1,9,1,9}[i],
+//   n = 64 b + 16 j + lane / 4 + {0,0,8,8,0,0,8,8}[i].
+// Scales: grouped (G > 1): rows of 64, s_packed[r, 8a + b] = s[r, a + 8b];
+//         per column (G == 1): rows of 32, s_packed[r, 8a + c] = s[r, 2a + {0,1,8,9,16,17,24,25}[c]].
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/half.h"
+#include "formats/tinyloop_file.h"
+
+namespace tl {
+
+// Group sizes our Marlin kernel runs (besides per-row, group_size == K). One table, used by
+// the packer's gate, marlin-pack's --help and the CUDA kernel's own checks.
+constexpr int64_t kMarlinGroupSizes[] = {128};
+constexpr int64_t kMarlinTileK = 128;  // K % 128 == 0
+constexpr int64_t kMarlinTileN = 128;  // N % 128 == 0
+
+struct MarlinGate {
+  bool ok = false;
+  std::string reason;  // why not, e.g. "N = 50257 is not a multiple of 128"
+};
+MarlinGate marlin_gate(int64_t K, int64_t N, int64_t group_size);
+
+// Marlin's groupsize argument: -1 when group_size == K (one group per column).
+inline int64_t marlin_groupsize_arg(int64_t K, int64_t group_size) {
+  return group_size == K ? -1 : group_size;
+}
+
+// q: [K, N] codes 0..15 -> B: [K/16, 2N]. K % 16 == 0, N % 64 == 0.
+void marlin_pack_codes(const uint8_t* q, int64_t K, int64_t N, int32_t* B);
+// The inverse: B -> q [K, N].
+void marlin_unpack_codes(const int32_t* B, int64_t K, int64_t N, uint8_t* q);
+// s: [G, N] -> permuted [G, N] (per_column selects the G == 1 permutation), and inverse.
+void marlin_permute_scales(const half_bits* s, int64_t G, int64_t N, bool per_column, half_bits* out);
+void marlin_unpermute_scales(const half_bits* s_packed, int64_t G, int64_t N, bool per_column,
+                             half_bits* out);
+// delta = float16(float32(zero) + 8 * float32(scale)), [G, N].
+void marlin_delta(const half_bits* scale, const half_bits* zero, int64_t count, half_bits* delta);
+
+// The whole section for one weight (gate checked by the caller; throws tl::Error otherwise).
+MarlinSection marlin_pack(const QuantWeight& w);
+
+}  // namespace tl
