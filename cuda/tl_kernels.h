@@ -23,15 +23,21 @@ bool marlin_available(int device);
 
 // Native path on TinyLoop's own layout: W_hat[k, n] = q[k, n] * scale[g, n] + zero[g, n],
 // q packed two per byte [K, ceil(N/2)] (low nibble = even n), scale/zero fp16 [G, N],
-// g = k / group_size. fp32 accumulation. Any M, N, K >= 1.
+// g = k / group_size. fp32 accumulation. Any M, N, K >= 1 (K % group_size == 0). Small M splits
+// K over blocks with fp32 partials in the per-(device, stream) scratch (see marlin_int4_tc_gemm).
 int int4_gemm(const __half* A, const uint8_t* q, const __half* scale, const __half* zero,
               __half* C, int M, int N, int K, int group_size, cudaStream_t stream);
 
 // Symmetric Marlin-format tensor-core GEMM: C = A * W_marlin, W_marlin[k, n] = (q - 8) * s,
 // B int32 [K/16, 2N] and s fp16 [G, N] exactly as marlin-pack writes them. groupsize -1 (per
-// column) or one of the supported group sizes. Any M >= 1; N % 128 == 0, K % 128 == 0.
+// column) or 128; groupsize == K is taken as -1. Any M >= 1 (rows are processed in slices of
+// 64); N % 128 == 0, K % 128 == 0; A, B, s, C 16-byte aligned (else rc 1); another groupsize,
+// or a GPU whose shared memory fits no tile configuration: rc 2.
 // `workspace`: marlin_workspace_ints(N) ints, zeroed once at allocation (the kernel leaves it
-// zeroed). C is written, not accumulated.
+// zeroed); one workspace must not be used by two launches running concurrently. The kernel
+// also uses a scratch buffer per (device, stream) for fp32 partial tiles, allocated on the
+// first call and grown by doubling (no allocation in steady state; warm up before capturing a
+// CUDA graph). C is written, not accumulated.
 int marlin_int4_tc_gemm(const __half* A, const int32_t* B, __half* C, const __half* s,
                         int* workspace, int M, int N, int K, int groupsize, cudaStream_t stream);
 size_t marlin_workspace_ints(int N);
@@ -42,9 +48,12 @@ int a_group_sum(const __half* A, float* a_sum, int M, int K, int group_size, cud
 int correction_accum(__half* C, const float* a_sum, const __half* delta, int M, int N, int G,
                      cudaStream_t stream);
 
-// C = A * W_hat for asymmetric weights through the symmetric kernel plus the correction.
-// group_size: the effective group size (== K for per-row). Uses a per-device scratch that
-// grows by doubling. Returns the GEMM's rc so a caller can fall back.
+// C = A * W_hat for asymmetric weights through the Marlin kernel: W_hat = W_marlin + delta
+// per group, delta fp16 [G, N] in natural order (zero + 8 * scale). One launch: delta is folded
+// into the dequantized fragments ((q - 8) * s + delta, one fp16 fma), which equals the GEMM
+// followed by the correction pair, without their two launches (see cuda/marlin_asym.cu).
+// group_size: the effective group size (== K for per-row). Same limits and rc as
+// marlin_int4_tc_gemm, so a caller can fall back on rc != 0.
 int marlin_mm_asymmetric(const __half* A, const int32_t* B, const __half* s, const __half* delta,
                          __half* C, int* workspace, int M, int N, int K, int group_size,
                          cudaStream_t stream);

@@ -37,7 +37,7 @@ Handle open_file(const std::string& path, bool writable) {
   quiet_errors();
   if (H5Fis_hdf5(path.c_str()) <= 0) throw Error("not an HDF5 file (bad signature or unreadable)", path);
   hid_t f = H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0) throw Error("cannot open HDF5 file", path);
+  if (f < 0) throw Error("cannot open HDF5 file (truncated or corrupt: the superblock or root group is unreadable)", path);
   return Handle(f, H5Fclose);
 }
 
@@ -104,6 +104,10 @@ static void read_raw(hid_t loc, const std::string& path, const std::string& file
   Handle d(H5Dopen2(loc, path.c_str(), H5P_DEFAULT), H5Dclose);
   if (!d.valid() || H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
     throw Error("read failed (corrupt data or checksum mismatch)", file, path);
+}
+
+void read_into(hid_t loc, const std::string& path, const std::string& file, hid_t mem_type, void* buf) {
+  read_raw(loc, path, file, mem_type, buf);
 }
 
 template <class T>
@@ -176,6 +180,7 @@ std::string attr_string(hid_t loc, const std::string& path, const std::string& n
   if (H5Tis_variable_str(ty) > 0) {
     Handle mt(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_size(mt, H5T_VARIABLE);
+    H5Tset_cset(mt, H5Tget_cset(ty));  // HDF5 will not convert between ASCII and UTF-8
     char* s = nullptr;
     if (H5Aread(a, mt, &s) < 0) throw Error("cannot read attribute '" + name + "'", file, path);
     std::string out = s ? s : "";
@@ -187,6 +192,7 @@ std::string attr_string(hid_t loc, const std::string& path, const std::string& n
   std::string out(n, '\0');
   Handle mt(H5Tcopy(H5T_C_S1), H5Tclose);
   H5Tset_size(mt, n);
+  H5Tset_cset(mt, H5Tget_cset(ty));
   if (H5Aread(a, mt, out.data()) < 0) throw Error("cannot read attribute '" + name + "'", file, path);
   out.resize(out.find('\0') == std::string::npos ? n : out.find('\0'));
   return out;

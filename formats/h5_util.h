@@ -64,6 +64,9 @@ std::vector<uint16_t> read_half_bits(hid_t loc, const std::string& path, const s
                                      std::vector<int64_t>* shape = nullptr,
                                      const std::vector<int64_t>& expect = {});
 
+// Read a whole dataset into `buf` converted to `mem_type` (caller sized buf from dataset_info).
+void read_into(hid_t loc, const std::string& path, const std::string& file, hid_t mem_type, void* buf);
+
 // Attributes on an object (group or dataset) at `path` ("." for loc itself).
 bool has_attr(hid_t loc, const std::string& path, const std::string& name);
 double attr_double(hid_t loc, const std::string& path, const std::string& name, const std::string& file);

@@ -39,8 +39,10 @@ inline int64_t marlin_groupsize_arg(int64_t K, int64_t group_size) {
   return group_size == K ? -1 : group_size;
 }
 
-// q: [K, N] codes 0..15 -> B: [K/16, 2N]. K % 16 == 0, N % 64 == 0.
+// q: [K, N] codes 0..15 -> B: [K/16, 2N]. K % 16 == 0, N % 64 == 0. Throws tl::Error naming
+// the first code outside [0, 15] (checked in the same pass). threads <= 0: one per core.
 void marlin_pack_codes(const uint8_t* q, int64_t K, int64_t N, int32_t* B);
+void marlin_pack_codes(const uint8_t* q, int64_t K, int64_t N, int32_t* B, int threads);
 // The inverse: B -> q [K, N].
 void marlin_unpack_codes(const int32_t* B, int64_t K, int64_t N, uint8_t* q);
 // s: [G, N] -> permuted [G, N] (per_column selects the G == 1 permutation), and inverse.
@@ -52,5 +54,24 @@ void marlin_delta(const half_bits* scale, const half_bits* zero, int64_t count, 
 
 // The whole section for one weight (gate checked by the caller; throws tl::Error otherwise).
 MarlinSection marlin_pack(const QuantWeight& w);
+// The same, naming `file` in its errors (bad codes, scales, shapes, a failed gate).
+MarlinSection marlin_pack(const QuantWeight& w, const std::string& file);
+// The same into `out`, reusing its buffers: a streaming packer keeps one section alive across
+// weights, because faulting in fresh pages for B costs more than packing it (~0.8 GB/s).
+void marlin_pack_into(const QuantWeight& w, const std::string& file, MarlinSection* out);
+
+// Literal, one-nibble-at-a-time transcriptions of the layout formulas above: the references
+// the fast tiled versions are tested against (and the definition to read first).
+void marlin_pack_codes_ref(const uint8_t* q, int64_t K, int64_t N, int32_t* B);
+void marlin_unpack_codes_ref(const int32_t* B, int64_t K, int64_t N, uint8_t* q);
+
+// Decodes a whole section back into the TinyLoop view: q codes [K, N], scale [G, N] (Marlin's
+// s un-permuted) and checks its shapes/groupsize/layout tag against w (throws tl::Error).
+struct MarlinDecoded {
+  std::vector<uint8_t> q;
+  std::vector<half_bits> scale;
+};
+MarlinDecoded marlin_decode(const MarlinSection& m, int64_t K, int64_t N, int64_t group_size,
+                            const std::string& file = "", const std::string& item = "");
 
 }  // namespace tl

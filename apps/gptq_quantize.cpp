@@ -1,0 +1,44 @@
+// gptq-quantize INPUT -o OUTPUT.tinyloop [options]: asymmetric min-max GPTQ (or RTN) of every
+// selected linear weight of a checkpoint. Flags -> tl::run_gptq_quantize (libconvert).
+#include <string>
+
+#include "apps/tool_main.h"
+#include "libconvert/gptq_quantize_tool.h"
+
+int main(int argc, char** argv) {
+  tl::GptqQuantizeOptions o;
+  std::string group = "128", zero = "int";
+  CLI::App app{"gptq-quantize: quantize a checkpoint's linear weights to 4 bits (asymmetric min-max GPTQ or RTN)\n"
+               "and write a .tinyloop with codes, float16 scale/zero and provenance. Docs: docs/gptq.md"};
+  app.set_version_flag("--version", std::string("gptq-quantize ") + TL_VERSION);
+  app.add_option("input", o.input, "HF folder (config.json + safetensors), .safetensors, or fp16 .tinyloop")
+      ->required();
+  app.add_option("-o,--output", o.output, "output .tinyloop (written atomically)")->required();
+  app.add_option("--calib", o.calib, "calibration .h5 with /hessian/<weight> (required by --method gptq)");
+  app.add_option("--method", o.method, "gptq or rtn (round-to-nearest, no calibration)")
+      ->check(CLI::IsMember({"gptq", "rtn"}))->capture_default_str();
+  app.add_option("--group-size", group, "rows per group along K: " + tl::group_size_choices())
+      ->check([](const std::string& s) {
+        int64_t g;
+        return tl::parse_group_size(s, &g) ? std::string() : "must be one of " + tl::group_size_choices();
+      })->capture_default_str();
+  app.add_option("--zero", zero, "zero point: int (upstream GPTQ, zero = -z*scale) or float (exact minimum)")
+      ->check(CLI::IsMember({"int", "float"}))->capture_default_str();
+  app.add_option("--damp", o.damp, "Hessian damping, fraction of the mean diagonal")->capture_default_str();
+  app.add_option("--block-size", o.block_size, "rows per lazy-update block")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--act-order", o.act_order, "quantize rows by decreasing Hessian diagonal (static groups: stays contiguous)");
+  app.add_option("--only", o.only, "regex over weight names selecting what to quantize (default: block linears)");
+  app.add_option("--threads", o.threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_flag("--json", o.json, "print a JSON summary on stdout");
+  app.add_flag("-q,--quiet", o.quiet, "no progress or summary on stderr");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return tl::cli_exit(app, e);
+  }
+  return tl::tool_main("gptq-quantize", [&] {
+    tl::parse_group_size(group, &o.group_size);
+    tl::zero_mode_from_name(zero, &o.zero_mode);
+    return tl::run_gptq_quantize(o);
+  });
+}

@@ -1,0 +1,32 @@
+// marlin-pack: add Marlin sections (B, permuted s, delta) to the quantized weights of a
+// .tinyloop file or a GPTQ checkpoint. The job lives in libconvert/marlin_pack_tool.cpp.
+#include <string>
+
+#include "apps/tool_main.h"
+#include "libconvert/marlin_layout.h"
+#include "libconvert/marlin_pack_tool.h"
+
+int main(int argc, char** argv) {
+  std::string groups;
+  for (int64_t g : tl::kMarlinGroupSizes) groups += std::to_string(g) + ", ";
+  CLI::App app{"Packs 4-bit TinyLoop weights into the Marlin layout (bit-identical to "
+               "IST-DASLab/marlin Layer.pack) and adds delta = zero + 8 * scale.\n"
+               "Gate: K % 128 == 0, N % 128 == 0, group size in {" + groups +
+               "per-row}; other weights stay unpacked and are listed.\n"
+               "An already-packed weight is re-packed and must match its stored section."};
+  app.set_version_flag("--version", std::string(TL_VERSION));
+  tl::MarlinPackOptions o;
+  app.add_option("INPUT", o.input, ".tinyloop file, or GPTQ checkpoint folder (AutoGPTQ / GPTQModel)")
+      ->required();
+  auto* out = app.add_option("-o,--output", o.output, "output .tinyloop (written atomically)");
+  app.add_flag("--in-place", o.in_place, "rewrite INPUT (temporary file + rename)")->excludes(out);
+  app.add_option("--only", o.only, "pack only weights whose name matches this ECMAScript regex");
+  app.add_flag("--json", o.json, "print a JSON report on stdout (per weight + totals)");
+  app.add_flag("-q,--quiet", o.quiet, "no per-weight progress on stderr");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return tl::cli_exit(app, e);
+  }
+  return tl::tool_main("marlin-pack", [&] { return tl::run_marlin_pack(o); });
+}

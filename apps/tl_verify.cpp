@@ -1,0 +1,51 @@
+// tl-verify: parity tiers of a Marlin-packed .tinyloop (or of the kernels on random data),
+// ULP reports, and an exit code a CI gate reads. All logic is in libverify (verify_tool.h);
+// the flags, --tiers values and bound flags come from libverify's tier table.
+#include <map>
+
+#include "apps/tool_main.h"
+#include "libverify/tier_table.h"
+#include "libverify/verify_tool.h"
+
+int main(int argc, char** argv) {
+  namespace tv = tl::verify;
+  tv::VerifyOptions opt;
+  CLI::App app{"tl-verify: check Marlin packing and kernels against fp64 references, with fp16 "
+               "ULP reports.\nWithout FILE the GPU tiers run on fresh seeded random data; with "
+               "FILE the pack tier and the GPU tiers run on the file's own packed weights."};
+  app.add_option("FILE", opt.file, "a .tinyloop file (optional)");
+  std::string tiers;
+  app.add_option("--tiers", tiers, "comma-separated tiers to run (default: all): " +
+                                       tv::tier_names_joined(","));
+  app.add_option("--json", opt.json_path, "write the report as JSON (docs/verify-report.schema.json)");
+  app.add_option("--md", opt.md_path, "write the report as Markdown");
+  uint64_t seed = 0;
+  CLI::Option* seed_opt =
+      app.add_option("--seed", seed, "seed of the random data (default: from the clock, printed)");
+
+  const std::vector<tv::BoundFlag> flags = tv::bound_flags();
+  std::vector<double> values;
+  values.reserve(flags.size());
+  std::vector<CLI::Option*> bound_opts;
+  for (const tv::BoundFlag& f : flags) {
+    values.push_back(f.default_value);
+    bound_opts.push_back(app.add_option(f.flag, values.back(), f.help)->capture_default_str());
+  }
+  app.footer("\n" + tv::tier_help_table() +
+             "\nExit codes: 0 everything that ran passed, 1 a tier failed (named on stderr), "
+             "2 usage or bad input, 77 everything requested was skipped.\n"
+             "Bounds and their derivation: docs/verify.md.");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return tl::cli_exit(app, e);
+  }
+
+  return tl::tool_main("tl-verify", [&] {
+    if (!tiers.empty()) opt.tiers = tv::parse_tier_list(tiers);
+    if (seed_opt->count() > 0) opt.seed = seed;
+    for (size_t i = 0; i < flags.size(); ++i)
+      if (bound_opts[i]->count() > 0) opt.bounds.push_back({flags[i].tier, flags[i].kind, values[i]});
+    return tv::run_tl_verify(opt);
+  });
+}

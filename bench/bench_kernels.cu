@@ -1,0 +1,409 @@
+// bench_kernels: the libtl_cuda GEMMs against cuBLAS fp16 on the linear layers of Llama-2-7B
+// and -70B. For each layer and group size it first checks every kernel against cuBLAS on the
+// same weights (exit 1 on a mismatch), then times: Marlin (symmetric), the fused asymmetric
+// wrapper, the correction pair (a_group_sum + correction_accum), native int4_gemm and cuBLAS
+// (cublasGemmEx, fp16 in/out, fp32 accumulation). Each time is the median of many runs timed
+// with CUDA events, the L2 flushed before every run (a 2 x L2 memset) so weights come from HBM.
+// Prints a table and a summary, writes JSON. Exit 77 without a suitable GPU.
+//
+//   bench_kernels [--quick] [--sets 7b,70b] [--m 1,16] [--g 128,-1] [--json FILE] [--reps N]
+//                 [--native-max-m M]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include "bench/bench_data.cuh"
+#include "cuda/cublas_gemm.h"
+#include "cuda/tl_kernels.h"
+
+namespace {
+
+#define CHECK_CUDA(call)                                                                    \
+  do {                                                                                      \
+    const cudaError_t e_ = (call);                                                          \
+    if (e_ != cudaSuccess) {                                                                \
+      std::fprintf(stderr, "bench_kernels: %s failed at %s:%d: %s\n", #call, __FILE__,      \
+                   __LINE__, cudaGetErrorString(e_));                                       \
+      std::exit(2);                                                                         \
+    }                                                                                       \
+  } while (0)
+#define CHECK_RC(expr)                                                                      \
+  do {                                                                                      \
+    const int rc_ = (expr);                                                                 \
+    if (rc_ != 0) {                                                                         \
+      std::fprintf(stderr, "bench_kernels: %s returned rc %d\n", #expr, rc_);               \
+      std::exit(2);                                                                         \
+    }                                                                                       \
+  } while (0)
+
+// Both sides round to fp16 (cuBLAS the fp16 copy of the weights, ours the dequantized
+// fragments, or nothing): each is ~3e-4 from the exact product, so 2e-3 flags real errors only.
+constexpr double kCheckRelFro = 2e-3;
+constexpr double kTargetMsPerPoint = 30.0;  // timing budget per measurement
+constexpr int kMinReps = 5;
+
+struct Layer {
+  const char* set;
+  const char* name;
+  int K, N;
+};
+const Layer kLayers[] = {
+    {"7b", "qkv", 4096, 12288},  {"7b", "o", 4096, 4096},       {"7b", "gate_up", 4096, 22016},
+    {"7b", "down", 11008, 4096}, {"70b", "qkv", 8192, 10240},   {"70b", "o", 8192, 8192},
+    {"70b", "gate_up", 8192, 57344}, {"70b", "down", 28672, 8192},
+};
+
+struct Options {
+  std::vector<std::string> sets{"7b", "70b"};
+  std::vector<int> ms{1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
+  std::vector<int> gs{128, -1};
+  std::string json = "bench_kernels.json";
+  int max_reps = 100;
+  int native_max_m = 256;  // the CUDA-core kernel takes seconds at M = 4096 on 70B layers
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= s.size()) {
+    const size_t e = s.find(',', b);
+    out.push_back(s.substr(b, e == std::string::npos ? std::string::npos : e - b));
+    if (e == std::string::npos) break;
+    b = e + 1;
+  }
+  return out;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_kernels: %s: expected a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--quick") {
+      o.sets = {"7b"};
+      o.ms = {1, 16, 64, 256};
+    } else if (a == "--sets") {
+      o.sets = split(value());
+    } else if (a == "--m") {
+      o.ms.clear();
+      for (const auto& v : split(value())) o.ms.push_back(std::atoi(v.c_str()));
+    } else if (a == "--g") {
+      o.gs.clear();
+      for (const auto& v : split(value())) o.gs.push_back(std::atoi(v.c_str()));
+    } else if (a == "--json") {
+      o.json = value();
+    } else if (a == "--reps") {
+      o.max_reps = std::max(kMinReps, std::atoi(value().c_str()));
+    } else if (a == "--native-max-m") {
+      o.native_max_m = std::atoi(value().c_str());
+    } else {
+      std::fprintf(stderr, "bench_kernels: %s: unknown option (see the header of bench_kernels.cu)\n",
+                   a.c_str());
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+template <class T>
+T* dalloc(size_t n) {
+  void* p = nullptr;
+  CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+  return static_cast<T*>(p);
+}
+
+struct Timer {
+  cudaStream_t stream;
+  void* flush;
+  size_t flush_bytes;
+  cudaEvent_t start, stop;
+  int max_reps;
+  int flush_round = 0;
+
+  // Median time in microseconds of launch(); L2 flushed before each run.
+  double median_us(const std::function<int()>& launch) {
+    CHECK_RC(launch());  // warm-up (module load, handle creation, scratch growth)
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    std::vector<float> ms;
+    int reps = max_reps;
+    for (int r = 0; r < reps; ++r) {
+      CHECK_CUDA(cudaMemsetAsync(flush, ++flush_round & 0xff, flush_bytes, stream));
+      CHECK_CUDA(cudaEventRecord(start, stream));
+      CHECK_RC(launch());
+      CHECK_CUDA(cudaEventRecord(stop, stream));
+      CHECK_CUDA(cudaEventSynchronize(stop));
+      float t = 0;
+      CHECK_CUDA(cudaEventElapsedTime(&t, start, stop));
+      ms.push_back(t);
+      if (r == 0) reps = std::clamp(int(kTargetMsPerPoint / std::max(t, 1e-3f)), kMinReps, max_reps);
+    }
+    std::sort(ms.begin(), ms.end());
+    return 1e3 * ms[ms.size() / 2];
+  }
+};
+
+// Relative Frobenius distance of two fp16 device arrays, and their non-finite count.
+double rel_fro(const __half* got_d, const __half* want_d, size_t n, long long* nonfinite) {
+  std::vector<__half> got(n), want(n);
+  CHECK_CUDA(cudaMemcpy(got.data(), got_d, n * 2, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(want.data(), want_d, n * 2, cudaMemcpyDeviceToHost));
+  double e2 = 0, r2 = 0;
+  *nonfinite = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double g = __half2float(got[i]), w = __half2float(want[i]);
+    if (!std::isfinite(g)) {
+      ++*nonfinite;
+      continue;
+    }
+    e2 += (g - w) * (g - w);
+    r2 += w * w;
+  }
+  return std::sqrt(e2 / std::max(r2, 1e-30));
+}
+
+struct Record {
+  std::string set, layer, kernel;
+  int K, N, M, g;
+  double us, tflops, gbs, speedup;
+};
+
+double geomean(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  double s = 0;
+  for (double x : v) s += std::log(x);
+  return std::exp(s / double(v.size()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options opt = parse(argc, argv);
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("bench_kernels: skipped: no CUDA device\n");
+    return 77;
+  }
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major < 8) {
+    std::printf("bench_kernels: skipped: %s is sm_%d%d, below sm_80\n", prop.name, prop.major, prop.minor);
+    return 77;
+  }
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  std::printf("bench_kernels: %s, sm_%d%d, %d SMs, L2 %d MB, %s\n", prop.name, prop.major, prop.minor,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20, date);
+
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  Timer timer{stream, nullptr, size_t(2) * prop.l2CacheSize, nullptr, nullptr, opt.max_reps};
+  timer.flush = dalloc<char>(timer.flush_bytes);
+  CHECK_CUDA(cudaEventCreate(&timer.start));
+  CHECK_CUDA(cudaEventCreate(&timer.stop));
+  const int max_m = *std::max_element(opt.ms.begin(), opt.ms.end());
+
+  std::vector<Record> records;
+  std::map<std::pair<std::string, int>, double> cublas_us;  // (layer key, M) -> us
+  uint64_t seed = uint64_t(now);
+  std::printf("\n%-4s %-8s %-12s %5s %4s | %9s | %9s %6s | %9s %6s | %8s | %9s %6s | %7s %7s\n", "set",
+              "layer", "KxN", "M", "g", "cuBLAS us", "marlin us", "x", "asym us", "x", "pair us",
+              "native us", "x", "TFLOP/s", "GB/s");
+
+  for (const Layer& L : kLayers) {
+    if (std::find(opt.sets.begin(), opt.sets.end(), L.set) == opt.sets.end()) continue;
+    const std::string key = std::string(L.set) + "/" + L.name;
+    for (int g : opt.gs) {
+      const int gsz = g < 0 ? L.K : g, G = L.K / gsz;
+      const size_t kn = size_t(L.K) * L.N, gn = size_t(G) * L.N;
+      // ---- weights, generated on the GPU ----
+      uint32_t* B = dalloc<uint32_t>(kn / 8);
+      __half *scale = dalloc<__half>(gn), *s_perm = dalloc<__half>(gn), *zero = dalloc<__half>(gn),
+             *delta = dalloc<__half>(gn), *w_hat = dalloc<__half>(kn), *w_marlin = dalloc<__half>(kn);
+      uint8_t* q_tl = dalloc<uint8_t>(kn / 2);
+      __half *A = dalloc<__half>(size_t(max_m) * L.K), *C = dalloc<__half>(size_t(max_m) * L.N),
+             *C_ref = dalloc<__half>(size_t(max_m) * L.N);
+      float* a_sum = dalloc<float>(size_t(max_m) * G);
+      int* workspace = dalloc<int>(tl::cuda::marlin_workspace_ints(L.N));
+      CHECK_CUDA(cudaMemset(workspace, 0, tl::cuda::marlin_workspace_ints(L.N) * sizeof(int)));
+      CHECK_CUDA(cudaMemset(q_tl, 0, kn / 2));
+      bench::fill_bits<<<1024, 256>>>(B, kn / 8, ++seed);
+      bench::fill_uniform<<<1024, 256>>>(scale, gn, ++seed, 0.002f, 0.02f);
+      bench::make_zero_delta<<<1024, 256>>>(scale, zero, delta, gn, ++seed);
+      bench::permute_scales<<<1024, 256>>>(scale, s_perm, gn, G == 1);
+      bench::decode_marlin<<<4096, 256>>>(B, scale, zero, L.K, L.N, gsz, q_tl, w_marlin, w_hat);
+      bench::fill_uniform<<<1024, 256>>>(A, size_t(max_m) * L.K, ++seed, -1.f, 1.f);
+      CHECK_CUDA(cudaGetLastError());
+      CHECK_CUDA(cudaDeviceSynchronize());
+      const int32_t* Bi = reinterpret_cast<const int32_t*>(B);
+
+      auto marlin = [&](int M) {
+        return tl::cuda::marlin_int4_tc_gemm(A, Bi, C, s_perm, workspace, M, L.N, L.K, g, stream);
+      };
+      auto asym = [&](int M) {
+        return tl::cuda::marlin_mm_asymmetric(A, Bi, s_perm, delta, C, workspace, M, L.N, L.K, gsz, stream);
+      };
+      auto pair = [&](int M) {
+        int rc = tl::cuda::a_group_sum(A, a_sum, M, L.K, gsz, stream);
+        return rc ? rc : tl::cuda::correction_accum(C, a_sum, delta, M, L.N, G, stream);
+      };
+      auto native = [&](int M) {
+        return tl::cuda::int4_gemm(A, q_tl, scale, zero, C, M, L.N, L.K, gsz, stream);
+      };
+      auto cublas = [&](int M, const __half* W, __half* out) {
+        return tl::cuda::detail::cublas_fp16_gemm(A, W, out, M, L.N, L.K, stream);
+      };
+
+      // ---- correctness against cuBLAS on the same weights, before any timing ----
+      for (int M : {1, 16, 100}) {
+        if (M > max_m) continue;
+        const size_t mn = size_t(M) * L.N;
+        struct Check {
+          const char* what;
+          std::function<int()> run;
+          const __half* w_ref;
+        };
+        const Check checks[] = {
+            {"marlin", [&] { return marlin(M); }, w_marlin},
+            {"marlin_mm_asymmetric", [&] { return asym(M); }, w_hat},
+            {"marlin + correction pair", [&] { int rc = marlin(M); return rc ? rc : pair(M); }, w_hat},
+            {"int4_gemm", [&] { return native(M); }, w_hat},
+        };
+        for (const Check& ck : checks) {
+          CHECK_CUDA(cudaMemsetAsync(C, 0xff, mn * 2, stream));
+          CHECK_RC(ck.run());
+          CHECK_RC(cublas(M, ck.w_ref, C_ref));
+          CHECK_CUDA(cudaStreamSynchronize(stream));
+          long long bad = 0;
+          const double r = rel_fro(C, C_ref, mn, &bad);
+          if (bad || !(r <= kCheckRelFro)) {
+            std::fprintf(stderr, "bench_kernels: CHECK FAILED %s %s K=%d N=%d M=%d g=%d: rel %.3g, %lld non-finite\n",
+                         ck.what, key.c_str(), L.K, L.N, M, g, r, bad);
+            return 1;
+          }
+        }
+      }
+
+      // ---- timing ----
+      for (int M : opt.ms) {
+        const auto ck = std::make_pair(key, M);
+        if (!cublas_us.count(ck)) cublas_us[ck] = timer.median_us([&] { return cublas(M, w_hat, C_ref); });
+        const double t_cublas = cublas_us[ck];
+        const double t_marlin = timer.median_us([&] { return marlin(M); });
+        const double t_asym = timer.median_us([&] { return asym(M); });
+        const double t_pair = timer.median_us([&] { return pair(M); });
+        const double t_native = M <= opt.native_max_m ? timer.median_us([&] { return native(M); }) : NAN;
+        const double flop = 2.0 * M * double(L.N) * L.K;
+        const double int4_bytes = double(kn) / 2 + 2.0 * gn;
+        auto add = [&](const char* kernel, double us, double bytes) {
+          if (std::isnan(us)) return;
+          records.push_back({L.set, L.name, kernel, L.K, L.N, M, g, us, flop / us * 1e-6, bytes / us * 1e-3,
+                             t_cublas / us});
+        };
+        add("cublas_fp16", t_cublas, 2.0 * kn);
+        add("marlin", t_marlin, int4_bytes);
+        add("marlin_asym", t_asym, int4_bytes + 2.0 * gn);
+        add("correction_pair", t_pair, 2.0 * gn);
+        add("int4_gemm", t_native, double(kn) / 2 + 4.0 * gn);
+        char kxn[24];
+        std::snprintf(kxn, sizeof kxn, "%dx%d", L.K, L.N);
+        std::printf("%-4s %-8s %-12s %5d %4d | %9.1f | %9.1f %6.2f | %9.1f %6.2f | %8.1f | %9.1f %6.2f | %7.1f %7.0f\n",
+                    L.set, L.name, kxn, M, g, t_cublas, t_marlin, t_cublas / t_marlin, t_asym, t_cublas / t_asym,
+                    t_pair, t_native, t_cublas / t_native, flop / t_marlin * 1e-6, int4_bytes / t_marlin * 1e-3);
+        std::fflush(stdout);
+      }
+      for (void* p : {(void*)B, (void*)scale, (void*)s_perm, (void*)zero, (void*)delta, (void*)w_hat,
+                      (void*)w_marlin, (void*)q_tl, (void*)A, (void*)C, (void*)C_ref, (void*)a_sum,
+                      (void*)workspace})
+        CHECK_CUDA(cudaFree(p));
+    }
+  }
+
+  // ---- summary: geometric means per set and group size ----
+  struct Summary {
+    std::string set;
+    int g;
+    double marlin_small, asym_small, wrapper_overhead, wrapper_overhead_max;
+    int points;
+  };
+  std::vector<Summary> summaries;
+  std::printf("\nsummary (geometric means over the set's layers at M <= 16):\n");
+  for (const std::string& set : opt.sets)
+    for (int g : opt.gs) {
+      std::vector<double> sm, sa, ov;
+      double ov_max = 0;
+      std::map<std::pair<std::string, int>, double> marlin_t;
+      for (const Record& r : records)
+        if (r.set == set && r.g == g && r.M <= 16 && r.kernel == "marlin") marlin_t[{r.layer, r.M}] = r.us;
+      for (const Record& r : records) {
+        if (r.set != set || r.g != g || r.M > 16) continue;
+        if (r.kernel == "marlin") sm.push_back(r.speedup);
+        if (r.kernel == "marlin_asym") {
+          sa.push_back(r.speedup);
+          const double o = r.us / marlin_t[{r.layer, r.M}];
+          ov.push_back(o);
+          ov_max = std::max(ov_max, o - 1);
+        }
+      }
+      if (sm.empty()) continue;
+      summaries.push_back({set, g, geomean(sm), geomean(sa), geomean(ov) - 1, ov_max, int(sm.size())});
+      std::printf("  %-4s g=%4d: marlin %.2fx cuBLAS, asymmetric wrapper %.2fx; wrapper overhead %+.1f %% (max %+.1f %%), %d points\n",
+                  set.c_str(), g, geomean(sm), geomean(sa), 100 * (geomean(ov) - 1), 100 * ov_max, int(sm.size()));
+    }
+  // Native vs Marlin per M (the dispatcher's floor): geometric mean of native / asym time.
+  std::printf("\nnative int4_gemm time / marlin_mm_asymmetric time (geometric mean over layers and g):\n");
+  for (int M : opt.ms) {
+    std::vector<double> ratio;
+    std::map<std::tuple<std::string, std::string, int>, double> asym_t;
+    for (const Record& r : records)
+      if (r.M == M && r.kernel == "marlin_asym") asym_t[{r.set, r.layer, r.g}] = r.us;
+    for (const Record& r : records)
+      if (r.M == M && r.kernel == "int4_gemm") ratio.push_back(r.us / asym_t[{r.set, r.layer, r.g}]);
+    if (!ratio.empty()) std::printf("  M=%5d: %.2f\n", M, geomean(ratio));
+  }
+
+  FILE* f = std::fopen(opt.json.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "bench_kernels: %s: cannot write\n", opt.json.c_str());
+    return 2;
+  }
+  std::fprintf(f, "{\n  \"gpu\": \"%s\", \"sm\": %d, \"sms\": %d, \"date\": \"%s\",\n  \"records\": [\n", prop.name,
+               prop.major * 10 + prop.minor, prop.multiProcessorCount, date);
+  for (size_t i = 0; i < records.size(); ++i) {
+    const Record& r = records[i];
+    std::fprintf(f,
+                 "    {\"set\": \"%s\", \"layer\": \"%s\", \"K\": %d, \"N\": %d, \"M\": %d, \"g\": %d, \"kernel\": \"%s\", "
+                 "\"us\": %.3f, \"tflops\": %.3f, \"weight_gbs\": %.1f, \"speedup_vs_cublas\": %.4f}%s\n",
+                 r.set.c_str(), r.layer.c_str(), r.K, r.N, r.M, r.g, r.kernel.c_str(), r.us, r.tflops, r.gbs,
+                 r.speedup, i + 1 < records.size() ? "," : "");
+  }
+  std::fprintf(f, "  ],\n  \"summary_m_le_16\": [\n");
+  for (size_t i = 0; i < summaries.size(); ++i) {
+    const Summary& s = summaries[i];
+    std::fprintf(f,
+                 "    {\"set\": \"%s\", \"g\": %d, \"marlin_speedup\": %.4f, \"asym_speedup\": %.4f, "
+                 "\"wrapper_overhead\": %.4f, \"wrapper_overhead_max\": %.4f, \"points\": %d}%s\n",
+                 s.set.c_str(), s.g, s.marlin_small, s.asym_small, s.wrapper_overhead, s.wrapper_overhead_max,
+                 s.points, i + 1 < summaries.size() ? "," : "");
+  }
+  std::fprintf(f, "  ]\n}\n");
+  std::fclose(f);
+  std::printf("\nwrote %s\n", opt.json.c_str());
+  return 0;
+}

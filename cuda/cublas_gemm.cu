@@ -1,0 +1,60 @@
+// cuBLAS fp16 GEMM wrapper; see cublas_gemm.h.
+#include "cuda/cublas_gemm.h"
+
+#include <cstdio>
+#include <map>
+
+#include <cublas_v2.h>
+
+#include "cuda/cuda_check.h"
+#include "cuda/tl_kernels.h"
+
+namespace tl::cuda::detail {
+namespace {
+
+bool cublas_failed(cublasStatus_t st, const char* call, int line) {
+  if (st == CUBLAS_STATUS_SUCCESS) return false;
+  std::fprintf(stderr, "tl_cuda: %s failed at %s:%d: %s\n", call, __FILE__, line,
+               cublasGetStatusString(st));
+  return true;
+}
+
+#define TL_CUBLAS_CHECK(call) \
+  do {                        \
+    if (cublas_failed((call), #call, __LINE__)) return kCudaError; \
+  } while (0)
+
+// Handles are not safe to share between host threads that set different streams, so one per
+// (thread, device). They are deliberately never destroyed: a thread_local destructor can run
+// after the CUDA context is gone at process exit.
+int handle_for(int device, cublasHandle_t* out) {
+  thread_local std::map<int, cublasHandle_t> handles;
+  auto it = handles.find(device);
+  if (it == handles.end()) {
+    cublasHandle_t h = nullptr;
+    TL_CUBLAS_CHECK(cublasCreate(&h));
+    it = handles.emplace(device, h).first;
+  }
+  *out = it->second;
+  return kOk;
+}
+
+}  // namespace
+
+int cublas_fp16_gemm(const __half* X, const __half* W, __half* Y, int M, int N, int K,
+                     cudaStream_t stream) {
+  if (M < 1 || N < 1 || K < 1 || !X || !W || !Y) return kShapeUnsupported;
+  int device = 0;
+  TL_CUDA_CHECK(cudaGetDevice(&device));
+  cublasHandle_t h = nullptr;
+  if (int rc = handle_for(device, &h)) return rc;
+  TL_CUBLAS_CHECK(cublasSetStream(h, stream));
+  // Row-major Y = X W is column-major Y^T = W^T X^T: W [K, N] row-major is W^T (N x K, ld N).
+  const float alpha = 1.f, beta = 0.f;
+  TL_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, W, CUDA_R_16F, N, X,
+                               CUDA_R_16F, K, &beta, Y, CUDA_R_16F, N, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
+  return kOk;
+}
+
+}  // namespace tl::cuda::detail

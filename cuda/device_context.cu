@@ -1,0 +1,74 @@
+// Per-device SM counts and the per-(device, stream) scratch; see device_context.h.
+#include "cuda/device_context.h"
+
+#include <map>
+#include <mutex>
+#include <thread>
+#include <tuple>
+
+#include "cuda/cuda_check.h"
+
+namespace tl::cuda::detail {
+namespace {
+
+std::mutex g_mutex;  // guards both maps below
+
+std::map<int, int>& sm_cache() {
+  static std::map<int, int> m;
+  return m;
+}
+
+struct ScratchKey {
+  int device;
+  cudaStream_t stream;
+  std::thread::id thread;  // only for cudaStreamPerThread; default id otherwise
+  bool operator<(const ScratchKey& o) const {
+    return std::tie(device, stream, thread) < std::tie(o.device, o.stream, o.thread);
+  }
+};
+struct ScratchBuf {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+std::map<ScratchKey, ScratchBuf>& scratch_map() {
+  static std::map<ScratchKey, ScratchBuf> m;
+  return m;
+}
+
+}  // namespace
+
+int current_device_sms(int* device, int* sms) {
+  TL_CUDA_CHECK(cudaGetDevice(device));
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = sm_cache().find(*device);
+  if (it == sm_cache().end()) {
+    int n = 0;
+    TL_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, *device));
+    it = sm_cache().emplace(*device, n).first;
+  }
+  *sms = it->second;
+  return kOk;
+}
+
+int stream_scratch(int device, cudaStream_t stream, size_t bytes, void** ptr) {
+  ScratchKey key{device, stream, std::thread::id()};
+  if (stream == cudaStreamPerThread) key.thread = std::this_thread::get_id();
+  std::lock_guard<std::mutex> lock(g_mutex);
+  ScratchBuf& buf = scratch_map()[key];
+  if (buf.bytes < bytes) {
+    size_t grown = buf.bytes ? buf.bytes : size_t(1) << 20;
+    while (grown < bytes) grown *= 2;
+    if (buf.ptr) {
+      // Earlier launches on this stream may still read the old buffer.
+      TL_CUDA_CHECK(cudaStreamSynchronize(stream));
+      TL_CUDA_CHECK(cudaFree(buf.ptr));
+      buf = ScratchBuf{};
+    }
+    TL_CUDA_CHECK(cudaMalloc(&buf.ptr, grown));
+    buf.bytes = grown;
+  }
+  *ptr = buf.ptr;
+  return kOk;
+}
+
+}  // namespace tl::cuda::detail

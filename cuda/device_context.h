@@ -1,0 +1,25 @@
+// Per-device facts and per-stream scratch memory shared by the launchers (internal header).
+#pragma once
+
+#include <cstddef>
+
+#include <cuda_runtime_api.h>
+
+namespace tl::cuda::detail {
+
+// The current device and its multiprocessor count (cached per device after the first query).
+// Returns kOk or kCudaError.
+int current_device_sms(int* device, int* sms);
+
+// Scratch memory for one (device, stream): allocated on first use, grown by doubling when a
+// call needs more, never freed while the process runs, so steady-state calls do no cudaMalloc.
+// Keyed by stream as well as device so that work queued on two streams never shares a buffer
+// (a buffer per device alone would race between streams). cudaStreamPerThread is a different
+// stream in every host thread, so it is also keyed by the calling thread.
+// Growth synchronizes `stream` before freeing the smaller buffer (work queued earlier may still
+// read it); this happens a handful of times per process. Do not grow inside graph capture:
+// warm the scratch up with one call of the same size first.
+// Thread-safe (one mutex). Returns kOk or kCudaError; *ptr is 256-byte aligned.
+int stream_scratch(int device, cudaStream_t stream, size_t bytes, void** ptr);
+
+}  // namespace tl::cuda::detail

@@ -1,0 +1,203 @@
+// Native INT4 GEMM on TinyLoop's own layout: C[M, N] = A[M, K] * W_hat[K, N] with
+// W_hat[k, n] = q[k, n] * scale[g, n] + zero[g, n], q packed two per byte [K, ceil(N/2)]
+// (low nibble = even n), g = k / group_size. The always-available path (any M, N, K >= 1, any
+// GPU) and the runtime's fallback for shapes Marlin does not take.
+//
+// Design (skinny M, memory-bound): a thread owns 8 consecutive columns and reads their 4 code
+// bytes of a k row as one 32-bit load, so a warp reads 128 contiguous bytes per row
+// (coalesced). The 8 warps of a block take k rows round-robin and reduce in shared memory.
+// Weight rows are the only large stream; to have enough of them in flight for small M the
+// K range is also split over gridDim.y (split-K): each split writes fp32 partials to a
+// per-stream scratch buffer and a second small kernel adds the splits in a fixed order and
+// rounds once to fp16 (deterministic). Dequantization and accumulation are fp32.
+#include <algorithm>
+
+#include "cuda/cuda_check.h"
+#include "cuda/device_context.h"
+#include "cuda/tl_kernels.h"
+
+namespace tl::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kColsPerThread = 8;                       // one 32-bit word of codes
+constexpr int kColsPerBlock = 32 * kColsPerThread;      // a warp spans the block's columns
+constexpr int kMaxRowsPerBlock = 4;  // M rows per block; 4 x 8 fp32 accumulators per thread
+// Split-K: aim for this many blocks per SM so that ~8 rows x 128 B per warp are in flight
+// everywhere; each split keeps at least kMinRowsPerSplit k rows so the partial traffic
+// (M x N fp32 per split) stays small next to the weights.
+constexpr int kTargetBlocksPerSm = 4;
+constexpr int kMinRowsPerSplit = 256;
+
+// Codes of 8 columns starting at column n0 of row k, nibble j = column n0 + j. VEC: N % 8 == 0,
+// the word is one aligned 32-bit load; otherwise (ragged N) byte loads with bounds.
+template <bool VEC>
+__device__ __forceinline__ uint32_t load_codes(const uint8_t* q, size_t row_bytes, int k, int n0,
+                                               int N) {
+  const uint8_t* row = q + size_t(k) * row_bytes;
+  if (VEC) return __ldg(reinterpret_cast<const uint32_t*>(row + n0 / 2));
+  uint32_t w = 0;
+#pragma unroll
+  for (int b = 0; b < 4; ++b)
+    if (n0 + 2 * b < N) w |= uint32_t(__ldg(row + n0 / 2 + b)) << (8 * b);
+  return w;
+}
+
+template <bool VEC>
+__device__ __forceinline__ void load_group(const __half* scale, const __half* zero, int g, int n0,
+                                           int N, float (&s)[8], float (&z)[8]) {
+  if (VEC) {
+    const int4 sv = __ldg(reinterpret_cast<const int4*>(scale + size_t(g) * N + n0));
+    const int4 zv = __ldg(reinterpret_cast<const int4*>(zero + size_t(g) * N + n0));
+    const __half* sh = reinterpret_cast<const __half*>(&sv);
+    const __half* zh = reinterpret_cast<const __half*>(&zv);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      s[j] = __half2float(sh[j]);
+      z[j] = __half2float(zh[j]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const bool in = n0 + j < N;
+      s[j] = in ? __half2float(scale[size_t(g) * N + n0 + j]) : 0.f;
+      z[j] = in ? __half2float(zero[size_t(g) * N + n0 + j]) : 0.f;
+    }
+  }
+}
+
+// grid: x = column blocks, y = K splits, z = row blocks of MT rows.
+template <int MT, bool VEC>
+__global__ void __launch_bounds__(kThreads) int4_gemm_kernel(
+    const __half* __restrict__ A, const uint8_t* __restrict__ q, const __half* __restrict__ scale,
+    const __half* __restrict__ zero, __half* __restrict__ C, float* __restrict__ partial, int M,
+    int N, int K, int group_size, int k_per_split) {
+  __shared__ float red[kWarps][MT * kColsPerThread][32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n0 = blockIdx.x * kColsPerBlock + lane * kColsPerThread;
+  const int m0 = blockIdx.z * MT;
+  const int k_begin = blockIdx.y * k_per_split;
+  const int k_end = min(K, k_begin + k_per_split);
+  const size_t row_bytes = size_t(N + 1) / 2;
+
+  float acc[MT][8] = {};
+  if (n0 < N) {
+    // Walk the groups of this split; scale/zero are loaded once per group.
+    for (int g = k_begin / group_size; g * group_size < k_end; ++g) {
+      const int kg0 = max(k_begin, g * group_size), kg1 = min(k_end, (g + 1) * group_size);
+      float s[8], z[8];
+      load_group<VEC>(scale, zero, g, n0, N, s, z);
+#pragma unroll 4
+      for (int k = kg0 + warp; k < kg1; k += kWarps) {
+        const uint32_t w = load_codes<VEC>(q, row_bytes, k, n0, N);
+        float wf[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) wf[j] = fmaf(float((w >> (4 * j)) & 15u), s[j], z[j]);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          const float a = m0 + m < M ? __half2float(A[size_t(m0 + m) * K + k]) : 0.f;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[m][j] = fmaf(a, wf[j], acc[m][j]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) red[warp][m * 8 + j][lane] = acc[m][j];
+  __syncthreads();
+  // Thread t sums one (row, column) value over the 8 warps, in warp order.
+  for (int v = threadIdx.x; v < MT * 8 * 32; v += kThreads) {
+    const int mj = v / 32, l = v % 32;
+    const int m = m0 + mj / 8, n = blockIdx.x * kColsPerBlock + l * kColsPerThread + mj % 8;
+    if (m >= M || n >= N) continue;
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += red[w][mj][l];
+    if (partial)
+      partial[(size_t(blockIdx.y) * M + m) * N + n] = sum;
+    else
+      C[size_t(m) * N + n] = __float2half_rn(sum);
+  }
+}
+
+// C = sum over splits of the fp32 partials, in split order, one rounding.
+__global__ void sum_splits_kernel(const float* __restrict__ partial, __half* __restrict__ C,
+                                  size_t count, int splits) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count;
+       i += size_t(gridDim.x) * blockDim.x) {
+    float sum = 0.f;
+    for (int s = 0; s < splits; ++s) sum += partial[size_t(s) * count + i];
+    C[i] = __float2half_rn(sum);
+  }
+}
+
+template <int MT, bool VEC>
+void launch_int4(dim3 grid, cudaStream_t stream, const __half* A, const uint8_t* q,
+                 const __half* scale, const __half* zero, __half* C, float* partial, int M, int N,
+                 int K, int group_size, int k_per_split) {
+  int4_gemm_kernel<MT, VEC><<<grid, kThreads, 0, stream>>>(A, q, scale, zero, C, partial, M, N,
+                                                           K, group_size, k_per_split);
+}
+
+template <int MT>
+void launch_int4_vec(bool vec, dim3 grid, cudaStream_t stream, const __half* A, const uint8_t* q,
+                     const __half* scale, const __half* zero, __half* C, float* partial, int M,
+                     int N, int K, int group_size, int k_per_split) {
+  if (vec)
+    launch_int4<MT, true>(grid, stream, A, q, scale, zero, C, partial, M, N, K, group_size,
+                          k_per_split);
+  else
+    launch_int4<MT, false>(grid, stream, A, q, scale, zero, C, partial, M, N, K, group_size,
+                           k_per_split);
+}
+
+}  // namespace
+
+int int4_gemm(const __half* A, const uint8_t* q, const __half* scale, const __half* zero,
+              __half* C, int M, int N, int K, int group_size, cudaStream_t stream) {
+  if (M < 1 || N < 1 || K < 1 || group_size < 1 || K % group_size != 0) return kShapeUnsupported;
+  if (!A || !q || !scale || !zero || !C) return kShapeUnsupported;
+  int device = 0, sms = 0;
+  if (int rc = detail::current_device_sms(&device, &sms)) return rc;
+
+  const int mt = M >= kMaxRowsPerBlock ? kMaxRowsPerBlock : (M == 3 ? 4 : M);
+  const int col_blocks = (N + kColsPerBlock - 1) / kColsPerBlock;
+  const int row_blocks = (M + mt - 1) / mt;
+  const long long base_blocks = 1LL * col_blocks * row_blocks;
+  int splits = int(std::min<long long>((1LL * kTargetBlocksPerSm * sms + base_blocks - 1) /
+                                           base_blocks,
+                                       std::max(1, K / kMinRowsPerSplit)));
+  splits = std::max(1, splits);
+  const int k_per_split = (K + splits - 1) / splits;
+  splits = (K + k_per_split - 1) / k_per_split;
+
+  float* partial = nullptr;
+  if (splits > 1) {
+    void* p = nullptr;
+    if (int rc = detail::stream_scratch(device, stream, size_t(splits) * M * N * sizeof(float), &p))
+      return rc;
+    partial = static_cast<float*>(p);
+  }
+  const bool vec = N % 8 == 0 && (reinterpret_cast<uintptr_t>(q) & 3) == 0 &&
+                   (reinterpret_cast<uintptr_t>(scale) & 15) == 0 &&
+                   (reinterpret_cast<uintptr_t>(zero) & 15) == 0;
+  const dim3 grid(col_blocks, splits, row_blocks);
+  switch (mt) {
+    case 1: launch_int4_vec<1>(vec, grid, stream, A, q, scale, zero, C, partial, M, N, K, group_size, k_per_split); break;
+    case 2: launch_int4_vec<2>(vec, grid, stream, A, q, scale, zero, C, partial, M, N, K, group_size, k_per_split); break;
+    default: launch_int4_vec<4>(vec, grid, stream, A, q, scale, zero, C, partial, M, N, K, group_size, k_per_split); break;
+  }
+  TL_CHECK_LAUNCH("int4_gemm_kernel");
+  if (splits > 1) {
+    const size_t count = size_t(M) * N;
+    const int blocks = int(std::min<size_t>((count + 255) / 256, size_t(sms) * 8));
+    sum_splits_kernel<<<blocks, 256, 0, stream>>>(partial, C, count, splits);
+    TL_CHECK_LAUNCH("sum_splits_kernel");
+  }
+  return kOk;
+}
+
+}  // namespace tl::cuda

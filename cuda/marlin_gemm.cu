@@ -1,0 +1,664 @@
+// Marlin-format INT4 x FP16 tensor-core GEMM: C[M, N] = A[M, K] * W[K, N].
+//
+// Written for tinyloop-tools from the published Marlin design (Frantar et al., "MARLIN:
+// Mixed-Precision Auto-Regressive Parallel Inference on Large Language Models") and the layout
+// facts in libconvert/marlin_layout.h; it reads exactly what marlin-pack writes. What it does:
+//   * INT4 weights stay INT4 in global memory; each k-tile of B is streamed once through a
+//     STAGES-deep cp.async pipeline with an L2 evict-first policy (B is read once, A is reused
+//     by every block and should stay in L2);
+//   * A tiles arrive by cp.async into an XOR-swizzled shared layout and are read with ldmatrix;
+//   * weights are dequantized in registers straight into mma.sync.m16n8k16 B fragments (the
+//     packer's nibble order makes one 32-bit word yield two n8 fragments), fp32 accumulation;
+//   * 8 warps per block split a 16 x TK x TN tile along k and reduce in shared memory;
+//   * "striped" partitioning: the k-tile x n-tile iteration space is cut into one equal stripe
+//     per SM, so every SM streams the same number of weight bytes even when N / TN < #SMs;
+//     blocks sharing an n-tile reduce through fp32 slots in a scratch buffer and a per-tile
+//     arrival counter in `workspace` (the last block to arrive sums and writes; see below).
+//
+// Partitioning (example: K = 4 k-tiles, N = 3 n-tiles, 6 blocks, stripe = 2 tiles):
+//
+//            n-tile 0   n-tile 1   n-tile 2          iteration it = n_tile * k_tiles + k_tile
+//   k-tile 0 [ blk 0 ]  [ blk 2 ]  [ blk 4 ]         block b owns it in [b*iters, (b+1)*iters)
+//   k-tile 1 [ blk 0 ]  [ blk 2 ]  [ blk 4 ]         a stripe may wrap into the next n-tile
+//   k-tile 2 [ blk 1 ]  [ blk 3 ]  [ blk 5 ]         (then the block handles two segments)
+//   k-tile 3 [ blk 1 ]  [ blk 3 ]  [ blk 5 ]
+//
+// Deviation from upstream, on purpose: upstream serializes the blocks of one n-tile through a
+// spin lock and fp16 partial sums in C (p blocks -> p-1 serial L2 round trips and p-1 extra fp16
+// roundings). Here every block writes its fp32 partial to its own slot, bumps an arrival counter
+// and leaves; the last to arrive adds the slots in a fixed order (deterministic) and rounds once.
+// No block ever waits for another, so nothing depends on blocks being co-resident.
+#include "cuda/marlin_gemm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "cuda/cuda_check.h"
+#include "cuda/device_context.h"
+#include "cuda/tl_kernels.h"
+
+namespace tl::cuda {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Tuning constants.
+// ---------------------------------------------------------------------------------------------
+
+// 8 warps: enough to split a 128-deep k-tile into 2 sub-tiles per warp and still cover two
+// (or four) 64-column warp tiles; one block per SM, the latency is hidden by the pipeline, not
+// by occupancy.
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+// Rows per launch slice (4 m16 blocks): the accumulators of 4 x 64 columns use 128 registers
+// per thread; more would spill. Larger M is processed in 64-row slices.
+constexpr int kMaxMBlocks = 4;
+// Pipeline depth. At M <= 16 the kernel is a weight stream: an H200 moves ~4.3 TB/s over 132
+// SMs with ~1 us of latency, i.e. ~30 KB must be in flight per SM; 6 stages of 8 KB of B keep
+// 40 KB in flight. With more rows the A tile grows and the kernel leans on the tensor cores,
+// so 4 stages (Marlin's choice) suffice and leave shared memory for the reduction.
+#ifndef TL_MARLIN_STAGES_SMALL_M
+#define TL_MARLIN_STAGES_SMALL_M 6
+#endif
+#ifndef TL_MARLIN_STAGES_LARGE_M
+#define TL_MARLIN_STAGES_LARGE_M 4
+#endif
+constexpr int kStagesSmallM = TL_MARLIN_STAGES_SMALL_M;
+constexpr int kStagesLargeM = TL_MARLIN_STAGES_LARGE_M;
+constexpr int kTileAlign = 128;  // N % 128 == 0 and K % 128 == 0 (the smallest tile edge)
+
+// ---------------------------------------------------------------------------------------------
+// PTX helpers. All valid on sm_80, sm_86, sm_89 and sm_90 (PTX ISA 7.4+); nothing here is
+// sm_90a-only, so the same source runs on Ampere, Ada and Hopper.
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ half2 as_half2(uint32_t u) {
+  half2 h;
+  memcpy(&h, &u, 4);
+  return h;
+}
+__device__ __forceinline__ uint32_t as_u32(half2 h) {
+  uint32_t u;
+  memcpy(&u, &h, 4);
+  return u;
+}
+
+// A rows past M are zero-filled by the copy engine itself (src-size 0): the tensor cores then
+// multiply zeros, never stale shared memory, and no branch is needed around the mma.
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)),
+               "l"(gmem), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(smem)), "l"(gmem));
+}
+
+// Weights are read exactly once per GEMM: mark them evict-first so that streaming 100+ MB of
+// B does not push A (read by every block) and the partial-sum slots out of L2.
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ void cp_async16_stream(void* smem, const void* gmem, uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(
+                   smem_u32(smem)),
+               "l"(gmem), "l"(policy));
+}
+
+// The "memory" clobbers keep the compiler from moving shared-memory reads of a stage across
+// the points where its copies are committed / known complete.
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// One ldmatrix.x4 loads the whole 16x16 A fragment of a warp (4 8x8 matrices) in one
+// instruction, already in the register order mma.m16n8k16 expects.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(smem)));
+}
+
+// D += A * B, fp16 inputs, fp32 accumulators. Not volatile: a pure function the compiler may
+// schedule freely around the shared-memory loads.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// (a & b) | c in one instruction: extract two nibbles and OR in an fp16 exponent.
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+
+// Dequantize one packed word into the 4 B-fragment registers of two n8 fragments, values q - 8.
+// The packer puts nibbles (0,4), (1,5), (2,6), (3,7) on the (k, k+1) register pairs:
+//   out[0] = rows (k, k+1),   frag 0     out[1] = rows (k+8, k+9), frag 0
+//   out[2] = rows (k, k+1),   frag 1     out[3] = rows (k+8, k+9), frag 1
+// Trick: OR-ing a nibble q into the mantissa of fp16 1024.0 (0x6400) gives exactly 1024 + q,
+// so one lop3 makes two fp16 values at once and one half2 subtract (1032 = 1024 + 8) yields
+// q - 8. The high nibble of a byte lands at mantissa bit 4 (1024 + 16 q): one fma with 1/16
+// and -(64 + 8) fixes it. No int->float conversions, 2 instructions per register.
+__device__ __forceinline__ void dequant_word(uint32_t q, half2 (&out)[4]) {
+  constexpr uint32_t kLowNibbles = 0x000f000f;
+  constexpr uint32_t kHighNibbles = 0x00f000f0;
+  constexpr uint32_t kExp1024 = 0x64006400;
+  const half2 k1032 = as_half2(0x64086408);       // 1032.0
+  const half2 kSixteenth = as_half2(0x2c002c00);  // 1 / 16
+  const half2 kMinus72 = as_half2(0xd480d480);    // -72.0
+  const uint32_t lo0 = and_or(q, kLowNibbles, kExp1024);
+  const uint32_t hi0 = and_or(q, kHighNibbles, kExp1024);
+  q >>= 8;
+  const uint32_t lo1 = and_or(q, kLowNibbles, kExp1024);
+  const uint32_t hi1 = and_or(q, kHighNibbles, kExp1024);
+  out[0] = __hsub2(as_half2(lo0), k1032);
+  out[1] = __hfma2(as_half2(hi0), kSixteenth, kMinus72);
+  out[2] = __hsub2(as_half2(lo1), k1032);
+  out[3] = __hfma2(as_half2(hi1), kSixteenth, kMinus72);
+}
+
+// Index of column n (natural order) in Marlin's per-column scale permutation (rows of 32:
+// s_packed[8a + c] = s[2a + {0,1,8,9,16,17,24,25}[c]]).
+__device__ __forceinline__ int per_column_scale_index(int n) {
+  const int x = n & 31;
+  return (n - x) + 8 * ((x & 7) >> 1) + 2 * (x >> 3) + (x & 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernel.
+// ---------------------------------------------------------------------------------------------
+
+struct Params {
+  const __half* A;      // [M, K] rows of this launch slice
+  const int4* B;        // [K/16, 2N] int32, as int4
+  const __half* s;      // permuted scales [G, N]
+  const __half* delta;  // natural [G, N] or nullptr (symmetric)
+  __half* C;            // [M, N]
+  int* counters;        // [N / TN] arrival counters, zero on entry and on exit
+  float4* slots;        // [2 * gridDim.x] partial tiles
+  int M, N, K;
+  int groupsize;  // -1 (per column) or > 0
+  int iters;      // k-tiles per block stripe
+};
+
+template <int MB, int KB, int NB, int STAGES>
+struct Tile {
+  static constexpr int kRows = MB * 16;          // A / C rows of the tile
+  static constexpr int kK = KB * 16;             // k depth of a tile
+  static constexpr int kN = NB * 16;             // columns of a tile
+  static constexpr int kN64 = NB / 4;            // 64-column warp tiles
+  static constexpr int kKGroups = kWarps / kN64; // warps splitting k on one warp tile
+  static constexpr int kSubPerWarp = KB / kKGroups;  // k16 sub-tiles per warp per k-tile
+  static constexpr int kAChunks = kK / 8;        // 16-byte chunks per A row
+  static constexpr int kBRow = NB * 8;           // int4 per k16 row of the B tile
+  static constexpr int kABytes = kRows * kK * 2;
+  static constexpr int kBBytes = KB * kBRow * 16;
+  static constexpr int kStageBytes = kABytes + kBBytes + 2 * kN * 2;  // + scales + deltas
+  static constexpr int kSlotF4 = kN64 * MB * 8 * 32;  // float4 per partial tile
+  static constexpr int kReduceBytes = (kKGroups / 2) * kSlotF4 * 16;
+  static constexpr int kSmemBytes = std::max(STAGES * kStageBytes, kReduceBytes);
+  static_assert(kKGroups * kN64 == kWarps && kSubPerWarp * kKGroups == KB, "warp layout");
+  static_assert(kAChunks >= 8, "the A swizzle XORs chunk indices with row % 8");
+  static_assert((KB * kBRow) % kThreads == 0, "every thread issues the same B copies");
+  static constexpr int kACopies = kRows * kAChunks;  // 16-byte copies per A tile
+  static_assert(2 * (kN / 8) <= kThreads, "one thread per scale chunk");
+};
+
+template <int MB, int KB, int NB, int STAGES>
+__global__ void __launch_bounds__(kThreads, 1) marlin_kernel(const Params p) {
+  using T = Tile<MB, KB, NB, STAGES>;
+  extern __shared__ int4 smem_int4[];
+  char* const smem = reinterpret_cast<char*>(smem_int4);
+  __shared__ int s_last;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n64 = warp % T::kN64;     // which 64-column warp tile
+  const int kgroup = warp / T::kN64;  // which share of the k sub-tiles
+  const int k_tiles = p.K / T::kK;
+  const int total = k_tiles * (p.N / T::kN);
+  const int it_begin = blockIdx.x * p.iters;
+  const int it_end = min(it_begin + p.iters, total);
+  const bool grouped = p.groupsize > 0;
+  const bool asym = p.delta != nullptr;
+  const uint64_t policy = evict_first_policy();
+  const int b_row_int4 = p.N / 2;  // int4 per k16 row of B
+
+  auto stage_a = [&](int st) { return reinterpret_cast<__half*>(smem + st * T::kStageBytes); };
+  auto stage_b = [&](int st) {
+    return reinterpret_cast<int4*>(smem + st * T::kStageBytes + T::kABytes);
+  };
+  auto stage_s = [&](int st) {
+    return reinterpret_cast<__half*>(smem + st * T::kStageBytes + T::kABytes + T::kBBytes);
+  };
+
+  // ---- Phase: issue the copies of k-tile kt of n-tile `slice` into stage st. ----
+  auto fetch = [&](int st, int slice, int kt) {
+    __half* a_dst = stage_a(st);
+#pragma unroll
+    for (int i = 0; i < (T::kACopies + kThreads - 1) / kThreads; ++i) {
+      const int idx = threadIdx.x + i * kThreads;
+      if (T::kACopies % kThreads != 0 && idx >= T::kACopies) break;
+      const int r = idx / T::kAChunks, c = idx % T::kAChunks;
+      const bool valid = r < p.M;
+      const __half* src = p.A + size_t(valid ? r : 0) * p.K + kt * T::kK + c * 8;
+      // XOR swizzle: the 8 rows one ldmatrix phase reads sit in 8 different 16-byte columns,
+      // so the read is free of bank conflicts although rows are 256 bytes apart.
+      cp_async16_zfill(a_dst + r * T::kK + ((c ^ (r & 7)) * 8), src, valid);
+    }
+    int4* b_dst = stage_b(st);
+    const int4* b_src = p.B + size_t(kt) * KB * b_row_int4 + size_t(slice) * T::kBRow;
+#pragma unroll
+    for (int i = 0; i < KB * T::kBRow / kThreads; ++i) {
+      const int idx = threadIdx.x + i * kThreads;
+      const int r = idx / T::kBRow, c = idx % T::kBRow;
+      cp_async16_stream(b_dst + idx, b_src + size_t(r) * b_row_int4 + c, policy);
+    }
+    if (grouped) {
+      // A k-tile never straddles a group (groupsize % TK == 0): one row of scales per stage.
+      constexpr int kChunks = T::kN / 8;
+      const size_t row = size_t(kt * T::kK / p.groupsize) * p.N + size_t(slice) * T::kN;
+      __half* s_dst = stage_s(st);
+      if (threadIdx.x < kChunks) {
+        cp_async16(s_dst + threadIdx.x * 8, p.s + row + threadIdx.x * 8);
+      } else if (asym && threadIdx.x < 2 * kChunks) {
+        const int c = threadIdx.x - kChunks;
+        cp_async16(s_dst + T::kN + c * 8, p.delta + row + c * 8);
+      }
+    }
+  };
+
+  float acc[MB][8][4];
+  half2 col_s[8], col_d[8];  // per-column mode: the dequant factors of this thread's 8 columns
+
+  // ---- Phase: multiply the tile in stage st into the accumulators. ----
+  auto compute = [&](int st) {
+    const __half* a_src = stage_a(st);
+    const int4* b_src = stage_b(st);
+    half2 fs[8], fd[8];
+    if (grouped) {
+      // Grouped scales are permuted so that lane/4 finds its column's scale for all 8 n8
+      // fragments of its warp tile in one 16-byte word.
+      const __half* s_src = stage_s(st);
+      const int4 sv = *reinterpret_cast<const int4*>(s_src + n64 * 64 + 8 * (lane / 4));
+      const __half* sh = reinterpret_cast<const __half*>(&sv);
+#pragma unroll
+      for (int f = 0; f < 8; ++f) fs[f] = __half2half2(sh[f]);
+#pragma unroll
+      for (int f = 0; f < 8; ++f)
+        fd[f] = asym ? __half2half2(s_src[T::kN + n64 * 64 + 8 * f + lane / 4])
+                     : __float2half2_rn(0.f);
+    } else {
+#pragma unroll
+      for (int f = 0; f < 8; ++f) {
+        fs[f] = col_s[f];
+        fd[f] = col_d[f];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < T::kSubPerWarp; ++j) {
+      const int ks = kgroup + j * T::kKGroups;
+      const int4 bq = b_src[ks * T::kBRow + n64 * 32 + lane];
+      uint32_t a[MB][4];
+#pragma unroll
+      for (int mb = 0; mb < MB; ++mb) {
+        const int r = mb * 16 + (lane & 15);
+        const int c = 2 * ks + (lane >> 4);
+        ldmatrix_x4(a[mb], a_src + r * T::kK + ((c ^ (r & 7)) * 8));
+      }
+      const uint32_t words[4] = {uint32_t(bq.x), uint32_t(bq.y), uint32_t(bq.z),
+                                 uint32_t(bq.w)};
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        half2 d[4];
+        dequant_word(words[w], d);
+        // Group scale (and, for the asymmetric wrapper, delta) folded in with one fp16 fma:
+        // the fragment holds (q - 8) * s + delta rounded once to fp16, exactly the weight an
+        // fp16 copy of W_hat would hold. Per-column symmetric: s = 1, delta = 0 (exact).
+        const uint32_t b0 = as_u32(__hfma2(d[0], fs[2 * w], fd[2 * w]));
+        const uint32_t b1 = as_u32(__hfma2(d[1], fs[2 * w], fd[2 * w]));
+        const uint32_t b2 = as_u32(__hfma2(d[2], fs[2 * w + 1], fd[2 * w + 1]));
+        const uint32_t b3 = as_u32(__hfma2(d[3], fs[2 * w + 1], fd[2 * w + 1]));
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb) {
+          mma_16816(acc[mb][2 * w], a[mb], b0, b1);
+          mma_16816(acc[mb][2 * w + 1], a[mb], b2, b3);
+        }
+      }
+    }
+  };
+
+  for (int it = it_begin; it < it_end;) {
+    const int slice = it / k_tiles;
+    const int kt0 = it - slice * k_tiles;
+    const int seg_end = min(it_end, (slice + 1) * k_tiles);
+    const int len = seg_end - it;
+    const int col0 = slice * T::kN + n64 * 64;  // first column of this warp tile
+
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+      for (int f = 0; f < 8; ++f)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mb][f][e] = 0.f;
+    if (!grouped) {
+      // Per-column mode: the symmetric kernel keeps q - 8 exact and scales the fp32 sums at
+      // the end (Marlin's choice); the asymmetric wrapper needs W_hat = (q-8) s + delta inside
+      // the sum, so it folds this thread's 8 column factors into every fragment.
+#pragma unroll
+      for (int f = 0; f < 8; ++f) {
+        const int n = col0 + 8 * f + lane / 4;
+        col_s[f] = asym ? __half2half2(p.s[per_column_scale_index(n)]) : __float2half2_rn(1.f);
+        col_d[f] = asym ? __half2half2(p.delta[n]) : __float2half2_rn(0.f);
+      }
+    }
+
+    // ---- Phase: the pipeline. STAGES-1 tiles in flight while one is multiplied. ----
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; ++st) {
+      if (st < len) fetch(st, slice, kt0 + st);
+      cp_async_commit();  // empty groups keep the wait count uniform
+    }
+    for (int i = 0; i < len; ++i) {
+      cp_async_wait<STAGES - 2>();  // tile i has landed (for this thread's copies) ...
+      __syncthreads();              // ... for all threads; stage (i-1) is free again
+      const int next = i + STAGES - 1;
+      if (next < len) fetch(next % STAGES, slice, kt0 + next);
+      cp_async_commit();
+      compute(i % STAGES);
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // pipeline drained: its shared memory is the reduction scratch now
+
+    // ---- Phase: reduce the k-split warps of each warp tile in shared memory (a tree). ----
+    float4* red = reinterpret_cast<float4*>(smem);
+#pragma unroll
+    for (int h = T::kKGroups / 2; h >= 1; h /= 2) {
+      if (kgroup >= h && kgroup < 2 * h) {
+        float4* dst = red + ((kgroup - h) * T::kN64 + n64) * (MB * 8 * 32);
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+          for (int f = 0; f < 8; ++f)
+            dst[(mb * 8 + f) * 32 + lane] =
+                make_float4(acc[mb][f][0], acc[mb][f][1], acc[mb][f][2], acc[mb][f][3]);
+      }
+      __syncthreads();
+      if (kgroup < h) {
+        const float4* src = red + (kgroup * T::kN64 + n64) * (MB * 8 * 32);
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+          for (int f = 0; f < 8; ++f) {
+            const float4 v = src[(mb * 8 + f) * 32 + lane];
+            acc[mb][f][0] += v.x;
+            acc[mb][f][1] += v.y;
+            acc[mb][f][2] += v.z;
+            acc[mb][f][3] += v.w;
+          }
+      }
+      __syncthreads();
+    }
+
+    // ---- Phase: combine the blocks that share this n-tile, then write fp16. ----
+    const int first_blk = slice * k_tiles / p.iters;
+    const int last_blk = ((slice + 1) * k_tiles - 1) / p.iters;
+    const int nparts = last_blk - first_blk + 1;
+    // Which of a block's two slots holds its partial of this n-tile: a partial n-tile is
+    // either the first segment of a block's stripe (slot 0) or its last (slot 1).
+    auto slot_of = [&](int blk) {
+      const int which = (blk * p.iters >= slice * k_tiles) ? 0 : 1;
+      return p.slots + size_t(2 * blk + which) * T::kSlotF4;
+    };
+    bool write = warp < T::kN64;  // warps of k-group 0 hold the block's sums
+    if (nparts > 1) {
+      if (write) {
+        float4* mine = slot_of(blockIdx.x);
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+          for (int f = 0; f < 8; ++f)
+            __stcg(&mine[(n64 * MB + mb) * 8 * 32 + f * 32 + lane],
+                   make_float4(acc[mb][f][0], acc[mb][f][1], acc[mb][f][2], acc[mb][f][3]));
+        __threadfence();  // the slot is visible device-wide before the counter moves
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) s_last = atomicAdd(&p.counters[slice], 1) == nparts - 1;
+      __syncthreads();
+      write = write && s_last;
+      if (write) {
+        __threadfence();
+        // Sum all parts (this block's own included, read back from its slot) in block order,
+        // whichever block arrived last: the output does not depend on arrival order.
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+          for (int f = 0; f < 8; ++f)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mb][f][e] = 0.f;
+        for (int q = 0; q < nparts; ++q) {
+          const float4* part = slot_of(first_blk + q);
+#pragma unroll
+          for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+            for (int f = 0; f < 8; ++f) {
+              const float4 v = __ldcg(&part[(n64 * MB + mb) * 8 * 32 + f * 32 + lane]);
+              acc[mb][f][0] += v.x;
+              acc[mb][f][1] += v.y;
+              acc[mb][f][2] += v.z;
+              acc[mb][f][3] += v.w;
+            }
+        }
+      }
+      if (threadIdx.x == 0 && s_last) atomicExch(&p.counters[slice], 0);  // leave it zeroed
+    }
+    if (write) {
+      // Thread holds columns 8f + 2 (lane % 4) + {0, 1} of rows lane/4 and lane/4 + 8.
+      float colscale[8][2];
+      if (!grouped && !asym) {
+        // Per-column scales, permuted so that lane % 4 reads its 16 scales in two int4.
+        const int4 s0 = *reinterpret_cast<const int4*>(p.s + col0 + 8 * (lane % 4));
+        const int4 s1 = *reinterpret_cast<const int4*>(p.s + col0 + 32 + 8 * (lane % 4));
+        const __half* h0 = reinterpret_cast<const __half*>(&s0);
+        const __half* h1 = reinterpret_cast<const __half*>(&s1);
+#pragma unroll
+        for (int f = 0; f < 4; ++f)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            colscale[f][e] = __half2float(h0[2 * f + e]);
+            colscale[f + 4][e] = __half2float(h1[2 * f + e]);
+          }
+      } else {
+#pragma unroll
+        for (int f = 0; f < 8; ++f) colscale[f][0] = colscale[f][1] = 1.f;
+      }
+#pragma unroll
+      for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+        for (int f = 0; f < 8; ++f)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = mb * 16 + lane / 4 + 8 * h;
+            if (row < p.M) {
+              const int col = col0 + 8 * f + 2 * (lane % 4);
+              const half2 v = __floats2half2_rn(acc[mb][f][2 * h] * colscale[f][0],
+                                                acc[mb][f][2 * h + 1] * colscale[f][1]);
+              *reinterpret_cast<half2*>(p.C + size_t(row) * p.N + col) = v;
+            }
+          }
+    }
+    __syncthreads();  // shared memory and s_last are reused by the next segment
+    it = seg_end;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+// ---------------------------------------------------------------------------------------------
+
+// The configurations we instantiate: (m16 blocks) x (k16, n16 blocks per tile). 128 x 128 for
+// up to 16 rows (many k-tiles per n-tile give the stripes room; Marlin's small-batch shape);
+// 64 x 256 above (twice the columns per A fragment load: more mma per ldmatrix when the
+// tensor cores, not the weight stream, are the limit).
+struct TileShape {
+  int kb, nb;
+};
+constexpr TileShape kSmallM{8, 8};
+constexpr TileShape kLargeM{4, 16};
+
+TileShape pick_shape(int rows, int N) {
+  if (rows > 16 && N % (kLargeM.nb * 16) == 0) return kLargeM;
+  return kSmallM;
+}
+
+struct Launch {
+  void (*kernel)(Params);
+  int smem_bytes;
+  int slot_f4;
+};
+
+template <int MB, int KB, int NB>
+Launch make_launch() {
+  constexpr int kStages = MB == 1 ? kStagesSmallM : kStagesLargeM;
+  using T = Tile<MB, KB, NB, kStages>;
+  return Launch{marlin_kernel<MB, KB, NB, kStages>, T::kSmemBytes, T::kSlotF4};
+}
+
+// The instantiated kernels: 4 + 3 (the 64 x 256 shape only serves more than 16 rows).
+Launch pick_launch(int mb, TileShape shape) {
+  if (shape.kb == kLargeM.kb && shape.nb == kLargeM.nb) {
+    switch (mb) {
+      case 2: return make_launch<2, kLargeM.kb, kLargeM.nb>();
+      case 3: return make_launch<3, kLargeM.kb, kLargeM.nb>();
+      default: return make_launch<4, kLargeM.kb, kLargeM.nb>();
+    }
+  }
+  switch (mb) {
+    case 1: return make_launch<1, kSmallM.kb, kSmallM.nb>();
+    case 2: return make_launch<2, kSmallM.kb, kSmallM.nb>();
+    case 3: return make_launch<3, kSmallM.kb, kSmallM.nb>();
+    default: return make_launch<4, kSmallM.kb, kSmallM.nb>();
+  }
+}
+
+// cudaFuncSetAttribute is per device: remember which devices each kernel was opened for.
+int allow_smem(const Launch& l, int device) {
+  static std::mutex mutex;
+  static std::map<std::pair<void*, int>, bool> done;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto key = std::make_pair(reinterpret_cast<void*>(l.kernel), device);
+  if (done.count(key)) return kOk;
+  TL_CUDA_CHECK(cudaFuncSetAttribute(l.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     l.smem_bytes));
+  done[key] = true;
+  return kOk;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+}  // namespace
+
+size_t marlin_workspace_ints(int N) { return N > 0 ? size_t(N + kTileAlign - 1) / kTileAlign : 0; }
+
+namespace detail {
+
+int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half* delta,
+                __half* C, int* workspace, int M, int N, int K, int groupsize,
+                cudaStream_t stream) {
+  if (M < 1 || N < kTileAlign || K < kTileAlign || N % kTileAlign || K % kTileAlign)
+    return kShapeUnsupported;
+  if (!A || !B || !s || !C || !workspace) return kShapeUnsupported;
+  if (!aligned16(A) || !aligned16(B) || !aligned16(s) || !aligned16(C) ||
+      (delta && !aligned16(delta)))
+    return kShapeUnsupported;
+  if (groupsize == K) groupsize = -1;
+  if (groupsize != -1 && groupsize != 128) return kNoConfig;
+
+  int device = 0, sms = 0;
+  if (int rc = detail::current_device_sms(&device, &sms)) return rc;
+  int smem_optin = 0;
+  TL_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                       device));
+
+  // Slots for the largest slice (the first); later slices need no more.
+  const int rows0 = std::min(M, kMaxMBlocks * 16);
+  size_t slot_bytes = 0;
+  {
+    const int mb = (rows0 + 15) / 16;
+    const TileShape shape = pick_shape(rows0, N);
+    const Launch l = pick_launch(mb, shape);
+    const int tiles = (K / (shape.kb * 16)) * (N / (shape.nb * 16));
+    slot_bytes = size_t(2) * std::min(sms, tiles) * l.slot_f4 * sizeof(float4);
+  }
+  void* slots = nullptr;
+  if (int rc = detail::stream_scratch(device, stream, slot_bytes, &slots)) return rc;
+
+  for (int row0 = 0; row0 < M; row0 += kMaxMBlocks * 16) {
+    const int rows = std::min(M - row0, kMaxMBlocks * 16);
+    const int mb = (rows + 15) / 16;
+    const TileShape shape = pick_shape(rows, N);
+    const Launch l = pick_launch(mb, shape);
+    if (l.smem_bytes > smem_optin) return kNoConfig;
+    if (int rc = allow_smem(l, device)) return rc;
+
+    const int tiles = (K / (shape.kb * 16)) * (N / (shape.nb * 16));
+    int blocks = std::min(sms, tiles);
+    const int iters = (tiles + blocks - 1) / blocks;
+    blocks = (tiles + iters - 1) / iters;  // no empty stripes
+
+    Params p;
+    p.A = A + size_t(row0) * K;
+    p.B = reinterpret_cast<const int4*>(B);
+    p.s = s;
+    p.delta = delta;
+    p.C = C + size_t(row0) * N;
+    p.counters = workspace;
+    p.slots = static_cast<float4*>(slots);
+    p.M = rows;
+    p.N = N;
+    p.K = K;
+    p.groupsize = groupsize;
+    p.iters = iters;
+    l.kernel<<<blocks, kThreads, l.smem_bytes, stream>>>(p);
+    TL_CHECK_LAUNCH("marlin_kernel");
+  }
+  return kOk;
+}
+
+}  // namespace detail
+
+int marlin_int4_tc_gemm(const __half* A, const int32_t* B, __half* C, const __half* s,
+                        int* workspace, int M, int N, int K, int groupsize, cudaStream_t stream) {
+  return detail::marlin_gemm(A, B, s, nullptr, C, workspace, M, N, K, groupsize, stream);
+}
+
+bool marlin_available(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();  // clear: "not available" is the answer, not an error
+    return false;
+  }
+  const int cc = major * 10 + minor;
+  return cc == 80 || cc == 86 || cc == 89 || cc == 90;
+}
+
+}  // namespace tl::cuda

@@ -1,0 +1,20 @@
+// Internal entry of the Marlin-format kernel shared by the symmetric launcher and the fused
+// asymmetric wrapper (not part of the public API; see tl_kernels.h).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+namespace tl::cuda::detail {
+
+// C = A * W for W[k, n] = (q - 8) * s[g, n]            (delta == nullptr, symmetric), or
+//                W[k, n] = (q - 8) * s[g, n] + delta[g, n]  (asymmetric, fused correction).
+// groupsize: -1 (one group, per-column scales) or 128; groupsize == K is taken as -1.
+// delta is float16 [G, N] in the natural (unpermuted) order.
+int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half* delta,
+                __half* C, int* workspace, int M, int N, int K, int groupsize,
+                cudaStream_t stream);
+
+}  // namespace tl::cuda::detail

@@ -1,0 +1,316 @@
+// GPU ops of the TinyLoop forward (see model_ops.h). Simple, bandwidth-friendly kernels: the
+// e2e tier's cost is dominated by the GEMMs (quant_gemm) and attention at ctx <= 2048.
+#include <cmath>
+
+#include "cuda/cuda_check.h"
+#include "cuda/model_ops.h"
+
+namespace tl::cuda {
+namespace {
+
+constexpr int kRowThreads = 256;  // one block per row for the row-wise ops (norm, stats, KLD)
+constexpr unsigned kFullMask = 0xffffffffu;
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// Sum over the block (kRowThreads threads); every thread gets the result.
+__device__ float block_sum(float v) {
+  __shared__ float part[kRowThreads / 32];
+  __shared__ float total;
+  v = warp_sum(v);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float w = threadIdx.x < kRowThreads / 32 ? part[threadIdx.x] : 0.f;
+    w = warp_sum(w);
+    if (threadIdx.x == 0) total = w;
+  }
+  __syncthreads();
+  return total;
+}
+
+// ---- embedding, norm, residual, SwiGLU ----
+
+__global__ void embed_gather_kernel(const __half* table, const int32_t* tokens, float* x, int D) {
+  const int r = blockIdx.x;
+  const __half* src = table + size_t(tokens[r]) * D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) x[size_t(r) * D + d] = __half2float(src[d]);
+}
+
+__global__ void rms_norm_kernel(const float* x, const float* gain, __half* out, int D, float eps) {
+  const float* row = x + size_t(blockIdx.x) * D;
+  float ss = 0.f;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) ss += row[d] * row[d];
+  ss = block_sum(ss);
+  const float inv = rsqrtf(ss / float(D) + eps);
+  for (int d = threadIdx.x; d < D; d += blockDim.x)
+    out[size_t(blockIdx.x) * D + d] = __float2half_rn(row[d] * inv * gain[d]);
+}
+
+__global__ void residual_add_kernel(float* x, const __half* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] += __half2float(y[i]);
+}
+
+__global__ void swiglu_kernel(__half* gate, const __half* up, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float g = __half2float(gate[i]);
+    gate[i] = __float2half_rn(g / (1.0f + expf(-g)) * __half2float(up[i]));
+  }
+}
+
+// ---- q/k/v split + RoPE ----
+
+// One thread per (row, head of the H + 2 Hkv, pair i < dh/2).
+__global__ void qkv_split_rope_kernel(const __half* qkv, const float* cos_tab, const float* sin_tab,
+                                      __half* q, __half* k, __half* v, int T, int H, int Hkv, int dh,
+                                      int64_t total) {
+  const int half = dh / 2, heads = H + 2 * Hkv;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int i = int(idx % half);
+    const int head = int((idx / half) % heads);
+    const int64_t row = idx / (int64_t(half) * heads);
+    const int s = int(row / T), t = int(row % T);
+    const __half* src = qkv + row * int64_t(heads) * dh + int64_t(head) * dh;
+    float a = __half2float(src[i]), b = __half2float(src[i + half]);
+    __half* dst;
+    if (head < H) {
+      dst = q + ((int64_t(s) * H + head) * T + t) * dh;
+    } else if (head < H + Hkv) {
+      dst = k + ((int64_t(s) * Hkv + (head - H)) * T + t) * dh;
+    } else {
+      dst = v + ((int64_t(s) * Hkv + (head - H - Hkv)) * T + t) * dh;
+      dst[i] = src[i];
+      dst[i + half] = src[i + half];
+      continue;
+    }
+    const float c = cos_tab[t * half + i], sn = sin_tab[t * half + i];
+    dst[i] = __float2half_rn(a * c - b * sn);
+    dst[i + half] = __float2half_rn(b * c + a * sn);
+  }
+}
+
+// ---- causal attention ----
+//
+// Block = kAttnWarps warps = kAttnWarps consecutive queries of one (sequence, head); grid
+// (ceil(T / kAttnWarps), H, n_seq). Keys and values stream through shared memory in tiles of 32
+// (one key per lane for the scores); each warp keeps an online softmax (running max m, sum l)
+// and its query's output, DPL dims per lane, in registers. K tile rows are padded by one float so
+// the 32 lanes reading 32 different keys at the same dim hit 32 different banks.
+constexpr int kAttnWarps = 8;
+constexpr int kKeyTile = 32;
+
+template <int DPL>  // dims per lane: dh = 32 * DPL
+__global__ void attention_kernel(const __half* q, const __half* k, const __half* v, __half* out,
+                                 int T, int H, int Hkv) {
+  constexpr int DH = 32 * DPL;
+  __shared__ float ks[kKeyTile][DH + 1];
+  __shared__ float vs[kKeyTile][DH];
+  __shared__ float qs[kAttnWarps][DH];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int s = blockIdx.z, h = blockIdx.y, kvh = h / (H / Hkv);
+  const int q0 = blockIdx.x * kAttnWarps, i = q0 + warp;
+  const bool active = i < T;
+  const __half* kb = k + (int64_t(s) * Hkv + kvh) * T * DH;
+  const __half* vb = v + (int64_t(s) * Hkv + kvh) * T * DH;
+  const float scale = 1.0f / sqrtf(float(DH));
+  if (active) {
+    const __half* qr = q + ((int64_t(s) * H + h) * T + i) * DH;
+#pragma unroll
+    for (int u = 0; u < DPL; ++u) qs[warp][lane + 32 * u] = __half2float(qr[lane + 32 * u]) * scale;
+  }
+  float m = -INFINITY, l = 0.f, acc[DPL];
+#pragma unroll
+  for (int u = 0; u < DPL; ++u) acc[u] = 0.f;
+  const int last = min(T - 1, q0 + kAttnWarps - 1);  // the last key any query of the block sees
+  for (int t0 = 0; t0 <= last; t0 += kKeyTile) {
+    __syncthreads();  // the previous tile is consumed (and qs is written before its first use)
+    for (int idx = threadIdx.x; idx < kKeyTile * DH; idx += blockDim.x) {
+      const int r = idx / DH, d = idx % DH, key = t0 + r;
+      const bool in = key < T;
+      ks[r][d] = in ? __half2float(kb[int64_t(key) * DH + d]) : 0.f;
+      vs[r][d] = in ? __half2float(vb[int64_t(key) * DH + d]) : 0.f;
+    }
+    __syncthreads();
+    if (!active || t0 > i) continue;  // uniform per warp; every thread still reaches the syncs
+    const int key = t0 + lane;
+    float sc = -INFINITY;
+    if (key <= i) {
+      float d = 0.f;
+#pragma unroll 16
+      for (int e = 0; e < DH; ++e) d += qs[warp][e] * ks[lane][e];
+      sc = d;
+    }
+    const float m_new = fmaxf(m, warp_max(sc));  // finite: key t0 <= i is always in range
+    const float corr = expf(m - m_new);          // 0 on the first tile (m = -inf)
+    const float p = key <= i ? expf(sc - m_new) : 0.f;
+    l = l * corr + warp_sum(p);
+#pragma unroll
+    for (int u = 0; u < DPL; ++u) acc[u] *= corr;
+    const int nk = min(kKeyTile, i - t0 + 1);
+    for (int j = 0; j < nk; ++j) {
+      const float pj = __shfl_sync(kFullMask, p, j);
+#pragma unroll
+      for (int u = 0; u < DPL; ++u) acc[u] += pj * vs[j][lane + 32 * u];
+    }
+    m = m_new;
+  }
+  if (active) {
+    __half* o = out + (int64_t(s) * T + i) * int64_t(H) * DH + int64_t(h) * DH;
+    const float inv = 1.0f / l;
+#pragma unroll
+    for (int u = 0; u < DPL; ++u) o[lane + 32 * u] = __float2half_rn(acc[u] * inv);
+  }
+}
+
+// ---- logits statistics ----
+
+__global__ void row_stats_kernel(const __half* logits, const int32_t* targets, int V, float* lse,
+                                 int32_t* argmax, float* target_logit) {
+  __shared__ float best_v[kRowThreads];
+  __shared__ int best_i[kRowThreads];
+  const int r = blockIdx.x;
+  const __half* x = logits + int64_t(r) * V;
+  float bv = -INFINITY;
+  int bi = V;  // larger than any index: loses every tie
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    const float val = __half2float(x[j]);
+    if (val > bv || (val == bv && j < bi)) { bv = val; bi = j; }
+  }
+  best_v[threadIdx.x] = bv;
+  best_i[threadIdx.x] = bi;
+  __syncthreads();
+  for (int stride = kRowThreads / 2; stride > 0; stride >>= 1) {
+    if (threadIdx.x < stride) {
+      const float ov = best_v[threadIdx.x + stride];
+      const int oi = best_i[threadIdx.x + stride];
+      if (ov > best_v[threadIdx.x] || (ov == best_v[threadIdx.x] && oi < best_i[threadIdx.x])) {
+        best_v[threadIdx.x] = ov;
+        best_i[threadIdx.x] = oi;
+      }
+    }
+    __syncthreads();
+  }
+  const float mx = best_v[0];
+  float sum = 0.f;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(__half2float(x[j]) - mx);
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) {
+    lse[r] = mx + logf(sum);
+    if (argmax) argmax[r] = best_i[0];
+    if (target_logit) {
+      const int t = targets ? targets[r] : -1;
+      target_logit[r] = (t >= 0 && t < V) ? __half2float(x[t]) : 0.f;
+    }
+  }
+}
+
+__global__ void kld_kernel(const __half* ref, const float* ref_lse, const __half* x, const float* lse,
+                           int V, float* kld) {
+  const int r = blockIdx.x;
+  const __half* a = ref + int64_t(r) * V;
+  const __half* b = x + int64_t(r) * V;
+  const float la = ref_lse[r], lb = lse[r];
+  float s = 0.f;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    const float lr = __half2float(a[j]) - la;
+    // log p_ref - log p per term, so two close distributions do not cancel large sums.
+    s += expf(lr) * (lr - (__half2float(b[j]) - lb));
+  }
+  s = block_sum(s);
+  if (threadIdx.x == 0) kld[r] = fmaxf(s, 0.f);
+}
+
+int grid_for(int64_t n, int threads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  return int(blocks < 65535 * 8 ? (blocks > 0 ? blocks : 1) : 65535 * 8);
+}
+
+}  // namespace
+
+int embed_gather(const __half* table, const int32_t* tokens, float* x, int rows, int D,
+                 cudaStream_t stream) {
+  if (rows <= 0 || D <= 0) return rows == 0 ? kOk : kShapeUnsupported;
+  embed_gather_kernel<<<rows, 128, 0, stream>>>(table, tokens, x, D);
+  TL_CHECK_LAUNCH("embed_gather_kernel");
+  return kOk;
+}
+
+int rms_norm_rows(const float* x, const float* gain, __half* out, int rows, int D, float eps,
+                  cudaStream_t stream) {
+  if (rows <= 0 || D <= 0) return rows == 0 ? kOk : kShapeUnsupported;
+  rms_norm_kernel<<<rows, kRowThreads, 0, stream>>>(x, gain, out, D, eps);
+  TL_CHECK_LAUNCH("rms_norm_kernel");
+  return kOk;
+}
+
+int qkv_split_rope(const __half* qkv, const float* cos_tab, const float* sin_tab, __half* q,
+                   __half* k, __half* v, int n_seq, int T, int H, int Hkv, int dh,
+                   cudaStream_t stream) {
+  if (dh <= 0 || dh % 2 != 0 || H <= 0 || Hkv <= 0 || H % Hkv != 0 || T <= 0) return kShapeUnsupported;
+  const int64_t total = int64_t(n_seq) * T * (H + 2 * Hkv) * (dh / 2);
+  if (total == 0) return kOk;
+  qkv_split_rope_kernel<<<grid_for(total, 256), 256, 0, stream>>>(qkv, cos_tab, sin_tab, q, k, v, T, H,
+                                                                   Hkv, dh, total);
+  TL_CHECK_LAUNCH("qkv_split_rope_kernel");
+  return kOk;
+}
+
+int causal_attention(const __half* q, const __half* k, const __half* v, __half* out, int n_seq,
+                     int T, int H, int Hkv, int dh, cudaStream_t stream) {
+  if (H <= 0 || Hkv <= 0 || H % Hkv != 0 || T <= 0 || n_seq <= 0 || n_seq > 65535) return kShapeUnsupported;
+  const dim3 grid((T + kAttnWarps - 1) / kAttnWarps, H, n_seq);
+  const int threads = kAttnWarps * 32;
+  switch (dh) {
+    case 32: attention_kernel<1><<<grid, threads, 0, stream>>>(q, k, v, out, T, H, Hkv); break;
+    case 64: attention_kernel<2><<<grid, threads, 0, stream>>>(q, k, v, out, T, H, Hkv); break;
+    case 96: attention_kernel<3><<<grid, threads, 0, stream>>>(q, k, v, out, T, H, Hkv); break;
+    case 128: attention_kernel<4><<<grid, threads, 0, stream>>>(q, k, v, out, T, H, Hkv); break;
+    default: return kShapeUnsupported;
+  }
+  TL_CHECK_LAUNCH("attention_kernel");
+  return kOk;
+}
+
+int swiglu_inplace(__half* gate, const __half* up, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return kOk;
+  swiglu_kernel<<<grid_for(n, 256), 256, 0, stream>>>(gate, up, n);
+  TL_CHECK_LAUNCH("swiglu_kernel");
+  return kOk;
+}
+
+int residual_add(float* x, const __half* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return kOk;
+  residual_add_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x, y, n);
+  TL_CHECK_LAUNCH("residual_add_kernel");
+  return kOk;
+}
+
+int logits_row_stats(const __half* logits, const int32_t* targets, int rows, int V, float* lse,
+                     int32_t* argmax, float* target_logit, cudaStream_t stream) {
+  if (V <= 0) return kShapeUnsupported;
+  if (rows <= 0) return kOk;
+  row_stats_kernel<<<rows, kRowThreads, 0, stream>>>(logits, targets, V, lse, argmax, target_logit);
+  TL_CHECK_LAUNCH("row_stats_kernel");
+  return kOk;
+}
+
+int kld_rows(const __half* ref, const float* ref_lse, const __half* x, const float* lse, int rows,
+             int V, float* kld, cudaStream_t stream) {
+  if (V <= 0) return kShapeUnsupported;
+  if (rows <= 0) return kOk;
+  kld_kernel<<<rows, kRowThreads, 0, stream>>>(ref, ref_lse, x, lse, V, kld);
+  TL_CHECK_LAUNCH("kld_kernel");
+  return kOk;
+}
+
+}  // namespace tl::cuda

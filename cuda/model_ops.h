@@ -1,0 +1,53 @@
+// GPU ops of the TinyLoop forward (the e2e tier's model runner, libverify/model_gpu.cpp), besides
+// the linear layers, which go through quant_gemm (tl_kernels.h). fp16 storage of activations
+// that feed GEMMs, fp32 residual stream and fp32 math everywhere. The CPU reference of every op
+// is libconvert/model_forward.cpp (the forward) and libverify/perplexity.cpp (row statistics);
+// tests/cuda/test_model_*.cpp compare them. Launchers return an Rc (tl_kernels.h): kOk,
+// kShapeUnsupported for a size the kernel does not take, kCudaError after printing the call.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+namespace tl::cuda {
+
+// x[r, :] = float(table[tokens[r], :]); table fp16 [vocab, D]. Ids are checked by the caller.
+int embed_gather(const __half* table, const int32_t* tokens, float* x, int rows, int D,
+                 cudaStream_t stream);
+
+// out[r, :] = half(x[r, :] / sqrt(mean(x[r, :]^2) + eps) * gain), gain fp32 [D].
+int rms_norm_rows(const float* x, const float* gain, __half* out, int rows, int D, float eps,
+                  cudaStream_t stream);
+
+// Splits the fused projection qkv [n_seq * T, (H + 2 Hkv) dh] (q | k | v per row) into
+// head-major q [n_seq, H, T, dh], k, v [n_seq, Hkv, T, dh] and applies RoPE to q and k in the HF
+// rotate_half convention: pairs (i, i + dh/2) rotated by the angle whose cos / sin are
+// cos_tab / sin_tab [T, dh/2] (fp32, built on the host from the same function the CPU forward
+// uses, so both sides see identical angles). dh even.
+int qkv_split_rope(const __half* qkv, const float* cos_tab, const float* sin_tab, __half* q,
+                   __half* k, __half* v, int n_seq, int T, int H, int Hkv, int dh,
+                   cudaStream_t stream);
+
+// out [n_seq * T, H dh] = softmax(q k^T / sqrt(dh), causal) v per (sequence, head); query head
+// h reads kv head h / (H / Hkv). dh % 32 == 0 and dh <= 128 (else kShapeUnsupported).
+int causal_attention(const __half* q, const __half* k, const __half* v, __half* out, int n_seq,
+                     int T, int H, int Hkv, int dh, cudaStream_t stream);
+
+// gate[i] = half(silu(gate[i]) * up[i]), in place over n elements.
+int swiglu_inplace(__half* gate, const __half* up, int64_t n, cudaStream_t stream);
+
+// x[i] += float(y[i]) over n elements.
+int residual_add(float* x, const __half* y, int64_t n, cudaStream_t stream);
+
+// Per row of logits [rows, V] (fp16): lse = log sum exp (fp32, max-shifted), argmax (lowest index
+// of the max), and target_logit = logits[r, targets[r]] (0 where targets[r] < 0).
+int logits_row_stats(const __half* logits, const int32_t* targets, int rows, int V, float* lse,
+                     int32_t* argmax, float* target_logit, cudaStream_t stream);
+
+// kld[r] = KL(P_ref || P) = sum_v p_ref (log p_ref - log p) per row, from logits and their lse.
+int kld_rows(const __half* ref, const float* ref_lse, const __half* x, const float* lse, int rows,
+             int V, float* kld, cudaStream_t stream);
+
+}  // namespace tl::cuda

@@ -1,0 +1,248 @@
+#include "formats/h5_write.h"
+
+#include <algorithm>
+
+#include "formats/error.h"
+
+namespace tl::h5 {
+
+std::vector<hsize_t> chunk_shape(const std::vector<int64_t>& shape, size_t elem_size) {
+  if (shape.empty()) return {};
+  for (int64_t d : shape)
+    if (d <= 0) return {};
+  std::vector<hsize_t> chunk(shape.size(), 1);
+  size_t inner = elem_size;  // bytes of one chunk so far (trailing dims already whole)
+  for (size_t i = shape.size(); i-- > 0;) {
+    const size_t extent = size_t(shape[i]);
+    if (inner * extent <= kChunkBytes) {
+      chunk[i] = extent;
+      inner *= extent;
+      continue;
+    }
+    chunk[i] = std::max<size_t>(1, kChunkBytes / inner);
+    break;  // leading dimensions stay 1
+  }
+  return chunk;
+}
+
+static Handle plist(hid_t cls) { return Handle(H5Pcreate(cls), H5Pclose); }
+
+Handle create_group(hid_t loc, const std::string& name, const std::string& file) {
+  Handle gcpl = plist(H5P_GROUP_CREATE);
+  H5Pset_obj_track_times(gcpl, false);
+  Handle g(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, gcpl, H5P_DEFAULT), H5Gclose);
+  if (!g.valid()) throw Error("cannot create group", file, name);
+  return g;
+}
+
+Handle open_group(hid_t loc, const std::string& path, const std::string& file) {
+  if (!exists(loc, path)) throw Error("missing group", file, path);
+  Handle g(H5Gopen2(loc, path.c_str(), H5P_DEFAULT), H5Gclose);
+  if (!g.valid()) throw Error("expected a group", file, path);
+  return g;
+}
+
+static H5O_type_t object_type(hid_t loc, const std::string& path) {
+  quiet_errors();
+  if (path != "." && !exists(loc, path)) return H5O_TYPE_UNKNOWN;
+  H5O_info_t info;
+  if (H5Oget_info_by_name(loc, path.c_str(), &info, H5P_DEFAULT) < 0) return H5O_TYPE_UNKNOWN;
+  return info.type;
+}
+
+bool is_group(hid_t loc, const std::string& path) { return object_type(loc, path) == H5O_TYPE_GROUP; }
+bool is_dataset(hid_t loc, const std::string& path) { return object_type(loc, path) == H5O_TYPE_DATASET; }
+
+static herr_t collect_link(hid_t, const char* name, const H5L_info_t*, void* out) {
+  static_cast<std::vector<std::string>*>(out)->push_back(name);
+  return 0;
+}
+
+std::vector<std::string> list_links(hid_t loc, const std::string& path, const std::string& file) {
+  Handle g = open_group(loc, path, file);
+  std::vector<std::string> names;
+  hsize_t idx = 0;
+  if (H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_link, &names) < 0)
+    throw Error("cannot list group", file, path);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void write_dataset(hid_t loc, const std::string& name, hid_t file_type, hid_t mem_type,
+                   const std::vector<int64_t>& shape, const void* data, const std::string& file) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  Handle space(dims.empty() ? H5Screate(H5S_SCALAR)
+                            : H5Screate_simple(int(dims.size()), dims.data(), nullptr),
+               H5Sclose);
+  if (!space.valid()) throw Error("bad dataset shape", file, name);
+  Handle dcpl = plist(H5P_DATASET_CREATE);
+  H5Pset_obj_track_times(dcpl, false);
+  const std::vector<hsize_t> chunk = chunk_shape(shape, H5Tget_size(file_type));
+  if (!chunk.empty()) {
+    if (H5Pset_chunk(dcpl, int(chunk.size()), chunk.data()) < 0 || H5Pset_fletcher32(dcpl) < 0)
+      throw Error("cannot set chunking / Fletcher32 (HDF5 built without it?)", file, name);
+  }
+  Handle d(H5Dcreate2(loc, name.c_str(), file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose);
+  if (!d.valid()) throw Error("cannot create dataset (does it exist already?)", file, name);
+  int64_t n = 1;
+  for (int64_t v : shape) n *= v;
+  if (n > 0 && H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    throw Error("cannot write dataset (disk full?)", file, name);
+}
+
+// ---- attributes ----
+
+static Handle bool_type() {
+  // h5py's representation of numpy.bool_, so h5py reads these back as Python bools.
+  Handle t(H5Tenum_create(H5T_NATIVE_INT8), H5Tclose);
+  int8_t v = 0;
+  H5Tenum_insert(t, "FALSE", &v);
+  v = 1;
+  H5Tenum_insert(t, "TRUE", &v);
+  return t;
+}
+
+static void put_attr(hid_t obj, const std::string& name, hid_t type, const void* buf, const std::string& file) {
+  quiet_errors();
+  if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle a(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!a.valid() || H5Awrite(a, type, buf) < 0) throw Error("cannot write attribute '" + name + "'", file);
+}
+
+void write_attr(hid_t obj, const std::string& name, const nlohmann::json& value, const std::string& file) {
+  using nlohmann::json;
+  switch (value.type()) {
+    case json::value_t::boolean: {
+      const int8_t v = value.get<bool>() ? 1 : 0;
+      put_attr(obj, name, bool_type(), &v, file);
+      return;
+    }
+    case json::value_t::number_integer: {
+      const int64_t v = value.get<int64_t>();
+      put_attr(obj, name, H5T_STD_I64LE, &v, file);  // memory is little-endian on every target
+      return;
+    }
+    case json::value_t::number_unsigned: {
+      const uint64_t v = value.get<uint64_t>();
+      if (v <= uint64_t(INT64_MAX)) {
+        const int64_t s = int64_t(v);
+        put_attr(obj, name, H5T_STD_I64LE, &s, file);
+      } else {
+        put_attr(obj, name, H5T_STD_U64LE, &v, file);
+      }
+      return;
+    }
+    case json::value_t::number_float: {
+      const double v = value.get<double>();
+      put_attr(obj, name, H5T_IEEE_F64LE, &v, file);
+      return;
+    }
+    default: {
+      const std::string s = value.is_string() ? value.get<std::string>() : value.dump();
+      Handle t(H5Tcopy(H5T_C_S1), H5Tclose);
+      H5Tset_size(t, H5T_VARIABLE);
+      H5Tset_cset(t, H5T_CSET_UTF8);
+      const char* p = s.c_str();
+      put_attr(obj, name, t, &p, file);
+    }
+  }
+}
+
+static nlohmann::json maybe_json_text(const std::string& s) {
+  if (!s.empty() && (s[0] == '{' || s[0] == '[')) {
+    nlohmann::json j = nlohmann::json::parse(s, nullptr, false);
+    if (!j.is_discarded()) return j;
+  }
+  return s;
+}
+
+nlohmann::json read_attr(hid_t obj, const std::string& name, const std::string& file) {
+  Handle a(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
+  if (!a.valid()) throw Error("cannot open attribute '" + name + "'", file);
+  Handle type(H5Aget_type(a), H5Tclose);
+  Handle space(H5Aget_space(a), H5Sclose);
+  const hssize_t npoints = H5Sget_simple_extent_npoints(space);
+  if (npoints < 0) throw Error("bad attribute '" + name + "'", file);
+  const size_t n = size_t(npoints);
+  const H5T_class_t cls = H5Tget_class(type);
+  auto pack = [&](auto& vec) -> nlohmann::json {
+    if (H5Sget_simple_extent_type(space) == H5S_SCALAR && vec.size() == 1) return vec[0];
+    return nlohmann::json(vec);
+  };
+  if (cls == H5T_ENUM && H5Tget_size(type) == 1 && H5Tget_nmembers(type) == 2) {
+    std::vector<int8_t> v(n);
+    if (H5Aread(a, type, v.data()) < 0) throw Error("cannot read attribute '" + name + "'", file);
+    std::vector<bool> b(v.begin(), v.end());
+    return pack(b);
+  }
+  if (cls == H5T_INTEGER) {
+    if (H5Tget_sign(type) == H5T_SGN_NONE && H5Tget_size(type) == 8) {
+      std::vector<uint64_t> v(n);
+      if (H5Aread(a, H5T_NATIVE_UINT64, v.data()) < 0) throw Error("cannot read attribute '" + name + "'", file);
+      return pack(v);
+    }
+    std::vector<int64_t> v(n);
+    if (H5Aread(a, H5T_NATIVE_INT64, v.data()) < 0) throw Error("cannot read attribute '" + name + "'", file);
+    return pack(v);
+  }
+  if (cls == H5T_FLOAT) {
+    std::vector<double> v(n);
+    if (H5Aread(a, H5T_NATIVE_DOUBLE, v.data()) < 0) throw Error("cannot read attribute '" + name + "'", file);
+    return pack(v);
+  }
+  if (cls == H5T_STRING) {
+    if (n == 1) return maybe_json_text(attr_string(obj, ".", name, file));
+    return "<string array attribute>";
+  }
+  return "<attribute of an unsupported HDF5 type>";
+}
+
+static herr_t collect_attr(hid_t, const char* name, const H5A_info_t*, void* out) {
+  static_cast<std::vector<std::string>*>(out)->push_back(name);
+  return 0;
+}
+
+std::vector<std::string> attr_names(hid_t obj) {
+  std::vector<std::string> names;
+  hsize_t idx = 0;
+  H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_attr, &names);
+  return names;
+}
+
+nlohmann::json read_attrs(hid_t obj, const std::string& file) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const std::string& name : attr_names(obj)) out[name] = read_attr(obj, name, file);
+  return out;
+}
+
+void copy_attributes(hid_t src, hid_t dst, const std::vector<std::string>& skip, const std::string& file) {
+  for (const std::string& name : attr_names(src)) {
+    if (std::find(skip.begin(), skip.end(), name) != skip.end()) continue;
+    Handle a(H5Aopen(src, name.c_str(), H5P_DEFAULT), H5Aclose);
+    Handle type(H5Aget_type(a), H5Tclose);
+    Handle space(H5Aget_space(a), H5Sclose);
+    const hssize_t npoints = H5Sget_simple_extent_npoints(space);
+    if (!a.valid() || npoints < 0) throw Error("cannot copy attribute '" + name + "'", file);
+    // Reading with the file's own type is a no-op conversion; variable-length members come
+    // back as pointers owned by HDF5 and are reclaimed below.
+    std::vector<unsigned char> buf(size_t(npoints) * H5Tget_size(type) + 1);
+    if (H5Aread(a, type, buf.data()) < 0) throw Error("cannot read attribute '" + name + "'", file);
+    if (H5Aexists(dst, name.c_str()) > 0) H5Adelete(dst, name.c_str());
+    Handle b(H5Acreate2(dst, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+    const bool ok = b.valid() && H5Awrite(b, type, buf.data()) >= 0;
+    const bool vlen = H5Tdetect_class(type, H5T_VLEN) > 0 ||
+                      (H5Tget_class(type) == H5T_STRING && H5Tis_variable_str(type) > 0);
+    if (vlen) H5Dvlen_reclaim(type, space, H5P_DEFAULT, buf.data());
+    if (!ok) throw Error("cannot write attribute '" + name + "'", file);
+  }
+}
+
+void copy_object(hid_t src_loc, const std::string& src_path, hid_t dst_loc, const std::string& dst_path,
+                 const std::string& file) {
+  quiet_errors();
+  if (H5Ocopy(src_loc, src_path.c_str(), dst_loc, dst_path.c_str(), H5P_DEFAULT, H5P_DEFAULT) < 0)
+    throw Error("cannot copy object (does the target exist already?)", file, dst_path);
+}
+
+}  // namespace tl::h5

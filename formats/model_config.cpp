@@ -1,0 +1,91 @@
+#include "formats/model_config.h"
+
+#include "formats/error.h"
+
+namespace tl {
+
+void ModelConfig::validate(const std::string& file) const {
+  auto need = [&](bool ok, const char* field, const std::string& what) {
+    if (!ok) throw Error("expected " + what, file, std::string("config.") + field);
+  };
+  need(!architecture.empty(), "architecture", "a non-empty architecture name");
+  need(d_model > 0, "d_model", "d_model > 0, got " + std::to_string(d_model));
+  need(n_heads > 0, "n_heads", "n_heads > 0, got " + std::to_string(n_heads));
+  need(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "n_kv_heads",
+       "n_kv_heads > 0 dividing n_heads = " + std::to_string(n_heads) + ", got " + std::to_string(n_kv_heads));
+  need(d_head > 0 && d_head % 2 == 0, "d_head", "an even d_head > 0 (RoPE rotates pairs), got " + std::to_string(d_head));
+  need(ffn > 0, "ffn", "ffn > 0, got " + std::to_string(ffn));
+  need(vocab > 0, "vocab", "vocab > 0, got " + std::to_string(vocab));
+  need(n_pre >= 0, "n_pre", "n_pre >= 0, got " + std::to_string(n_pre));
+  need(n_loop >= 0, "n_loop", "n_loop >= 0, got " + std::to_string(n_loop));
+  need(loops >= 0, "loops", "loops >= 0, got " + std::to_string(loops));
+  need(n_loop == 0 || loops > 0, "loops", "loops > 0 when n_loop > 0");
+  need(n_pre + n_loop > 0, "n_pre", "at least one block (n_pre + n_loop > 0)");
+  need(norm_eps > 0, "norm_eps", "norm_eps > 0");
+  need(rope_theta > 0, "rope_theta", "rope_theta > 0");
+  need(max_seq > 0, "max_seq", "max_seq > 0");
+}
+
+void to_json(nlohmann::json& j, const ModelConfig& c) {
+  j = nlohmann::json{{"architecture", c.architecture},
+                     {"d_model", c.d_model},
+                     {"n_heads", c.n_heads},
+                     {"n_kv_heads", c.n_kv_heads},
+                     {"d_head", c.d_head},
+                     {"ffn", c.ffn},
+                     {"vocab", c.vocab},
+                     {"n_pre", c.n_pre},
+                     {"n_loop", c.n_loop},
+                     {"loops", c.loops},
+                     {"norm_eps", c.norm_eps},
+                     {"rope_theta", c.rope_theta},
+                     {"max_seq", c.max_seq},
+                     {"tie_embeddings", c.tie_embeddings}};
+}
+
+template <class T>
+static void field(const nlohmann::json& j, const char* key, T* out, bool required) {
+  if (!j.contains(key)) {
+    if (required) throw Error(std::string("missing field '") + key + "'", "", "config");
+    return;
+  }
+  const nlohmann::json& v = j.at(key);
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!v.is_string()) throw Error(std::string("field '") + key + "': expected a string", "", "config");
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!v.is_boolean() && !v.is_number_integer())
+      throw Error(std::string("field '") + key + "': expected a bool", "", "config");
+    *out = v.is_boolean() ? v.get<bool>() : v.get<int64_t>() != 0;
+    return;
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == double(int64_t(v.get<double>()))))
+      throw Error(std::string("field '") + key + "': expected an integer, got " + v.dump(), "", "config");
+  } else {
+    if (!v.is_number()) throw Error(std::string("field '") + key + "': expected a number, got " + v.dump(), "", "config");
+  }
+  *out = v.get<T>();
+}
+
+void from_json(const nlohmann::json& j, ModelConfig& c) {
+  if (!j.is_object()) throw Error("expected a JSON object", "", "config");
+  ModelConfig d;  // defaults for the optional fields
+  c = d;
+  field(j, "architecture", &c.architecture, false);
+  field(j, "d_model", &c.d_model, true);
+  field(j, "n_heads", &c.n_heads, true);
+  field(j, "n_kv_heads", &c.n_kv_heads, false);
+  if (!j.contains("n_kv_heads")) c.n_kv_heads = c.n_heads;
+  field(j, "d_head", &c.d_head, false);
+  if (!j.contains("d_head") && c.n_heads > 0) c.d_head = c.d_model / c.n_heads;
+  field(j, "ffn", &c.ffn, true);
+  field(j, "vocab", &c.vocab, true);
+  field(j, "n_pre", &c.n_pre, true);
+  field(j, "n_loop", &c.n_loop, true);
+  field(j, "loops", &c.loops, true);
+  field(j, "norm_eps", &c.norm_eps, false);
+  field(j, "rope_theta", &c.rope_theta, false);
+  field(j, "max_seq", &c.max_seq, false);
+  field(j, "tie_embeddings", &c.tie_embeddings, false);
+}
+
+}  // namespace tl

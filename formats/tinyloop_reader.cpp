@@ -1,0 +1,208 @@
+// .tinyloop v1 reader: version check, then dtype and shape checks against each weight's
+// K, N, G before any data is trusted. Schema: docs/format.md.
+#include <algorithm>
+#include <cstring>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "formats/error.h"
+#include "formats/file_check.h"
+#include "formats/h5_write.h"
+#include "formats/tinyloop_schema.h"
+
+namespace tl {
+
+bool is_hdf5_file(const std::string& path) {
+  static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  unsigned char head[8] = {};
+  const ssize_t n = ::read(fd, head, 8);
+  close(fd);
+  // HDF5 also allows a user block (signature at 512, 1024, ...); our files and h5py's have none.
+  return n == 8 && std::memcmp(head, sig, 8) == 0;
+}
+
+TinyloopReader::TinyloopReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  impl_->path = path;
+  require_regular_file(path, "a .tinyloop file");
+  if (!is_hdf5_file(path)) throw Error("not a .tinyloop file: expected the HDF5 signature at byte 0", path);
+  impl_->file = h5::open_file(path);
+  const hid_t f = impl_->file;
+  if (!h5::has_attr(f, "/", "format"))
+    throw Error("not a .tinyloop file: root attribute 'format' is missing (expected \"tinyloop\")", path);
+  const std::string fmt = h5::attr_string(f, "/", "format", path);
+  if (fmt != schema::kFormat)
+    throw Error("not a .tinyloop file: root attribute format = \"" + fmt + "\", expected \"tinyloop\"", path);
+  if (!h5::has_attr(f, "/", "format_version"))
+    throw Error("root attribute 'format_version' is missing (expected " + std::to_string(kTinyloopFormatVersion) + ")", path);
+  const int64_t v = h5::attr_int(f, "/", "format_version", path);
+  if (v != kTinyloopFormatVersion)
+    throw Error("unsupported format_version " + std::to_string(v) + ": this build reads version " +
+                    std::to_string(kTinyloopFormatVersion) + " (use a tinyloop-tools release that matches the file)",
+                path);
+}
+
+TinyloopReader::~TinyloopReader() = default;
+TinyloopReader::TinyloopReader(TinyloopReader&&) noexcept = default;
+TinyloopReader& TinyloopReader::operator=(TinyloopReader&&) noexcept = default;
+
+const std::string& TinyloopReader::path() const { return impl_->path; }
+
+nlohmann::json TinyloopReader::root_attributes() const {
+  h5::Handle root = h5::open_group(impl_->file, "/", impl_->path);
+  return h5::read_attrs(root, impl_->path);
+}
+
+bool TinyloopReader::has_config() const { return h5::is_group(impl_->file, schema::kConfig); }
+
+ModelConfig TinyloopReader::config() const {
+  h5::Handle g = h5::open_group(impl_->file, schema::kConfig, impl_->path);
+  ModelConfig c;
+  try {
+    from_json(h5::read_attrs(g, impl_->path), c);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()), impl_->path, "/config");
+  }
+  c.validate(impl_->path);
+  return c;
+}
+
+static std::vector<std::string> members(const TinyloopReader::Impl& im, const char* group, bool want_group) {
+  if (!h5::is_group(im.file, group)) return {};
+  std::vector<std::string> out;
+  for (const std::string& n : h5::list_links(im.file, group, im.path)) {
+    const std::string p = std::string("/") + group + "/" + n;
+    if (want_group ? h5::is_group(im.file, p) : h5::is_dataset(im.file, p)) out.push_back(n);
+  }
+  return out;
+}
+
+std::vector<std::string> TinyloopReader::dense_names() const { return members(*impl_, schema::kTensors, false); }
+std::vector<std::string> TinyloopReader::quant_names() const { return members(*impl_, schema::kQuant, true); }
+
+bool TinyloopReader::has_dense(const std::string& name) const {
+  return !name.empty() && name.find('/') == std::string::npos && h5::is_dataset(impl_->file, schema::dense_path(name));
+}
+bool TinyloopReader::has_quant(const std::string& name) const {
+  return !name.empty() && name.find('/') == std::string::npos && h5::is_group(impl_->file, schema::quant_path(name));
+}
+
+static uint64_t storage_under(hid_t file, const std::string& group, const std::string& path) {
+  uint64_t total = 0;
+  for (const std::string& n : h5::list_links(file, group, path)) {
+    const std::string p = group + "/" + n;
+    if (h5::is_dataset(file, p)) total += h5::dataset_info(file, p, path).storage_bytes;
+    else if (h5::is_group(file, p)) total += storage_under(file, p, path);
+  }
+  return total;
+}
+
+EntryInfo TinyloopReader::info(const std::string& name) const {
+  const std::string& path = impl_->path;
+  const hid_t f = impl_->file;
+  EntryInfo e;
+  e.name = name;
+  if (has_quant(name)) {
+    const std::string gp = schema::quant_path(name);
+    e.quantized = true;
+    e.shape = {h5::attr_int(f, gp, "K", path), h5::attr_int(f, gp, "N", path)};
+    e.group_size = h5::attr_int(f, gp, "group_size", path);
+    e.has_marlin = h5::is_group(f, gp + "/" + schema::kMarlin);
+    if (e.has_marlin) e.marlin_groupsize = h5::attr_int(f, gp + "/" + schema::kMarlin, "groupsize", path);
+    e.stored_bytes = storage_under(f, gp, path);
+    h5::Handle g = h5::open_group(f, gp, path);
+    e.attributes = h5::read_attrs(g, path);
+    return e;
+  }
+  if (has_dense(name)) {
+    const std::string dp = schema::dense_path(name);
+    const h5::DatasetInfo di = h5::dataset_info(f, dp, path);
+    if (!schema::dtype_of(di, &e.dtype))
+      throw Error("unsupported dtype (expected F64, F32, F16, BF16, I32, I8 or U8)", path, dp);
+    e.shape = di.shape;
+    e.stored_bytes = di.storage_bytes;
+    h5::Handle d(H5Dopen2(f, dp.c_str(), H5P_DEFAULT), H5Dclose);
+    e.attributes = h5::read_attrs(d, path);
+    return e;
+  }
+  throw Error("no such tensor or quantized weight", path, name);
+}
+
+Tensor TinyloopReader::read_dense(const std::string& name) const {
+  const std::string& path = impl_->path;
+  if (!has_dense(name)) throw Error("missing dataset (expected a dense tensor)", path, schema::dense_path(name));
+  const std::string dp = schema::dense_path(name);
+  const h5::DatasetInfo di = h5::dataset_info(impl_->file, dp, path);
+  Tensor t;
+  t.name = name;
+  if (!schema::dtype_of(di, &t.dtype))
+    throw Error("unsupported dtype (expected F64, F32, F16, BF16, I32, I8 or U8)", path, dp);
+  t.shape = di.shape;
+  t.data.resize(size_t(t.numel()) * dtype_size(t.dtype));
+  if (!t.data.empty()) h5::read_into(impl_->file, dp, path, schema::mem_type(t.dtype), t.data.data());
+  t.check_finite(path);
+  return t;
+}
+
+// Reads a float16 [G, N] dataset of a quantized weight, naming what was expected on failure.
+static std::vector<half_bits> read_gn(hid_t f, const std::string& p, const std::string& path, int64_t G, int64_t N) {
+  return h5::read_half_bits(f, p, path, nullptr, {G, N});
+}
+
+static void require_int(const h5::DatasetInfo& di, size_t size, bool is_signed, const char* what,
+                        const std::string& path, const std::string& p) {
+  if (di.type_class != H5T_INTEGER || di.type_size != size || di.is_signed != is_signed)
+    throw Error(std::string("expected dtype ") + what, path, p);
+}
+
+QuantWeight TinyloopReader::read_quant(const std::string& name, bool with_marlin) const {
+  const std::string& path = impl_->path;
+  const hid_t f = impl_->file;
+  const std::string gp = schema::quant_path(name);
+  if (!has_quant(name)) throw Error("missing group (expected a quantized weight)", path, gp);
+  QuantWeight w;
+  w.name = name;
+  w.bits = int(h5::attr_int(f, gp, "bits", path));
+  w.K = h5::attr_int(f, gp, "K", path);
+  w.N = h5::attr_int(f, gp, "N", path);
+  w.group_size = h5::attr_int(f, gp, "group_size", path);
+  if (w.bits != 4) throw Error("bits = " + std::to_string(w.bits) + ": expected 4", path, gp);
+  if (w.K <= 0 || w.N <= 0 || w.group_size <= 0 || w.group_size > w.K)
+    throw Error("expected K > 0, N > 0, 0 < group_size <= K; got K = " + std::to_string(w.K) + ", N = " +
+                    std::to_string(w.N) + ", group_size = " + std::to_string(w.group_size), path, gp);
+  const int64_t G = w.groups();
+  if (h5::has_attr(f, gp, "G") && h5::attr_int(f, gp, "G", path) != G)
+    throw Error("attribute G = " + std::to_string(h5::attr_int(f, gp, "G", path)) + ": expected ceil(K / group_size) = " +
+                    std::to_string(G), path, gp);
+
+  const std::string qp = gp + "/q";
+  require_int(h5::dataset_info(f, qp, path), 1, false, "uint8 (two 4-bit codes per byte)", path, qp);
+  const std::vector<uint8_t> packed = h5::read<uint8_t>(f, qp, path, nullptr, {w.K, (w.N + 1) / 2});
+  w.q = schema::unpack_nibbles(packed, w.K, w.N);
+  w.scale = read_gn(f, gp + "/scale", path, G, w.N);
+  w.zero = read_gn(f, gp + "/zero", path, G, w.N);
+
+  h5::Handle g = h5::open_group(f, gp, path);
+  w.provenance = h5::read_attrs(g, path);
+  for (const std::string& a : schema::kQuantLayoutAttrs) w.provenance.erase(a);
+
+  const std::string mp = gp + "/" + schema::kMarlin;
+  if (with_marlin && h5::is_group(f, mp)) {
+    MarlinSection m;
+    m.groupsize = h5::attr_int(f, mp, "groupsize", path);
+    m.layout = h5::attr_string(f, mp, "layout", path);
+    if (w.K % 16 != 0) throw Error("expected K divisible by 16 for a Marlin section, K = " + std::to_string(w.K), path, mp);
+    const std::string bp = mp + "/B";
+    require_int(h5::dataset_info(f, bp, path), 4, true, "int32", path, bp);
+    m.B = h5::read<int32_t>(f, bp, path, nullptr, {w.K / 16, 2 * w.N});
+    m.s = read_gn(f, mp + "/s", path, G, w.N);
+    m.delta = read_gn(f, mp + "/delta", path, G, w.N);
+    w.marlin = std::move(m);
+  }
+  w.validate(path);
+  return w;
+}
+
+}  // namespace tl

@@ -1,0 +1,65 @@
+// Internal to libformats: the names, type mappings and Impl structs shared by the .tinyloop
+// reader and writer (tinyloop_reader.cpp, tinyloop_writer.cpp). The public API is
+// tinyloop_file.h; the schema is documented in docs/format.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/atomic_output.h"
+#include "formats/h5_util.h"
+#include "formats/tinyloop_file.h"
+
+namespace tl {
+
+namespace schema {
+constexpr const char* kFormat = "tinyloop";
+constexpr const char* kConfig = "config";
+constexpr const char* kTensors = "tensors";
+constexpr const char* kQuant = "quant";
+constexpr const char* kMarlin = "marlin";
+// Root attributes every writer sets itself (copy_config_and_attributes leaves them alone).
+inline const std::vector<std::string> kOwnRootAttrs = {"format", "format_version", "producer",
+                                                       "producer_version"};
+// Attributes of /quant/<name> that describe the layout; everything else is provenance.
+inline const std::vector<std::string> kQuantLayoutAttrs = {"bits", "group_size", "K", "N", "G"};
+inline const std::vector<std::string> kMarlinAttrs = {"groupsize", "layout", "K", "N"};
+
+inline std::string dense_path(const std::string& name) { return std::string("/") + kTensors + "/" + name; }
+inline std::string quant_path(const std::string& name) { return std::string("/") + kQuant + "/" + name; }
+
+// Entry names become HDF5 link names: no '/', not "." or "..", not empty.
+void check_entry_name(const std::string& name, const std::string& file);
+
+// DType <-> HDF5 file/memory types (little-endian in the file; float16 / bfloat16 as h5py).
+hid_t file_type(DType t);
+hid_t mem_type(DType t);
+bool dtype_of(const h5::DatasetInfo& info, DType* out);
+
+// Nibble packing of the q dataset: byte [k, j] holds n = 2j in its low nibble and n = 2j + 1
+// in its high nibble; an odd N leaves the last high nibble 0.
+std::vector<uint8_t> pack_nibbles(const std::vector<uint8_t>& q, int64_t K, int64_t N);
+std::vector<uint8_t> unpack_nibbles(const std::vector<uint8_t>& packed, int64_t K, int64_t N);
+
+// Checks a Marlin section against its weight (sizes, groupsize, layout tag, finite values).
+void validate_marlin(const MarlinSection& m, int64_t K, int64_t N, int64_t G, int64_t group_size,
+                     const std::string& file, const std::string& item);
+}  // namespace schema
+
+struct TinyloopReader::Impl {
+  std::string path;
+  h5::Handle file;
+};
+
+struct TinyloopWriter::Impl {
+  explicit Impl(const std::string& target) : out(target) {}
+  AtomicOutput out;  // declared first: destroyed after the file handle is closed
+  h5::Handle file;
+  std::string producer;
+  bool config_written = false;
+  bool committed = false;
+  const std::string& target() const { return out.target(); }
+};
+
+}  // namespace tl

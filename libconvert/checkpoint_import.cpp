@@ -1,0 +1,309 @@
+#include "libconvert/checkpoint_import.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <regex>
+
+#include "formats/error.h"
+#include "formats/half.h"
+#include "formats/hf_config.h"
+#include "formats/safetensors.h"
+
+namespace tl {
+
+namespace {
+
+bool is_dir(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+bool is_file(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+const char* kDefaultSelection = R"(^(pre|loop)\.[0-9]+\.(attn_qkv|attn_out|mlp_gate|mlp_up|mlp_down)$)";
+
+float load_elem(const uint8_t* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::F32: { float v; std::memcpy(&v, p + 4 * i, 4); return v; }
+    case DType::F16: { half_bits h; std::memcpy(&h, p + 2 * i, 2); return half_to_float(h); }
+    case DType::BF16: { bf16_bits h; std::memcpy(&h, p + 2 * i, 2); return bf16_to_float(h); }
+    case DType::F64: { double v; std::memcpy(&v, p + 8 * i, 8); return float(v); }
+    default: return 0.0f;
+  }
+}
+
+// src [rows, K] (PyTorch [N, K]) -> dst[k * ld + n0 + r] as float32, 32x32 tiles for locality.
+void transpose_into(const uint8_t* src, DType t, int64_t rows, int64_t K, float* dst, int64_t ld, int64_t n0) {
+  constexpr int64_t T = 32;
+  for (int64_t r0 = 0; r0 < rows; r0 += T) {
+    for (int64_t k0 = 0; k0 < K; k0 += T) {
+      const int64_t r1 = std::min(rows, r0 + T), k1 = std::min(K, k0 + T);
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t k = k0; k < k1; ++k) dst[k * ld + n0 + r] = load_elem(src, t, r * K + k);
+      }
+    }
+  }
+}
+
+// Same, keeping the dtype (element bytes moved as they are).
+void transpose_bytes(const uint8_t* src, size_t es, int64_t rows, int64_t K, uint8_t* dst, int64_t ld, int64_t n0) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < K; ++k) std::memcpy(dst + (k * ld + n0 + r) * int64_t(es), src + (r * K + k) * int64_t(es), es);
+  }
+}
+
+}  // namespace
+
+const char* checkpoint_kind_name(CheckpointKind k) {
+  switch (k) {
+    case CheckpointKind::kHfFolder: return "hf-folder";
+    case CheckpointKind::kSafetensors: return "safetensors";
+    case CheckpointKind::kTinyloop: return "tinyloop";
+  }
+  return "?";
+}
+
+std::string hf_to_tinyloop_name(const std::string& hf, int* part) {
+  *part = -1;
+  static const std::map<std::string, std::string> top = {
+      {"model.embed_tokens.weight", "embed"}, {"model.norm.weight", "final_norm"}, {"lm_head.weight", "head"}};
+  if (auto it = top.find(hf); it != top.end()) return it->second;
+  static const std::regex layer(R"(^model\.layers\.([0-9]+)\.(.+)\.weight$)");
+  std::smatch m;
+  if (!std::regex_match(hf, m, layer)) return "";
+  const std::string pre = "pre." + m[1].str() + ".", rest = m[2].str();
+  static const std::map<std::string, std::pair<std::string, int>> block = {
+      {"input_layernorm", {"attn_norm", -1}},       {"post_attention_layernorm", {"mlp_norm", -1}},
+      {"self_attn.q_proj", {"attn_qkv", 0}},        {"self_attn.k_proj", {"attn_qkv", 1}},
+      {"self_attn.v_proj", {"attn_qkv", 2}},        {"self_attn.o_proj", {"attn_out", -1}},
+      {"mlp.gate_proj", {"mlp_gate", -1}},          {"mlp.up_proj", {"mlp_up", -1}},
+      {"mlp.down_proj", {"mlp_down", -1}}};
+  auto it = block.find(rest);
+  if (it == block.end()) return "";
+  *part = it->second.second;
+  return pre + it->second.first;
+}
+
+bool is_tinyloop_linear_name(const std::string& name) {
+  static const std::regex re(R"(^((pre|loop)\.[0-9]+\.(attn_qkv|attn_out|mlp_gate|mlp_up|mlp_down)|head)$)");
+  return std::regex_match(name, re);
+}
+
+struct CheckpointImport::Impl {
+  std::string path;
+  CheckpointKind kind = CheckpointKind::kSafetensors;
+  std::optional<ModelConfig> config;
+  std::vector<ImportEntry> entries;
+  std::unique_ptr<SafetensorsReader> st;
+  std::unique_ptr<TinyloopReader> tl;
+
+  bool linear_entry(const ImportEntry& e) const {
+    return e.kind == ImportEntry::Kind::kLinear || e.kind == ImportEntry::Kind::kDenseLinear;
+  }
+  void open_hf(const std::regex& sel);
+  void open_safetensors(const std::regex& sel, bool has_only);
+  void open_tinyloop(const std::regex& sel);
+};
+
+void CheckpointImport::Impl::open_hf(const std::regex& sel) {
+  config = read_hf_config(path + "/config.json");
+  st = std::make_unique<SafetensorsReader>(path);
+  std::map<std::string, size_t> index;  // output name -> entry
+  for (const std::string& src : st->names()) {
+    const SafetensorsEntry& se = st->entry(src);
+    int part = -1;
+    std::string name = hf_to_tinyloop_name(src, &part);
+    const bool linear = !name.empty() && is_tinyloop_linear_name(name);
+    if (name.empty()) name = src;
+    if (linear && (se.shape.size() != 2 || !dtype_is_float(se.dtype))) {
+      throw Error("expected a 2-D float weight [N, K], got " + std::string(dtype_name(se.dtype)) + " " + shape_str(se.shape), path, src);
+    }
+    auto it = index.find(name);
+    if (it == index.end()) {
+      ImportEntry e;
+      e.name = name;
+      e.dtype = se.dtype;
+      if (linear) {
+        e.kind = std::regex_search(name, sel) ? ImportEntry::Kind::kLinear : ImportEntry::Kind::kDenseLinear;
+        e.sources.assign(part >= 0 ? 3 : 1, "");
+        e.shape = {se.shape[1], 0};
+      } else {
+        e.shape = se.shape;
+        e.sources = {src};
+      }
+      index[name] = entries.size();
+      entries.push_back(e);
+      it = index.find(name);
+    }
+    ImportEntry& e = entries[it->second];
+    if (!linear) {
+      if (e.sources.front() != src) throw Error("two tensors map to the same name " + name, path, src);
+      continue;
+    }
+    std::string& slot = e.sources[size_t(std::max(part, 0))];
+    if (!slot.empty()) throw Error("duplicate tensor for " + name, path, src);
+    if (se.shape[1] != e.shape[0]) {
+      throw Error("in_features " + std::to_string(se.shape[1]) + " differs from the other parts of " + name +
+                      " (" + std::to_string(e.shape[0]) + ")", path, src);
+    }
+    slot = src;
+    e.shape[1] += se.shape[0];
+  }
+  for (const ImportEntry& e : entries) {
+    for (size_t i = 0; i < e.sources.size(); ++i) {
+      if (e.sources[i].empty()) {
+        throw Error("missing " + std::string(i == 0 ? "q" : i == 1 ? "k" : "v") + "_proj weight for " + e.name, path);
+      }
+    }
+  }
+}
+
+void CheckpointImport::Impl::open_safetensors(const std::regex& sel, bool has_only) {
+  st = std::make_unique<SafetensorsReader>(path);
+  for (const std::string& src : st->names()) {
+    const SafetensorsEntry& se = st->entry(src);
+    ImportEntry e;
+    e.name = src;
+    e.dtype = se.dtype;
+    e.sources = {src};
+    const bool linear = se.shape.size() == 2 && dtype_is_float(se.dtype) && (!has_only || std::regex_search(src, sel));
+    if (linear) {
+      e.kind = ImportEntry::Kind::kLinear;
+      e.shape = {se.shape[1], se.shape[0]};
+    } else {
+      e.shape = se.shape;
+    }
+    entries.push_back(e);
+  }
+}
+
+void CheckpointImport::Impl::open_tinyloop(const std::regex& sel) {
+  tl = std::make_unique<TinyloopReader>(path);
+  if (tl->has_config()) config = tl->config();
+  for (const std::string& name : tl->dense_names()) {
+    const EntryInfo info = tl->info(name);
+    ImportEntry e;
+    e.name = name;
+    e.dtype = info.dtype;
+    e.shape = info.shape;
+    e.sources = {name};
+    if (is_tinyloop_linear_name(name) && info.shape.size() == 2 && dtype_is_float(info.dtype)) {
+      e.kind = std::regex_search(name, sel) ? ImportEntry::Kind::kLinear : ImportEntry::Kind::kDenseLinear;
+    }
+    entries.push_back(e);
+  }
+  for (const std::string& name : tl->quant_names()) {
+    ImportEntry e;
+    e.name = name;
+    e.kind = ImportEntry::Kind::kQuantized;
+    e.shape = tl->info(name).shape;
+    e.sources = {name};
+    entries.push_back(e);
+  }
+}
+
+CheckpointImport::CheckpointImport(const std::string& path, const std::string& only) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.path = path;
+  std::regex sel;
+  try {
+    sel = std::regex(only.empty() ? kDefaultSelection : only, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    throw Error("--only: not a valid regular expression: " + only + " (" + e.what() + ")");
+  }
+  if (is_dir(path)) {
+    if (is_file(path + "/config.json")) {
+      m.kind = CheckpointKind::kHfFolder;
+      m.open_hf(sel);
+    } else {
+      m.kind = CheckpointKind::kSafetensors;  // a folder of shards without config.json
+      m.open_safetensors(sel, !only.empty());
+    }
+  } else if (!is_file(path)) {
+    throw Error("no such file or folder", path);
+  } else if (is_hdf5_file(path)) {
+    m.kind = CheckpointKind::kTinyloop;
+    m.open_tinyloop(sel);
+  } else {
+    m.kind = CheckpointKind::kSafetensors;
+    m.open_safetensors(sel, !only.empty());
+  }
+}
+
+CheckpointImport::~CheckpointImport() = default;
+CheckpointKind CheckpointImport::kind() const { return impl_->kind; }
+const std::string& CheckpointImport::path() const { return impl_->path; }
+bool CheckpointImport::has_config() const { return impl_->config.has_value(); }
+const ModelConfig& CheckpointImport::config() const {
+  if (!impl_->config) throw Error("the input has no model config", impl_->path);
+  return *impl_->config;
+}
+const std::vector<ImportEntry>& CheckpointImport::entries() const { return impl_->entries; }
+const TinyloopReader* CheckpointImport::tinyloop() const { return impl_->tl.get(); }
+
+std::vector<float> CheckpointImport::read_linear(const ImportEntry& e) const {
+  const Impl& m = *impl_;
+  if (!m.linear_entry(e)) throw Error("not a linear weight", m.path, e.name);
+  const int64_t K = e.K(), N = e.N();
+  std::vector<float> W(size_t(K * N));
+  if (m.tl) {
+    const Tensor t = m.tl->read_dense(e.name);
+    if (t.shape != e.shape) throw Error("expected shape " + shape_str(e.shape) + ", got " + t.shape_str(), m.path, e.name);
+    W = t.to_float();
+  } else {
+    int64_t n0 = 0;
+    for (const std::string& src : e.sources) {
+      const SafetensorsEntry& se = m.st->entry(src);
+      transpose_into(m.st->data(src), se.dtype, se.shape[0], se.shape[1], W.data(), N, n0);
+      n0 += se.shape[0];
+    }
+  }
+  for (size_t i = 0; i < W.size(); ++i) {
+    if (!std::isfinite(W[i])) {
+      throw Error("weight is not finite at [" + std::to_string(int64_t(i) / N) + ", " + std::to_string(int64_t(i) % N) +
+                      "] (K x N orientation): fix or drop it before quantizing", m.path, e.name);
+    }
+  }
+  return W;
+}
+
+Tensor CheckpointImport::read_dense(const ImportEntry& e) const {
+  const Impl& m = *impl_;
+  if (e.kind == ImportEntry::Kind::kLinear || e.kind == ImportEntry::Kind::kQuantized) {
+    throw Error("not a dense entry", m.path, e.name);
+  }
+  if (m.tl) {
+    Tensor t = m.tl->read_dense(e.name);
+    t.name = e.name;
+    return t;
+  }
+  if (e.kind == ImportEntry::Kind::kDense) {
+    Tensor t = m.st->read(e.sources.front());
+    t.name = e.name;
+    return t;
+  }
+  // A linear weight left dense: [K, N] in the source dtype (parts must agree on it).
+  Tensor t;
+  t.name = e.name;
+  t.dtype = e.dtype;
+  t.shape = e.shape;
+  const size_t es = dtype_size(e.dtype);
+  t.data.resize(size_t(e.K() * e.N()) * es);
+  int64_t n0 = 0;
+  for (const std::string& src : e.sources) {
+    const SafetensorsEntry& se = m.st->entry(src);
+    if (se.dtype != e.dtype) throw Error("dtype " + std::string(dtype_name(se.dtype)) + " differs from the other parts of " + e.name, m.path, src);
+    transpose_bytes(m.st->data(src), es, se.shape[0], se.shape[1], t.data.data(), e.N(), n0);
+    n0 += se.shape[0];
+  }
+  return t;
+}
+
+}  // namespace tl

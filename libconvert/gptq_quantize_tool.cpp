@@ -1,0 +1,409 @@
+#include "libconvert/gptq_quantize_tool.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <Eigen/Core>
+#include <nlohmann/json.hpp>
+
+#include "formats/calib_file.h"
+#include "formats/error.h"
+#include "formats/tinyloop_file.h"
+#include "libconvert/checkpoint_import.h"
+#include "libconvert/gptq.h"
+
+#ifndef TL_VERSION
+#define TL_VERSION "0"
+#endif
+
+namespace tl {
+
+bool parse_group_size(const std::string& s, int64_t* out) {
+  if (s == "row") { *out = kGroupSizeRow; return true; }
+  for (int64_t g : kGptqGroupSizes) {
+    if (s == std::to_string(g)) { *out = g; return true; }
+  }
+  return false;
+}
+
+std::string group_size_choices() {
+  std::string s;
+  for (int64_t g : kGptqGroupSizes) s += std::to_string(g) + ", ";
+  return s + "row";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string fmt_duration(double s) {
+  char b[32];
+  const long t = long(s + 0.5);
+  if (t >= 3600) std::snprintf(b, sizeof b, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else std::snprintf(b, sizeof b, "%ld:%02ld", t / 60, t % 60);
+  return b;
+}
+
+// Progress on stderr: a redrawn bar with an ETA on a terminal, one line per weight otherwise.
+// The ETA weighs each weight by its GPTQ work (N K^2), not by count.
+class Progress {
+ public:
+  Progress(const char* tool, size_t total, double total_work, bool quiet)
+      : tool_(tool), total_(total), total_work_(total_work), quiet_(quiet), tty_(isatty(2) != 0), t0_(Clock::now()) {}
+
+  void log(const std::string& msg) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (quiet_) return;
+    clear_bar();
+    std::fprintf(stderr, "%s: %s\n", tool_, msg.c_str());
+    draw_bar("");
+  }
+  void started(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (quiet_ || !tty_) return;
+    clear_bar();
+    draw_bar(name);
+  }
+  void finished(const std::string& line, double work) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++done_;
+    done_work_ += work;
+    if (quiet_) return;
+    clear_bar();
+    const int w = int(std::to_string(total_).size());
+    std::fprintf(stderr, "[%*zu/%zu] %s\n", w, done_, total_, line.c_str());
+    draw_bar("");
+  }
+  void end() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!quiet_) clear_bar();
+  }
+
+ private:
+  void clear_bar() {
+    if (tty_ && bar_shown_) { std::fputs("\r\033[K", stderr); bar_shown_ = false; }
+  }
+  void draw_bar(const std::string& current) {
+    if (!tty_ || done_ >= total_) return;
+    constexpr int kWidth = 30;
+    const double frac = total_work_ > 0 ? done_work_ / total_work_ : 0;
+    const int fill = int(frac * kWidth);
+    std::string bar(size_t(fill), '#');
+    bar.append(size_t(kWidth - fill), '.');
+    const double el = since(t0_);
+    const std::string eta = done_work_ > 0 ? "ETA " + fmt_duration(el * (total_work_ - done_work_) / done_work_) : "ETA -";
+    std::fprintf(stderr, "[%s] %zu/%zu %s %s", bar.c_str(), done_, total_, eta.c_str(), current.c_str());
+    std::fflush(stderr);
+    bar_shown_ = true;
+  }
+
+  const char* tool_;
+  size_t total_, done_ = 0;
+  double total_work_, done_work_ = 0;
+  bool quiet_, tty_, bar_shown_ = false;
+  Clock::time_point t0_;
+  std::mutex mu_;
+};
+
+struct WeightReport {
+  std::string name;
+  int64_t K = 0, N = 0, group_size = 0;
+  double seconds = 0, gptq_loss = -1, rtn_loss = -1, percdamp = 0, damp = 0;
+  int damp_retries = 0;
+  int64_t nsamples = 0, dead = 0;
+};
+
+// The Hessian of a weight in the calibration file: by the output name, else by a source name
+// (HF names with or without ".weight"; for attn_qkv any of q/k/v, which share their input).
+std::optional<std::string> hessian_name(const CalibReader& calib, const ImportEntry& e) {
+  if (calib.has(e.name)) return e.name;
+  for (const std::string& s : e.sources) {
+    if (calib.has(s)) return s;
+    const std::string suffix = ".weight";
+    if (s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      const std::string base = s.substr(0, s.size() - suffix.size());
+      if (calib.has(base)) return base;
+    }
+  }
+  return std::nullopt;
+}
+
+// 0.5 tr(E^T H E) in float GEMMs, double accumulation (RTN's loss under --method rtn).
+double hessian_loss(const std::vector<float>& H, const std::vector<float>& E, int64_t K, int64_t N) {
+  const Eigen::Map<const MatrixRowF> h(H.data(), K, K), e(E.data(), K, N);
+  const MatrixRowF he = h * e;
+  return 0.5 * he.cwiseProduct(e).cast<double>().sum();
+}
+
+std::string fmt_loss(double v) {
+  if (v < 0) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4g", v);
+  return b;
+}
+
+}  // namespace
+
+int run_gptq_quantize(const GptqQuantizeOptions& opt) {
+  const auto t_start = Clock::now();
+  const bool gptq = opt.method == "gptq";
+  if (!gptq && opt.method != "rtn") throw Error("--method must be gptq or rtn, got " + opt.method);
+  if (gptq && opt.calib.empty()) {
+    throw Error("--method gptq needs calibration data: pass --calib FILE.h5 (Hessians per weight) or use --method rtn");
+  }
+  if (!gptq && opt.act_order) throw Error("--act-order applies to --method gptq only");
+  if (opt.group_size != kGroupSizeRow &&
+      std::find(std::begin(kGptqGroupSizes), std::end(kGptqGroupSizes), opt.group_size) == std::end(kGptqGroupSizes)) {
+    throw Error("--group-size must be one of " + group_size_choices());
+  }
+  if (!(opt.damp > 0 && opt.damp < 10)) throw Error("--damp must be in (0, 10), a fraction of the mean Hessian diagonal");
+  if (opt.block_size <= 0) throw Error("--block-size must be positive");
+  if (opt.output.empty()) throw Error("no output path (-o)");
+  {
+    char a[4096], b[4096];
+    if (realpath(opt.input.c_str(), a) && realpath(opt.output.c_str(), b) && std::string(a) == b) {
+      throw Error("the output would overwrite the input; choose another -o path", opt.output);
+    }
+  }
+  const int threads = opt.threads > 0 ? opt.threads : std::max(1, int(std::thread::hardware_concurrency()));
+
+  std::mutex h5_mu;  // every HDF5 call (input .tinyloop, calibration, output) runs under it
+  CheckpointImport in(opt.input, opt.only);
+  std::vector<const ImportEntry*> linears;
+  for (const ImportEntry& e : in.entries()) {
+    if (e.kind == ImportEntry::Kind::kLinear) linears.push_back(&e);
+  }
+  if (linears.empty()) {
+    throw Error(opt.only.empty() ? "no linear weight to quantize" : "no linear weight matches --only " + opt.only, opt.input);
+  }
+
+  std::unique_ptr<CalibReader> calib;
+  std::vector<std::string> hnames(linears.size());
+  if (!opt.calib.empty()) {
+    calib = std::make_unique<CalibReader>(opt.calib);
+    std::vector<std::string> missing;
+    for (size_t i = 0; i < linears.size(); ++i) {
+      auto h = hessian_name(*calib, *linears[i]);
+      if (h) hnames[i] = *h;
+      else missing.push_back(linears[i]->name);
+    }
+    if (!missing.empty() && gptq) {
+      std::string list;
+      for (size_t i = 0; i < missing.size(); ++i) list += (i ? ", " : "") + missing[i];
+      throw Error("no Hessian for " + std::to_string(missing.size()) + " selected weight(s): " + list +
+                      " (expected /hessian/<name> for each; calibrate them or narrow --only)", opt.calib);
+    }
+  }
+
+  TinyloopWriter out(opt.output, std::string("gptq-quantize ") + TL_VERSION);
+  if (const TinyloopReader* src = in.tinyloop()) out.copy_config_and_attributes(*src);
+  else if (in.has_config()) out.write_config(in.config());
+
+  size_t n_dense = 0, n_copied = 0;
+  for (const ImportEntry& e : in.entries()) {
+    if (e.kind == ImportEntry::Kind::kLinear) continue;
+    if (e.kind == ImportEntry::Kind::kQuantized) {
+      out.copy_entry(*in.tinyloop(), e.name);
+      ++n_copied;
+    } else {
+      out.write_dense(in.read_dense(e));
+      ++n_dense;
+    }
+  }
+
+  double total_work = 0;
+  for (const ImportEntry* e : linears) total_work += double(e->N()) * double(e->K()) * double(e->K());
+  Progress progress(opt.tool, linears.size(), total_work, opt.quiet);
+  const int workers = int(std::min<size_t>(size_t(threads), linears.size()));
+  const int inner = std::max(1, threads / workers);
+
+  std::vector<WeightReport> reports(linears.size());
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr first_error;
+  std::mutex err_mu;
+
+  auto work_one = [&](size_t i) {
+    const ImportEntry& e = *linears[i];
+    const auto t0 = Clock::now();
+    progress.started(e.name);
+    std::vector<float> W;
+    if (in.tinyloop()) {
+      std::lock_guard<std::mutex> lock(h5_mu);
+      W = in.read_linear(e);
+    } else {
+      W = in.read_linear(e);
+    }
+    const int64_t K = e.K(), N = e.N();
+    Hessian h;
+    if (calib && !hnames[i].empty()) {
+      std::lock_guard<std::mutex> lock(h5_mu);
+      h = calib->read(hnames[i]);
+    }
+    if (calib && !hnames[i].empty() && h.K != K) {
+      throw Error("Hessian " + hnames[i] + " is " + std::to_string(h.K) + "x" + std::to_string(h.K) +
+                      ", expected " + std::to_string(K) + "x" + std::to_string(K) + " (in_features of " + e.name + ")",
+                  opt.calib, e.name);
+    }
+
+    QuantWeight qw;
+    qw.name = e.name;
+    qw.bits = kQuantBits;
+    qw.K = K;
+    qw.N = N;
+    WeightReport& rep = reports[i];
+    rep.name = e.name;
+    rep.K = K;
+    rep.N = N;
+    rep.nsamples = h.nsamples;
+    nlohmann::json prov = {{"method", opt.method},
+                           {"group", opt.group_size == kGroupSizeRow ? "row" : std::to_string(opt.group_size)},
+                           {"zero", zero_mode_name(opt.zero_mode)},
+                           {"producer", std::string("gptq-quantize ") + TL_VERSION}};
+    if (gptq) {
+      GptqOptions g;
+      g.percdamp = opt.damp;
+      g.group_size = opt.group_size;
+      g.block_size = opt.block_size;
+      g.act_order = opt.act_order;
+      g.static_groups = opt.act_order;  // contiguous groups (see gptq.h step 3)
+      g.zero_mode = opt.zero_mode;
+      g.threads = inner;
+      g.want_rtn_loss = opt.rtn_compare;
+      g.name = e.name;
+      g.log = [&](const std::string& m) { progress.log(m); };
+      GptqResult r = gptq_quantize(W.data(), K, N, h.H.data(), g);
+      if (!r.contiguous_groups()) throw Error("internal: non-contiguous groups", "", e.name);
+      qw.group_size = r.group_size;
+      qw.q = std::move(r.q);
+      qw.scale = std::move(r.scale16);
+      qw.zero = std::move(r.zero16);
+      rep.gptq_loss = r.loss;
+      rep.rtn_loss = r.rtn_loss;
+      rep.percdamp = r.percdamp;
+      rep.damp = r.damp;
+      rep.damp_retries = r.damp_retries;
+      rep.dead = int64_t(r.dead.size());
+      prov["damp"] = r.percdamp;
+      prov["damp_abs"] = r.damp;
+      prov["damp_retries"] = r.damp_retries;
+      prov["block_size"] = opt.block_size;
+      prov["act_order"] = opt.act_order;
+      prov["static_groups"] = opt.act_order && r.G > 1;
+      prov["nsamples"] = h.nsamples;
+      prov["dead_inputs"] = rep.dead;
+      prov["gptq_loss"] = r.loss;
+      if (r.rtn_loss >= 0) prov["rtn_loss"] = r.rtn_loss;
+    } else {
+      MinMaxResult r = rtn_quantize(W.data(), K, N, opt.group_size, opt.zero_mode);
+      if (!h.H.empty()) {
+        std::vector<float> E(W.size());
+        for (size_t j = 0; j < E.size(); ++j) E[j] = r.w_hat[j] - W[j];
+        rep.rtn_loss = hessian_loss(h.H, E, K, N);
+        prov["rtn_loss"] = rep.rtn_loss;
+        prov["nsamples"] = h.nsamples;
+      }
+      qw.group_size = r.group_size;
+      qw.q = std::move(r.q);
+      qw.scale = std::move(r.scale16);
+      qw.zero = std::move(r.zero16);
+    }
+    qw.provenance = prov;
+    rep.group_size = qw.group_size;
+    W = std::vector<float>();
+    qw.validate(opt.output);
+    {
+      std::lock_guard<std::mutex> lock(h5_mu);
+      out.write_quant(qw);
+    }
+    rep.seconds = since(t0);
+    char line[512];
+    std::snprintf(line, sizeof line, "%s %lldx%lld gs=%s loss=%s rtn=%s %.1fs", e.name.c_str(), (long long)K,
+                  (long long)N, qw.group_size == K ? "row" : std::to_string(qw.group_size).c_str(),
+                  fmt_loss(rep.gptq_loss).c_str(), fmt_loss(rep.rtn_loss).c_str(), rep.seconds);
+    progress.finished(line, double(N) * double(K) * double(K));
+  };
+
+  auto worker = [&] {
+    for (size_t i; !failed.load() && (i = next.fetch_add(1)) < linears.size();) {
+      try {
+        work_one(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(err_mu);
+        if (!first_error) first_error = std::current_exception();
+        failed.store(true);
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int w = 1; w < workers; ++w) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  progress.end();
+  if (first_error) std::rethrow_exception(first_error);
+
+  out.commit();
+
+  double sum_gptq = 0, sum_rtn = 0;
+  bool have_rtn = true;
+  nlohmann::json jw = nlohmann::json::array();
+  for (const WeightReport& r : reports) {
+    nlohmann::json j = {{"name", r.name}, {"K", r.K}, {"N", r.N}, {"group_size", r.group_size}, {"seconds", r.seconds}};
+    if (gptq) {
+      j["gptq_loss"] = r.gptq_loss;
+      j["damp"] = r.percdamp;
+      j["damp_retries"] = r.damp_retries;
+      j["dead_inputs"] = r.dead;
+      sum_gptq += r.gptq_loss;
+    }
+    j["rtn_loss"] = r.rtn_loss >= 0 ? nlohmann::json(r.rtn_loss) : nlohmann::json(nullptr);
+    if (r.rtn_loss >= 0) sum_rtn += r.rtn_loss;
+    else have_rtn = false;
+    if (r.nsamples > 0) j["nsamples"] = r.nsamples;
+    jw.push_back(j);
+  }
+  const double wall = since(t_start);
+  if (opt.json) {
+    nlohmann::json s = {{"tool", "gptq-quantize"},
+                        {"version", TL_VERSION},
+                        {"input", opt.input},
+                        {"input_kind", checkpoint_kind_name(in.kind())},
+                        {"output", opt.output},
+                        {"method", opt.method},
+                        {"group_size", opt.group_size == kGroupSizeRow ? "row" : std::to_string(opt.group_size)},
+                        {"zero", zero_mode_name(opt.zero_mode)},
+                        {"threads", threads},
+                        {"weights", jw}};
+    if (gptq) {
+      s["calib"] = opt.calib;
+      s["damp"] = opt.damp;
+      s["block_size"] = opt.block_size;
+      s["act_order"] = opt.act_order;
+    }
+    nlohmann::json totals = {{"quantized", linears.size()}, {"dense", n_dense}, {"copied_quantized", n_copied}, {"seconds", wall}};
+    if (gptq) totals["gptq_loss"] = sum_gptq;
+    totals["rtn_loss"] = have_rtn ? nlohmann::json(sum_rtn) : nlohmann::json(nullptr);
+    s["totals"] = totals;
+    std::printf("%s\n", s.dump(2).c_str());
+  }
+  if (!opt.quiet) {
+    std::fprintf(stderr, "%s: %zu weight(s) quantized (%s), %zu dense tensor(s) carried over -> %s in %.1fs",
+                 opt.tool, linears.size(), opt.method.c_str(), n_dense + n_copied, opt.output.c_str(), wall);
+    if (gptq && have_rtn) std::fprintf(stderr, "; loss %.4g vs RTN %.4g", sum_gptq, sum_rtn);
+    std::fprintf(stderr, "\n");
+  }
+  return 0;
+}
+
+}  // namespace tl

@@ -1,0 +1,54 @@
+// The whole job of the `gptq-quantize` tool, callable in-process (tests) and from the thin main
+// in apps/gptq_quantize.cpp:
+//
+//   input checkpoint (checkpoint_import.h) -> every selected linear weight quantized with GPTQ
+//   (gptq.h, Hessians from --calib) or RTN (minmax_quantizer.h) -> .tinyloop with QuantWeight
+//   entries (codes, float16 scale/zero, provenance) and every other tensor + the config.
+//
+// Streaming: worker threads each take one weight at a time (read -> quantize -> write), so peak
+// memory is a few weights, never the model. Threads: min(threads, weights) workers; each
+// weight's column chunks use threads / workers threads. HDF5 (the .tinyloop input, the
+// calibration file and the output) is used under one lock.
+//
+// Errors are tl::Error (exit 2 at the tool boundary): gptq without --calib, missing Hessians
+// (all listed), a Hessian of the wrong size, a Hessian that stays not positive definite, bad
+// input. The output is written to a temporary file and renamed into place only on success.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "libconvert/minmax_quantizer.h"
+
+namespace tl {
+
+// Supported --group-size values (one table feeds parsing, validation and --help). "row" is one
+// group per output column (group_size = K).
+constexpr int64_t kGptqGroupSizes[] = {32, 64, 128, 256};
+constexpr int64_t kGroupSizeRow = 0;
+bool parse_group_size(const std::string& s, int64_t* out);  // "32".."256" or "row"
+std::string group_size_choices();                            // "32, 64, 128, 256, row"
+
+struct GptqQuantizeOptions {
+  std::string input;                 // HF folder, .safetensors or .tinyloop
+  std::string output;                // .tinyloop to write
+  std::string calib;                 // calibration .h5 (formats/calib_file.h); gptq needs it
+  std::string method = "gptq";       // "gptq" or "rtn"
+  std::string only;                  // regex selecting the linear weights (see checkpoint_import.h)
+  int64_t group_size = 128;          // kGroupSizeRow for per-row
+  double damp = 0.01;                // fraction of mean(diag H)
+  int64_t block_size = 128;
+  bool act_order = false;            // with groups: static groups (contiguous, Marlin-compatible)
+  ZeroMode zero_mode = ZeroMode::kInt;
+  int threads = 0;                   // 0: all cores
+  bool json = false;                 // summary JSON on stdout
+  bool quiet = false;                // no progress or summary on stderr
+  bool rtn_compare = true;           // compute RTN's loss for every GPTQ weight (~K^2 N flops)
+  const char* tool = "gptq-quantize";  // prefix of log lines
+};
+
+// Returns the exit code (0); throws tl::Error for bad input / usage.
+int run_gptq_quantize(const GptqQuantizeOptions& opt);
+
+}  // namespace tl

@@ -1,0 +1,375 @@
+// The Marlin weight layout: packer, decoder, scale permutations and delta (see marlin_layout.h
+// for the closed-form layout this file implements).
+//
+// Speed. The packer must beat 1 GB/s of int4 codes on two cores, i.e. ~2 G codes/s, so it
+// never evaluates the per-nibble formula. It walks 16 x 64 tiles of q (16 rows of K, 64
+// columns of N: exactly the 1024 codes of 128 consecutive words of one B row) and builds each
+// output word from the inverse mapping. Writing lane = 4 cc + r (r = lane % 4, cc = lane / 4)
+// and x = 16 j + cc, word c = 16 cc + 4 r + j of a tile is
+//   byte 0 = q[2r][x]   | q[2r+8][x]   << 4     byte 1 = the same at column x + 8
+//   byte 2 = q[2r+1][x] | q[2r+9][x]   << 4     byte 3 = the same at column x + 8
+// (rows relative to 16 t, columns to 64 b). So the tile is done in two cache-resident passes:
+// merge row pairs into bytes (contiguous, vectorised by the compiler), then assemble words in
+// output order. The tile's 1 KiB of input stays in L1; memory sees one streaming read of q and
+// one streaming write of B. Strips of 16 rows are split across threads.
+#include "libconvert/marlin_layout.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+#include "formats/error.h"
+
+namespace tl {
+namespace {
+
+// Row and column offsets of nibble i inside its word (the two tables of the layout).
+constexpr int kNibbleRow[8] = {0, 8, 0, 8, 1, 9, 1, 9};
+constexpr int kNibbleCol[8] = {0, 0, 8, 8, 0, 0, 8, 8};
+// Per-column scale permutation: column offsets inside a row of 32.
+constexpr int kScaleSingle[8] = {0, 1, 8, 9, 16, 17, 24, 25};
+
+// Below this many codes per thread, starting a thread costs more than it saves (~50 us).
+constexpr int64_t kMinCodesPerThread = int64_t(1) << 20;
+
+int default_threads() {
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc == 0 ? 1 : int(std::min(hc, 64u));
+}
+
+// Runs f(begin, end) over [0, n) strips on up to `threads` threads.
+template <class F>
+void parallel_strips(int64_t n, int64_t codes_per_strip, int threads, F&& f) {
+  if (threads <= 0) threads = default_threads();
+  const int64_t by_size = std::max<int64_t>(1, n * codes_per_strip / kMinCodesPerThread);
+  const int64_t nt = std::min<int64_t>({int64_t(threads), by_size, std::max<int64_t>(n, 1)});
+  if (nt <= 1) {
+    f(int64_t(0), n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  pool.reserve(size_t(nt - 1));
+  const int64_t per = (n + nt - 1) / nt;
+  for (int64_t i = 1; i < nt; ++i) {
+    const int64_t b = std::min(n, i * per), e = std::min(n, (i + 1) * per);
+    pool.emplace_back([&f, b, e] { f(b, e); });
+  }
+  f(int64_t(0), std::min(n, per));
+  for (auto& th : pool) th.join();
+}
+
+// Packs one 16-row strip (all N / 64 tiles of it) into out = B + t * 2N. Returns the OR of
+// every code read, so the caller learns about codes > 15 without a second pass over q.
+uint8_t pack_strip(const uint8_t* strip, int64_t N, uint32_t* out) {
+  uint8_t seen = 0;
+  for (int64_t b = 0; b < N / 64; ++b) {
+    // lo[r][x]: rows 2r / 2r+8 merged into one byte; hi[r][x]: rows 2r+1 / 2r+9.
+    alignas(64) uint8_t lo[4][64];
+    alignas(64) uint8_t hi[4][64];
+    for (int r = 0; r < 4; ++r) {
+      const uint8_t* a = strip + (2 * r) * N + 64 * b;
+      const uint8_t* a8 = strip + (2 * r + 8) * N + 64 * b;
+      const uint8_t* c = strip + (2 * r + 1) * N + 64 * b;
+      const uint8_t* c8 = strip + (2 * r + 9) * N + 64 * b;
+      uint8_t s = 0;
+      for (int x = 0; x < 64; ++x) {
+        lo[r][x] = uint8_t(a[x] | (a8[x] << 4));
+        hi[r][x] = uint8_t(c[x] | (c8[x] << 4));
+        s |= uint8_t(a[x] | a8[x] | c[x] | c8[x]);
+      }
+      seen |= s;
+    }
+    uint32_t* o = out + 128 * b;
+    for (int cc = 0; cc < 8; ++cc)
+      for (int r = 0; r < 4; ++r)
+        for (int j = 0; j < 4; ++j) {
+          const int x = 16 * j + cc;
+          o[16 * cc + 4 * r + j] = uint32_t(lo[r][x]) | uint32_t(lo[r][x + 8]) << 8 |
+                                   uint32_t(hi[r][x]) << 16 | uint32_t(hi[r][x + 8]) << 24;
+        }
+  }
+  return seen;
+}
+
+// The inverse of pack_strip.
+void unpack_strip(const uint32_t* in, int64_t N, uint8_t* strip) {
+  for (int64_t b = 0; b < N / 64; ++b) {
+    const uint32_t* w = in + 128 * b;
+    for (int cc = 0; cc < 8; ++cc)
+      for (int r = 0; r < 4; ++r) {
+        uint8_t* a = strip + (2 * r) * N + 64 * b;
+        uint8_t* a8 = strip + (2 * r + 8) * N + 64 * b;
+        uint8_t* c = strip + (2 * r + 1) * N + 64 * b;
+        uint8_t* c8 = strip + (2 * r + 9) * N + 64 * b;
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t v = w[16 * cc + 4 * r + j];
+          const int x = 16 * j + cc;
+          a[x] = v & 15u;
+          a8[x] = (v >> 4) & 15u;
+          a[x + 8] = (v >> 8) & 15u;
+          a8[x + 8] = (v >> 12) & 15u;
+          c[x] = (v >> 16) & 15u;
+          c8[x] = (v >> 20) & 15u;
+          c[x + 8] = (v >> 24) & 15u;
+          c8[x + 8] = (v >> 28) & 15u;
+        }
+      }
+  }
+}
+
+void check_code_shape(int64_t K, int64_t N) {
+  if (K <= 0 || N <= 0 || K % 16 != 0 || N % 64 != 0)
+    throw Error("Marlin codes need K % 16 == 0 and N % 64 == 0, got K = " + std::to_string(K) +
+                ", N = " + std::to_string(N));
+}
+
+void check_scale_shape(int64_t G, int64_t N, bool per_column) {
+  const int64_t row = per_column ? 32 : 64;
+  if (G <= 0 || N <= 0 || (G * N) % row != 0)
+    throw Error("Marlin scale permutation needs G * N % " + std::to_string(row) +
+                " == 0, got G = " + std::to_string(G) + ", N = " + std::to_string(N));
+}
+
+std::string fmt_float(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", double(v));
+  return buf;
+}
+
+}  // namespace
+
+MarlinGate marlin_gate(int64_t K, int64_t N, int64_t group_size) {
+  MarlinGate g;
+  std::string why;
+  auto add = [&why](const std::string& s) { why += (why.empty() ? "" : "; ") + s; };
+  if (K <= 0 || K % kMarlinTileK != 0)
+    add("K = " + std::to_string(K) + " is not a multiple of " + std::to_string(kMarlinTileK));
+  if (N <= 0 || N % kMarlinTileN != 0)
+    add("N = " + std::to_string(N) + " is not a multiple of " + std::to_string(kMarlinTileN));
+  bool gs_ok = group_size == K;
+  for (int64_t s : kMarlinGroupSizes) gs_ok = gs_ok || group_size == s;
+  if (!gs_ok) {
+    std::string list;
+    for (int64_t s : kMarlinGroupSizes) list += std::to_string(s) + ", ";
+    add("group size " + std::to_string(group_size) + " is not supported by the Marlin kernel (" +
+        list + "or per-row = K)");
+  }
+  g.ok = why.empty();
+  g.reason = why;
+  return g;
+}
+
+void marlin_pack_codes_ref(const uint8_t* q, int64_t K, int64_t N, int32_t* B) {
+  check_code_shape(K, N);
+  for (int64_t t = 0; t < K / 16; ++t)
+    for (int64_t m = 0; m < 2 * N; ++m) {
+      const int64_t b = m / 128, c = m % 128, lane = c / 4, j = c % 4;
+      uint32_t word = 0;
+      for (int i = 0; i < 8; ++i) {
+        const int64_t k = 16 * t + 2 * (lane % 4) + kNibbleRow[i];
+        const int64_t n = 64 * b + 16 * j + lane / 4 + kNibbleCol[i];
+        word |= uint32_t(q[k * N + n] & 15u) << (4 * i);
+      }
+      B[t * 2 * N + m] = int32_t(word);
+    }
+}
+
+void marlin_unpack_codes_ref(const int32_t* B, int64_t K, int64_t N, uint8_t* q) {
+  check_code_shape(K, N);
+  for (int64_t t = 0; t < K / 16; ++t)
+    for (int64_t m = 0; m < 2 * N; ++m) {
+      const int64_t b = m / 128, c = m % 128, lane = c / 4, j = c % 4;
+      const uint32_t word = uint32_t(B[t * 2 * N + m]);
+      for (int i = 0; i < 8; ++i) {
+        const int64_t k = 16 * t + 2 * (lane % 4) + kNibbleRow[i];
+        const int64_t n = 64 * b + 16 * j + lane / 4 + kNibbleCol[i];
+        q[k * N + n] = uint8_t((word >> (4 * i)) & 15u);
+      }
+    }
+}
+
+void marlin_pack_codes(const uint8_t* q, int64_t K, int64_t N, int32_t* B, int threads) {
+  check_code_shape(K, N);
+  const int64_t strips = K / 16;
+  std::vector<uint8_t> seen(size_t(strips), 0);
+  parallel_strips(strips, 16 * N, threads, [&](int64_t s0, int64_t s1) {
+    for (int64_t t = s0; t < s1; ++t)
+      seen[size_t(t)] = pack_strip(q + t * 16 * N, N, reinterpret_cast<uint32_t*>(B) + t * 2 * N);
+  });
+  for (int64_t t = 0; t < strips; ++t) {
+    if (seen[size_t(t)] <= 15) continue;
+    for (int64_t i = t * 16 * N; i < (t + 1) * 16 * N; ++i)
+      if (q[i] > 15)
+        throw Error("code " + std::to_string(int(q[i])) + " at [" + std::to_string(i / N) + ", " +
+                    std::to_string(i % N) + "] is outside [0, 15]");
+  }
+}
+
+void marlin_pack_codes(const uint8_t* q, int64_t K, int64_t N, int32_t* B) {
+  marlin_pack_codes(q, K, N, B, 0);
+}
+
+void marlin_unpack_codes(const int32_t* B, int64_t K, int64_t N, uint8_t* q) {
+  check_code_shape(K, N);
+  parallel_strips(K / 16, 16 * N, 0, [&](int64_t s0, int64_t s1) {
+    for (int64_t t = s0; t < s1; ++t)
+      unpack_strip(reinterpret_cast<const uint32_t*>(B) + t * 2 * N, N, q + t * 16 * N);
+  });
+}
+
+void marlin_permute_scales(const half_bits* s, int64_t G, int64_t N, bool per_column,
+                           half_bits* out) {
+  check_scale_shape(G, N, per_column);
+  const int64_t total = G * N;
+  if (per_column) {
+    for (int64_t r = 0; r < total; r += 32)
+      for (int a = 0; a < 4; ++a)
+        for (int c = 0; c < 8; ++c) out[r + 8 * a + c] = s[r + 2 * a + kScaleSingle[c]];
+  } else {
+    for (int64_t r = 0; r < total; r += 64)
+      for (int a = 0; a < 8; ++a)
+        for (int b = 0; b < 8; ++b) out[r + 8 * a + b] = s[r + a + 8 * b];
+  }
+}
+
+void marlin_unpermute_scales(const half_bits* s_packed, int64_t G, int64_t N, bool per_column,
+                             half_bits* out) {
+  check_scale_shape(G, N, per_column);
+  const int64_t total = G * N;
+  if (per_column) {
+    for (int64_t r = 0; r < total; r += 32)
+      for (int a = 0; a < 4; ++a)
+        for (int c = 0; c < 8; ++c) out[r + 2 * a + kScaleSingle[c]] = s_packed[r + 8 * a + c];
+  } else {
+    for (int64_t r = 0; r < total; r += 64)
+      for (int a = 0; a < 8; ++a)
+        for (int b = 0; b < 8; ++b) out[r + a + 8 * b] = s_packed[r + 8 * a + b];
+  }
+}
+
+void marlin_delta(const half_bits* scale, const half_bits* zero, int64_t count, half_bits* delta) {
+  // Both terms are exact in float32 (8 * scale only shifts the exponent, so a fused multiply-add
+  // gives the same result); the sum is rounded once to float32 and once to float16, exactly as
+  // the golden files (and the GPU) do it. F16C converts with the same round-to-nearest-even.
+  int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+  const __m256 eight = _mm256_set1_ps(8.0f);
+  for (; i + 8 <= count; i += 8) {
+    const __m256 s = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scale + i)));
+    const __m256 z = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zero + i)));
+    const __m256 d = _mm256_add_ps(z, _mm256_mul_ps(eight, s));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(delta + i),
+                     _mm256_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+#endif
+  for (; i < count; ++i)
+    delta[i] = float_to_half(half_to_float(zero[i]) + 8.0f * half_to_float(scale[i]));
+}
+
+MarlinSection marlin_pack(const QuantWeight& w) { return marlin_pack(w, ""); }
+
+MarlinSection marlin_pack(const QuantWeight& w, const std::string& file) {
+  MarlinSection m;
+  marlin_pack_into(w, file, &m);
+  return m;
+}
+
+void marlin_pack_into(const QuantWeight& w, const std::string& file, MarlinSection* out) {
+  const std::string& item = w.name;
+  if (w.bits != 4)
+    throw Error("bits = " + std::to_string(w.bits) + ": Marlin packs 4-bit codes only", file, item);
+  if (w.K <= 0 || w.N <= 0 || w.group_size <= 0 || w.K % w.group_size != 0)
+    throw Error("expected K, N > 0 and a group size dividing K, got K = " + std::to_string(w.K) +
+                    ", N = " + std::to_string(w.N) + ", group_size = " + std::to_string(w.group_size),
+                file, item);
+  const MarlinGate gate = marlin_gate(w.K, w.N, w.group_size);
+  if (!gate.ok) throw Error("not Marlin-compatible: " + gate.reason, file, item);
+  const int64_t K = w.K, N = w.N, G = w.groups();
+  if (int64_t(w.q.size()) != K * N)
+    throw Error("q holds " + std::to_string(w.q.size()) + " codes, expected K * N = " +
+                    std::to_string(K * N),
+                file, item);
+  if (int64_t(w.scale.size()) != G * N || int64_t(w.zero.size()) != G * N)
+    throw Error("scale/zero hold " + std::to_string(w.scale.size()) + "/" +
+                    std::to_string(w.zero.size()) + " values, expected G * N = " +
+                    std::to_string(G * N),
+                file, item);
+  // Range checks on the float16 bits (branch-free, so the compiler vectorises the scan):
+  // scale must be positive, non-zero and finite; zero finite.
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < G * N; ++i) {
+    const uint32_t s = w.scale[size_t(i)], z = w.zero[size_t(i)];
+    bad |= uint32_t((s & 0x8000u) != 0) | uint32_t((s & 0x7c00u) == 0x7c00u) | uint32_t(s == 0) |
+           uint32_t((z & 0x7c00u) == 0x7c00u);
+  }
+  if (bad) {
+    for (int64_t i = 0; i < G * N; ++i) {
+      const std::string at = "[" + std::to_string(i / N) + ", " + std::to_string(i % N) + "]";
+      const float s = half_to_float(w.scale[size_t(i)]);
+      if (!std::isfinite(s) || !(s > 0.0f))
+        throw Error("scale" + at + " = " + fmt_float(s) + ": expected finite and > 0", file, item);
+      const float z = half_to_float(w.zero[size_t(i)]);
+      if (!std::isfinite(z)) throw Error("zero" + at + " = " + fmt_float(z) + ": expected finite", file, item);
+    }
+  }
+
+  MarlinSection& m = *out;
+  m.groupsize = marlin_groupsize_arg(K, w.group_size);
+  m.layout = kMarlinLayoutTag;
+  m.B.resize(size_t(K / 16 * 2 * N));  // keeps (and does not refill) the pages already held
+  try {
+    marlin_pack_codes(w.q.data(), K, N, m.B.data());
+  } catch (const Error& e) {
+    throw Error(e.what(), file, item);  // the code and its [k, n], now with file and weight
+  }
+  m.s.resize(size_t(G * N));
+  marlin_permute_scales(w.scale.data(), G, N, m.groupsize == -1, m.s.data());
+  m.delta.resize(size_t(G * N));
+  marlin_delta(w.scale.data(), w.zero.data(), G * N, m.delta.data());
+  // zero + 8 * scale can leave float16's range for huge scales (> ~8190): the kernel would add
+  // an infinity, so such a weight is refused rather than packed.
+  for (int64_t i = 0; i < G * N; ++i)
+    if ((m.delta[size_t(i)] & 0x7c00u) == 0x7c00u)
+      throw Error("delta[" + std::to_string(i / N) + ", " + std::to_string(i % N) +
+                      "] = zero + 8 * scale overflows float16 (scale " +
+                      fmt_float(half_to_float(w.scale[size_t(i)])) + ", zero " +
+                      fmt_float(half_to_float(w.zero[size_t(i)])) + ")",
+                  file, item);
+}
+
+MarlinDecoded marlin_decode(const MarlinSection& m, int64_t K, int64_t N, int64_t group_size,
+                            const std::string& file, const std::string& item) {
+  if (m.layout != kMarlinLayoutTag)
+    throw Error("marlin layout '" + m.layout + "', expected '" + kMarlinLayoutTag + "'", file, item);
+  if (K <= 0 || N <= 0 || K % 16 != 0 || N % 64 != 0 || group_size <= 0 || K % group_size != 0)
+    throw Error("cannot decode a Marlin section for K = " + std::to_string(K) + ", N = " +
+                    std::to_string(N) + ", group_size = " + std::to_string(group_size),
+                file, item);
+  const int64_t want_gs = marlin_groupsize_arg(K, group_size);
+  if (m.groupsize != want_gs)
+    throw Error("marlin groupsize " + std::to_string(m.groupsize) + ", expected " +
+                    std::to_string(want_gs) + " for group_size " + std::to_string(group_size),
+                file, item);
+  const int64_t G = K / group_size;
+  if (int64_t(m.B.size()) != K / 16 * 2 * N)
+    throw Error("marlin/B holds " + std::to_string(m.B.size()) + " words, expected [" +
+                    std::to_string(K / 16) + ", " + std::to_string(2 * N) + "]",
+                file, item);
+  if (int64_t(m.s.size()) != G * N || int64_t(m.delta.size()) != G * N)
+    throw Error("marlin/s or marlin/delta size differs from [" + std::to_string(G) + ", " +
+                    std::to_string(N) + "]",
+                file, item);
+  MarlinDecoded d;
+  d.q.resize(size_t(K * N));
+  marlin_unpack_codes(m.B.data(), K, N, d.q.data());
+  d.scale.resize(size_t(G * N));
+  marlin_unpermute_scales(m.s.data(), G, N, m.groupsize == -1, d.scale.data());
+  return d;
+}
+
+}  // namespace tl

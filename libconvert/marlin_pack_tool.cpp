@@ -1,0 +1,266 @@
+// marlin-pack: the tool job behind apps/marlin_pack.cpp (see marlin_pack_tool.h).
+#include "libconvert/marlin_pack_tool.h"
+
+#include <chrono>
+#include <cstdio>
+#include <regex>
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/error.h"
+#include "formats/tinyloop_file.h"
+#include "libconvert/gptq_checkpoint.h"
+#include "libconvert/marlin_layout.h"
+
+namespace tl {
+namespace {
+
+constexpr const char* kTool = "marlin-pack";
+
+struct WeightReport {
+  std::string name;
+  int64_t K = 0, N = 0, group_size = 0;
+  std::string status;  // packed | verified | skipped
+  std::string reason;  // why skipped
+  int64_t marlin_groupsize = 0;
+  uint64_t bytes_added = 0;
+};
+
+uint64_t section_bytes(const MarlinSection& m) {
+  return m.B.size() * sizeof(int32_t) + (m.s.size() + m.delta.size()) * sizeof(half_bits);
+}
+
+// First difference between a stored section and a fresh pack, or "" when they are identical.
+std::string section_difference(const MarlinSection& have, const MarlinSection& want, int64_t N) {
+  if (have.layout != want.layout) return "layout '" + have.layout + "' vs '" + want.layout + "'";
+  if (have.groupsize != want.groupsize)
+    return "groupsize " + std::to_string(have.groupsize) + " vs " + std::to_string(want.groupsize);
+  if (have.B.size() != want.B.size() || have.s.size() != want.s.size() || have.delta.size() != want.delta.size())
+    return "dataset sizes";
+  auto first = [N](const auto& a, const auto& b, int64_t cols, const char* what) -> std::string {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i] != b[i])
+        return std::string(what) + "[" + std::to_string(int64_t(i) / cols) + ", " +
+               std::to_string(int64_t(i) % cols) + "]";
+    (void)N;
+    return "";
+  };
+  std::string d = first(have.B, want.B, 2 * N, "B");
+  if (d.empty()) d = first(have.s, want.s, N, "s");
+  if (d.empty()) d = first(have.delta, want.delta, N, "delta");
+  return d;
+}
+
+bool is_directory(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+class Progress {
+ public:
+  Progress(bool quiet, size_t total) : quiet_(quiet), total_(total), t0_(Clock::now()) {}
+  void line(size_t i, const WeightReport& r) const {
+    if (quiet_) return;
+    std::string what = r.status;
+    if (r.status == "packed")
+      what += " (+" + mib(r.bytes_added) + ", gs " + std::to_string(r.marlin_groupsize) + ")";
+    else if (r.status == "skipped")
+      what += ": " + r.reason;
+    const double el = std::chrono::duration<double>(Clock::now() - t0_).count();
+    const double eta = i + 1 < total_ ? el / double(i + 1) * double(total_ - i - 1) : 0.0;
+    std::fprintf(stderr, "[%3zu/%zu] %-40s %6lld x %-6lld %s%s\n", i + 1, total_, r.name.c_str(),
+                 (long long)r.K, (long long)r.N, what.c_str(),
+                 i == 0 || eta < 1.0 ? "" : (" ETA " + std::to_string(int(eta + 0.5)) + " s").c_str());
+  }
+  static std::string mib(uint64_t b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f MiB", double(b) / 1048576.0);
+    return buf;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool quiet_;
+  size_t total_;
+  Clock::time_point t0_;
+};
+
+struct Job {
+  Job(const MarlinPackOptions& options, std::string out) : o(options), target(std::move(out)) {}
+  const MarlinPackOptions& o;
+  std::string target;
+  bool has_regex = false;
+  std::regex only;
+  std::vector<WeightReport> weights;
+  size_t dense_copied = 0;
+  MarlinSection scratch;  // reused across weights: B's pages stay mapped (see marlin_layout.h)
+
+  bool selected(const std::string& name) const { return !has_regex || std::regex_search(name, only); }
+
+  // Gate + pack of one in-memory weight; fills r and leaves the section in `scratch` when packed.
+  bool pack(const QuantWeight& w, const std::string& file, WeightReport& r) {
+    r.name = w.name;
+    r.K = w.K;
+    r.N = w.N;
+    r.group_size = w.group_size;
+    if (!selected(w.name)) {
+      r.status = "skipped";
+      r.reason = "not selected by --only";
+      return false;
+    }
+    const MarlinGate gate = marlin_gate(w.K, w.N, w.group_size);
+    if (!gate.ok) {
+      r.status = "skipped";
+      r.reason = gate.reason;
+      return false;
+    }
+    marlin_pack_into(w, file, &scratch);
+    r.marlin_groupsize = scratch.groupsize;
+    if (w.marlin) {
+      const std::string diff = section_difference(*w.marlin, scratch, w.N);
+      if (!diff.empty())
+        throw Error("already packed, but the stored marlin section differs from a fresh pack of "
+                    "q/scale/zero (first difference: " + diff + "); refusing to overwrite it",
+                    file, w.name);
+      r.status = "verified";
+      return true;
+    }
+    r.status = "packed";
+    r.bytes_added = section_bytes(scratch);
+    return true;
+  }
+
+  void run_tinyloop(TinyloopWriter& out) {
+    TinyloopReader in(o.input);
+    const std::vector<std::string> quant = in.quant_names();
+    Progress progress(o.quiet, quant.size());
+    out.copy_config_and_attributes(in);
+    for (const std::string& name : in.dense_names()) {
+      out.copy_entry(in, name);
+      ++dense_copied;
+    }
+    for (size_t i = 0; i < quant.size(); ++i) {
+      const std::string& name = quant[i];
+      WeightReport r;
+      const EntryInfo info = in.info(name);
+      const MarlinGate gate = marlin_gate(info.shape.at(0), info.shape.at(1), info.group_size);
+      if (!selected(name) || !gate.ok) {
+        // Copied unread: nothing of it changes (a stored section, if any, is kept as is).
+        r.name = name;
+        r.K = info.shape.at(0);
+        r.N = info.shape.at(1);
+        r.group_size = info.group_size;
+        r.status = "skipped";
+        r.reason = selected(name) ? gate.reason : "not selected by --only";
+        out.copy_entry(in, name);
+      } else {
+        const QuantWeight w = in.read_quant(name, /*with_marlin=*/true);
+        pack(w, o.input, r);
+        out.copy_quant_with_marlin(in, name, scratch);
+      }
+      progress.line(i, r);
+      weights.push_back(std::move(r));
+    }
+  }
+
+  void run_gptq(TinyloopWriter& out) {
+    GptqCheckpoint ck(o.input);
+    if (ck.has_model_config()) out.write_config(ck.model_config());
+    for (const std::string& name : ck.dense_names()) {
+      out.write_dense(ck.read_dense(name));
+      ++dense_copied;
+    }
+    const std::vector<std::string> quant = ck.quant_names();
+    Progress progress(o.quiet, quant.size());
+    for (size_t i = 0; i < quant.size(); ++i) {
+      QuantWeight w = ck.read_quant(quant[i]);
+      WeightReport r;
+      if (pack(w, o.input, r)) w.marlin = std::move(scratch);
+      out.write_quant(w);
+      if (w.marlin) scratch = std::move(*w.marlin);  // hand the buffers back for the next weight
+      progress.line(i, r);
+      weights.push_back(std::move(r));
+    }
+  }
+
+  nlohmann::json report_json(const std::string& kind) const {
+    nlohmann::json j;
+    j["tool"] = kTool;
+    j["input"] = o.input;
+    j["input_format"] = kind;
+    j["output"] = target;
+    j["in_place"] = o.in_place;
+    nlohmann::json list = nlohmann::json::array();
+    size_t packed = 0, verified = 0, skipped = 0;
+    uint64_t added = 0;
+    for (const WeightReport& r : weights) {
+      nlohmann::json e = {{"name", r.name}, {"K", r.K}, {"N", r.N}, {"group_size", r.group_size},
+                          {"status", r.status}, {"bytes_added", r.bytes_added}};
+      if (r.status == "skipped") e["reason"] = r.reason;
+      else e["marlin_groupsize"] = r.marlin_groupsize;
+      list.push_back(e);
+      packed += r.status == "packed";
+      verified += r.status == "verified";
+      skipped += r.status == "skipped";
+      added += r.bytes_added;
+    }
+    j["weights"] = list;
+    j["totals"] = {{"weights", weights.size()}, {"packed", packed},   {"verified", verified},
+                   {"skipped", skipped},        {"bytes_added", added}, {"dense_copied", dense_copied}};
+    return j;
+  }
+};
+
+}  // namespace
+
+int run_marlin_pack(const MarlinPackOptions& o) {
+  if (o.input.empty()) throw Error("missing INPUT");
+  if (o.in_place == !o.output.empty())
+    throw Error("give exactly one of -o OUTPUT and --in-place");
+  Job job(o, o.in_place ? o.input : o.output);
+  if (!o.only.empty()) {
+    try {
+      job.only = std::regex(o.only, std::regex::ECMAScript);
+      job.has_regex = true;
+    } catch (const std::regex_error& e) {
+      throw Error(std::string("bad regular expression: ") + e.what(), "", "--only '" + o.only + "'");
+    }
+  }
+
+  std::string kind;
+  if (is_directory(o.input)) {
+    if (!is_gptq_checkpoint(o.input))
+      throw Error("a folder must be a GPTQ checkpoint (quantize_config.json, or config.json with "
+                  "a quantization_config)",
+                  o.input);
+    if (o.in_place) throw Error("--in-place needs a .tinyloop input; write a GPTQ checkpoint's "
+                                "conversion with -o OUTPUT.tinyloop", o.input);
+    kind = "gptq-checkpoint";
+  } else if (is_hdf5_file(o.input)) {
+    kind = "tinyloop";
+  } else {
+    throw Error("expected a .tinyloop (HDF5) file or a GPTQ checkpoint folder", o.input);
+  }
+
+  {
+    TinyloopWriter out(job.target, kTool);  // temporary file; removed unless committed
+    if (kind == "tinyloop") job.run_tinyloop(out);
+    else job.run_gptq(out);
+    out.commit();
+  }
+
+  const nlohmann::json rep = job.report_json(kind);
+  if (o.json) {
+    std::printf("%s\n", rep.dump(2).c_str());
+  } else {
+    const auto& t = rep["totals"];
+    std::printf("%s: %s -> %s: %zu weights: %zu packed, %zu verified, %zu skipped; +%s\n", kTool,
+                o.input.c_str(), job.target.c_str(), t["weights"].get<size_t>(),
+                t["packed"].get<size_t>(), t["verified"].get<size_t>(), t["skipped"].get<size_t>(),
+                Progress::mib(t["bytes_added"].get<uint64_t>()).c_str());
+  }
+  return 0;
+}
+
+}  // namespace tl

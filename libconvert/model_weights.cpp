@@ -1,0 +1,308 @@
+#include "libconvert/model_weights.h"
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <random>
+
+#include "formats/error.h"
+#include "libconvert/checkpoint_import.h"
+
+namespace tl {
+namespace {
+
+std::vector<float> read_vector(const TinyloopReader& r, const std::string& name,
+                               const std::vector<int64_t>& shape) {
+  if (!r.has_dense(name)) {
+    if (r.has_quant(name)) throw Error("expected a dense tensor, found a quantized weight", r.path(), name);
+    throw Error("missing entry; expected a dense float tensor " + shape_str(shape), r.path(), name);
+  }
+  const Tensor t = r.read_dense(name);
+  if (!dtype_is_float(t.dtype)) throw Error(std::string("expected a float tensor, got ") + dtype_name(t.dtype), r.path(), name);
+  if (t.shape != shape) throw Error("expected shape " + shape_str(shape) + ", got " + t.shape_str(), r.path(), name);
+  t.check_finite(r.path());
+  return t.to_float();
+}
+
+LinearWeight read_linear(const TinyloopReader& r, const std::string& name, int64_t K, int64_t N,
+                         bool with_marlin) {
+  LinearWeight lw;
+  lw.name = name;
+  lw.K = K;
+  lw.N = N;
+  const std::string want = "[" + std::to_string(K) + ", " + std::to_string(N) + "]";
+  if (r.has_quant(name)) {
+    auto q = std::make_shared<QuantWeight>(r.read_quant(name, with_marlin));
+    if (q->K != K || q->N != N)
+      throw Error("expected a quantized weight of shape " + want + " (K = in, N = out), got [" +
+                      std::to_string(q->K) + ", " + std::to_string(q->N) + "]", r.path(), name);
+    q->validate(r.path());
+    lw.W = q->dequantize();
+    lw.quant = std::move(q);
+  } else if (r.has_dense(name)) {
+    const Tensor t = r.read_dense(name);
+    if (!dtype_is_float(t.dtype)) throw Error(std::string("expected a float tensor, got ") + dtype_name(t.dtype), r.path(), name);
+    if (t.shape != std::vector<int64_t>{K, N})
+      throw Error("expected shape " + want + " (K = in, N = out), got " + t.shape_str(), r.path(), name);
+    t.check_finite(r.path());
+    lw.W = t.to_float();
+  } else {
+    throw Error("missing entry; expected a linear weight " + want, r.path(), name);
+  }
+  return lw;
+}
+
+// Where the loader gets entries from: a .tinyloop reader or a checkpoint import (HF folder).
+struct Source {
+  std::string file;
+  std::function<bool(const std::string&)> has;
+  std::function<std::vector<float>(const std::string&, const std::vector<int64_t>&)> dense;
+  std::function<LinearWeight(const std::string&, int64_t, int64_t)> linear;
+};
+
+BlockWeights read_block(const Source& src, const ModelConfig& c, const std::string& prefix) {
+  const int64_t D = c.d_model, dh = c.d_head, H = c.n_heads, Hkv = c.n_kv_heads;
+  BlockWeights b;
+  b.prefix = prefix;
+  b.attn_norm = src.dense(prefix + ".attn_norm", {D});
+  b.mlp_norm = src.dense(prefix + ".mlp_norm", {D});
+  b.attn_qkv = src.linear(prefix + ".attn_qkv", D, (H + 2 * Hkv) * dh);
+  b.attn_out = src.linear(prefix + ".attn_out", H * dh, D);
+  b.mlp_gate = src.linear(prefix + ".mlp_gate", D, c.ffn);
+  b.mlp_up = src.linear(prefix + ".mlp_up", D, c.ffn);
+  b.mlp_down = src.linear(prefix + ".mlp_down", c.ffn, D);
+  return b;
+}
+
+ModelWeights load_from_source(const Source& src, const ModelConfig& config) {
+  ModelWeights w;
+  w.config = config;
+  const ModelConfig& c = w.config;
+  c.validate(src.file);
+  const int64_t D = c.d_model;
+  w.embed = src.dense("embed", {c.vocab, D});
+  for (int64_t i = 0; i < c.n_pre; ++i) w.pre.push_back(read_block(src, c, block_prefix(false, i)));
+  for (int64_t j = 0; j < c.n_loop; ++j) w.loop.push_back(read_block(src, c, block_prefix(true, j)));
+  w.final_norm = src.dense("final_norm", {D});
+  if (src.has("head") || !c.tie_embeddings) {
+    w.head = src.linear("head", D, c.vocab);
+  } else {
+    // Tied: the head is the embedding transposed, [vocab, D] -> [D, vocab].
+    w.head.name = "head";
+    w.head.K = D;
+    w.head.N = c.vocab;
+    w.head.W.resize(size_t(D * c.vocab));
+    for (int64_t v = 0; v < c.vocab; ++v)
+      for (int64_t d = 0; d < D; ++d) w.head.W[size_t(d * c.vocab + v)] = w.embed[size_t(v * D + d)];
+  }
+  w.validate(src.file);
+  return w;
+}
+
+void check_size(const std::vector<float>& v, int64_t n, const std::string& file, const std::string& name) {
+  if (int64_t(v.size()) != n)
+    throw Error("expected " + std::to_string(n) + " values, got " + std::to_string(v.size()), file, name);
+}
+
+void check_linear(const LinearWeight& l, int64_t K, int64_t N, const std::string& file) {
+  if (l.K != K || l.N != N)
+    throw Error("expected shape [" + std::to_string(K) + ", " + std::to_string(N) + "], got [" +
+                    std::to_string(l.K) + ", " + std::to_string(l.N) + "]", file, l.name);
+  check_size(l.W, K * N, file, l.name);
+}
+
+}  // namespace
+
+std::string block_prefix(bool loop, int64_t index) {
+  return std::string(loop ? "loop." : "pre.") + std::to_string(index);
+}
+
+LinearWeight* BlockWeights::linear(const std::string& s) {
+  if (s == "attn_qkv") return &attn_qkv;
+  if (s == "attn_out") return &attn_out;
+  if (s == "mlp_gate") return &mlp_gate;
+  if (s == "mlp_up") return &mlp_up;
+  if (s == "mlp_down") return &mlp_down;
+  return nullptr;
+}
+
+const LinearWeight* BlockWeights::linear(const std::string& s) const {
+  return const_cast<BlockWeights*>(this)->linear(s);
+}
+
+LinearWeight* ModelWeights::find_linear(const std::string& name) {
+  if (name == "head") return &head;
+  const size_t dot = name.rfind('.');
+  if (dot == std::string::npos) return nullptr;
+  const std::string prefix = name.substr(0, dot);
+  for (auto* blocks : {&pre, &loop})
+    for (BlockWeights& b : *blocks)
+      if (b.prefix == prefix) return b.linear(name.substr(dot + 1));
+  return nullptr;
+}
+
+const LinearWeight* ModelWeights::find_linear(const std::string& name) const {
+  return const_cast<ModelWeights*>(this)->find_linear(name);
+}
+
+std::vector<std::string> ModelWeights::linear_names() const {
+  std::vector<std::string> out;
+  for (const auto* blocks : {&pre, &loop})
+    for (const BlockWeights& b : *blocks)
+      for (const char* s : kBlockLinearNames) out.push_back(b.prefix + "." + s);
+  out.push_back("head");
+  return out;
+}
+
+void ModelWeights::validate(const std::string& file) const {
+  const ModelConfig& c = config;
+  c.validate(file);
+  const int64_t D = c.d_model, dh = c.d_head, H = c.n_heads, Hkv = c.n_kv_heads;
+  check_size(embed, c.vocab * D, file, "embed");
+  check_size(final_norm, D, file, "final_norm");
+  if (int64_t(pre.size()) != c.n_pre || int64_t(loop.size()) != c.n_loop)
+    throw Error("expected n_pre = " + std::to_string(c.n_pre) + " and n_loop = " + std::to_string(c.n_loop) +
+                    " blocks, got " + std::to_string(pre.size()) + " and " + std::to_string(loop.size()), file, "blocks");
+  for (const auto* blocks : {&pre, &loop})
+    for (const BlockWeights& b : *blocks) {
+      check_size(b.attn_norm, D, file, b.prefix + ".attn_norm");
+      check_size(b.mlp_norm, D, file, b.prefix + ".mlp_norm");
+      check_linear(b.attn_qkv, D, (H + 2 * Hkv) * dh, file);
+      check_linear(b.attn_out, H * dh, D, file);
+      check_linear(b.mlp_gate, D, c.ffn, file);
+      check_linear(b.mlp_up, D, c.ffn, file);
+      check_linear(b.mlp_down, c.ffn, D, file);
+    }
+  check_linear(head, D, c.vocab, file);
+}
+
+ModelWeights load_model_weights(const TinyloopReader& r, bool with_marlin) {
+  if (!r.has_config()) throw Error("missing /config; expected the model's hyper-parameters", r.path(), "config");
+  Source src;
+  src.file = r.path();
+  src.has = [&](const std::string& n) { return r.has_dense(n) || r.has_quant(n); };
+  src.dense = [&](const std::string& n, const std::vector<int64_t>& shape) { return read_vector(r, n, shape); };
+  src.linear = [&](const std::string& n, int64_t K, int64_t N) { return read_linear(r, n, K, N, with_marlin); };
+  return load_from_source(src, r.config());
+}
+
+ModelWeights load_model_weights_any(const std::string& path, bool with_marlin) {
+  if (is_hdf5_file(path)) return load_model_weights(path, with_marlin);
+  // An HF folder (or safetensors checkpoint with a config): through gptq-quantize's importer,
+  // selecting nothing, so every linear weight arrives dense as [K, N].
+  CheckpointImport imp(path, "^$");
+  if (!imp.has_config()) throw Error("expected a model config (config.json beside the weights)", path, "config");
+  std::map<std::string, const ImportEntry*> by_name;
+  for (const ImportEntry& e : imp.entries()) by_name[e.name] = &e;
+  auto entry = [&](const std::string& n) -> const ImportEntry& {
+    auto it = by_name.find(n);
+    if (it == by_name.end()) throw Error("missing tensor; expected the TinyLoop entry " + n, path, n);
+    return *it->second;
+  };
+  Source src;
+  src.file = path;
+  src.has = [&](const std::string& n) { return by_name.count(n) > 0; };
+  src.dense = [&](const std::string& n, const std::vector<int64_t>& shape) {
+    const Tensor t = imp.read_dense(entry(n));
+    if (!dtype_is_float(t.dtype) || t.shape != shape)
+      throw Error("expected a float tensor " + shape_str(shape) + ", got " + dtype_name(t.dtype) + " " + t.shape_str(), path, n);
+    t.check_finite(path);
+    return t.to_float();
+  };
+  src.linear = [&](const std::string& n, int64_t K, int64_t N) {
+    const ImportEntry& e = entry(n);
+    if (e.K() != K || e.N() != N)
+      throw Error("expected a linear weight [" + std::to_string(K) + ", " + std::to_string(N) + "], got " +
+                      shape_str(e.shape), path, n);
+    LinearWeight l;
+    l.name = n;
+    l.K = K;
+    l.N = N;
+    if (e.kind == ImportEntry::Kind::kQuantized && imp.tinyloop()) {
+      auto q = std::make_shared<QuantWeight>(imp.tinyloop()->read_quant(n, with_marlin));
+      l.W = q->dequantize();
+      l.quant = std::move(q);
+    } else {
+      l.W = imp.read_linear(e);
+    }
+    return l;
+  };
+  return load_from_source(src, imp.config());
+}
+
+ModelWeights load_model_weights(const std::string& path, bool with_marlin) {
+  TinyloopReader r(path);
+  return load_model_weights(r, with_marlin);
+}
+
+ModelWeights random_model_weights(const ModelConfig& c, uint64_t seed) {
+  c.validate("random model");
+  std::mt19937_64 rng(seed);
+  auto normal = [&](std::vector<float>& v, int64_t n, double mean, double sd) {
+    std::normal_distribution<double> dist(mean, sd);
+    v.resize(size_t(n));
+    for (float& x : v) x = float(dist(rng));
+  };
+  auto linear = [&](const std::string& name, int64_t K, int64_t N) {
+    LinearWeight l;
+    l.name = name;
+    l.K = K;
+    l.N = N;
+    normal(l.W, K * N, 0.0, 1.0 / std::sqrt(double(K)));
+    return l;
+  };
+  const int64_t D = c.d_model, dh = c.d_head, H = c.n_heads, Hkv = c.n_kv_heads;
+  ModelWeights w;
+  w.config = c;
+  normal(w.embed, c.vocab * D, 0.0, 1.0);
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool is_loop = pass == 1;
+    for (int64_t i = 0; i < (is_loop ? c.n_loop : c.n_pre); ++i) {
+      BlockWeights b;
+      b.prefix = block_prefix(is_loop, i);
+      normal(b.attn_norm, D, 1.0, 0.1);
+      normal(b.mlp_norm, D, 1.0, 0.1);
+      b.attn_qkv = linear(b.prefix + ".attn_qkv", D, (H + 2 * Hkv) * dh);
+      b.attn_out = linear(b.prefix + ".attn_out", H * dh, D);
+      b.mlp_gate = linear(b.prefix + ".mlp_gate", D, c.ffn);
+      b.mlp_up = linear(b.prefix + ".mlp_up", D, c.ffn);
+      b.mlp_down = linear(b.prefix + ".mlp_down", c.ffn, D);
+      (is_loop ? w.loop : w.pre).push_back(std::move(b));
+    }
+  }
+  normal(w.final_norm, D, 1.0, 0.1);
+  w.head = linear("head", D, c.vocab);
+  return w;
+}
+
+void write_model_tinyloop(const ModelWeights& w, const std::string& path, DType dtype,
+                          const std::string& producer) {
+  w.validate(path);
+  const int64_t D = w.config.d_model;
+  TinyloopWriter out(path, producer);
+  out.write_config(w.config);
+  auto dense = [&](const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
+    out.write_dense(Tensor::from_float(name, std::move(shape), v.data(), dtype));
+  };
+  auto linear = [&](const LinearWeight& l) {
+    if (l.quant) out.write_quant(*l.quant);
+    else dense(l.name, {l.K, l.N}, l.W);
+  };
+  dense("embed", {w.config.vocab, D}, w.embed);
+  for (const auto* blocks : {&w.pre, &w.loop})
+    for (const BlockWeights& b : *blocks) {
+      dense(b.prefix + ".attn_norm", {D}, b.attn_norm);
+      dense(b.prefix + ".mlp_norm", {D}, b.mlp_norm);
+      for (const char* s : kBlockLinearNames) linear(*b.linear(s));
+    }
+  dense("final_norm", {D}, w.final_norm);
+  // A tied head that really is embed^T is left out (the loader derives it); anything else is kept.
+  bool tied = w.config.tie_embeddings && !w.head.quant;
+  for (int64_t v = 0; tied && v < w.config.vocab; ++v)
+    for (int64_t d = 0; tied && d < D; ++d)
+      tied = w.head.W[size_t(d * w.config.vocab + v)] == w.embed[size_t(v * D + d)];
+  if (!tied) linear(w.head);
+  out.commit();
+}
+
+}  // namespace tl

@@ -1,0 +1,82 @@
+// The weights of one TinyLoop model in float32, as the CPU forward (model_forward.h) and the GPU
+// runner (libverify/model_gpu.h) consume them.
+//
+// Entry names in a .tinyloop file (checkpoint_import writes them; DESIGN.md "The model"):
+//   embed [vocab, D]                    token embedding (a lookup table, not a linear weight)
+//   pre.<i>.attn_norm [D]               i < n_pre, distinct blocks
+//   pre.<i>.attn_qkv  [D, (H + 2 Hkv) dh]   q | k | v concatenated along N
+//   pre.<i>.attn_out  [H dh, D]
+//   pre.<i>.mlp_norm  [D]
+//   pre.<i>.mlp_gate, pre.<i>.mlp_up [D, FFN];  pre.<i>.mlp_down [FFN, D]
+//   loop.<j>.*                          j < n_loop, the shared blocks (same names)
+//   final_norm [D]
+//   head [D, vocab]                     absent with tie_embeddings: head = embed^T
+// Linear weights are [K, N] (Y = X W). A linear weight may be dense (/tensors, any float dtype)
+// or quantized (/quant): the loader dequantizes W_hat = q * scale + zero and keeps the
+// QuantWeight (with its Marlin section) so the GPU runner can upload the packed form.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/model_config.h"
+#include "formats/tinyloop_file.h"
+
+namespace tl {
+
+struct LinearWeight {
+  std::string name;                          // full entry name, e.g. "pre.0.attn_qkv"
+  int64_t K = 0, N = 0;
+  std::vector<float> W;                      // [K, N] row-major; W_hat when quantized
+  std::shared_ptr<const QuantWeight> quant;  // the stored quantized form, or null (dense)
+};
+
+// The five linear weights of a block, in execution order, by their short names.
+constexpr const char* kBlockLinearNames[] = {"attn_qkv", "attn_out", "mlp_gate", "mlp_up", "mlp_down"};
+
+struct BlockWeights {
+  std::string prefix;                        // "pre.0" or "loop.0"
+  std::vector<float> attn_norm, mlp_norm;    // [D]
+  LinearWeight attn_qkv, attn_out, mlp_gate, mlp_up, mlp_down;
+
+  LinearWeight* linear(const std::string& short_name);  // null for an unknown name
+  const LinearWeight* linear(const std::string& short_name) const;
+};
+
+struct ModelWeights {
+  ModelConfig config;
+  std::vector<float> embed;                  // [vocab, D]
+  std::vector<BlockWeights> pre, loop;       // n_pre, n_loop
+  std::vector<float> final_norm;             // [D]
+  LinearWeight head;                         // [D, vocab]
+
+  // Every linear weight by full name ("pre.1.mlp_up", "head"); null when absent.
+  LinearWeight* find_linear(const std::string& name);
+  const LinearWeight* find_linear(const std::string& name) const;
+  // Names of every linear weight, in execution order (blocks, then head).
+  std::vector<std::string> linear_names() const;
+  // Throws tl::Error (file, entry, what was expected) on any shape that disagrees with config.
+  void validate(const std::string& file = "") const;
+};
+
+std::string block_prefix(bool loop, int64_t index);  // "pre.<i>" / "loop.<j>"
+
+// Loads config + every tensor; quantized weights are dequantized (keeping the QuantWeight with
+// its Marlin section when with_marlin). Throws tl::Error naming the file and entry.
+ModelWeights load_model_weights(const TinyloopReader& reader, bool with_marlin = true);
+ModelWeights load_model_weights(const std::string& tinyloop_path, bool with_marlin = true);
+// A .tinyloop (by its HDF5 signature) or anything gptq-quantize imports (an HF Llama-family
+// folder, a TinyLoop HF-style folder), every linear weight dense.
+ModelWeights load_model_weights_any(const std::string& path, bool with_marlin = true);
+
+// A model with seeded N(0, std) weights (norm gains near 1), for tests and cross-checks.
+// std defaults to 1/sqrt(fan-in) per linear so activations stay O(1) through deep stacks.
+ModelWeights random_model_weights(const ModelConfig& config, uint64_t seed);
+
+// Writes the model as a dense .tinyloop (float dtype `dtype` for every tensor), atomically.
+void write_model_tinyloop(const ModelWeights& w, const std::string& path, DType dtype,
+                          const std::string& producer = "tinyloop-tools");
+
+}  // namespace tl

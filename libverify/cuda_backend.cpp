@@ -1,0 +1,207 @@
+// KernelBackend on the real CUDA kernels (cuda/tl_kernels.h). The only file of libverify that
+// includes CUDA headers; a build without CUDA compiles just the probe that says so.
+//
+// Each call allocates its device buffers, uploads, launches on a private stream, synchronizes
+// and downloads: the verifier runs a few dozen cases, so simplicity beats reuse. Outputs that a
+// kernel overwrites are pre-filled with NaN (bytes 0x7e -> half 0x7e7e) so an output tile the
+// kernel forgets to write fails the tier instead of passing on stale zeros.
+#include "libverify/kernel_backend.h"
+
+#if TL_HAVE_CUDA
+
+#include <cstdio>
+#include <stdexcept>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/tl_kernels.h"
+
+namespace tl::verify {
+namespace {
+
+struct CudaFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void cuda_try(cudaError_t e, const char* call, const char* file, int line) {
+  if (e == cudaSuccess) return;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%s failed: %s (%s) at %s:%d", call, cudaGetErrorName(e),
+                cudaGetErrorString(e), file, line);
+  throw CudaFailure(buf);
+}
+#define TL_CUDA_TRY(call) cuda_try((call), #call, __FILE__, __LINE__)
+
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    if (n_ > 0) TL_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&p_), n_ * sizeof(T)));
+  }
+  ~DeviceBuffer() { if (p_) cudaFree(p_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() const { return p_; }
+  void upload(const T* h) { if (n_) TL_CUDA_TRY(cudaMemcpy(p_, h, n_ * sizeof(T), cudaMemcpyHostToDevice)); }
+  void download(T* h) const { if (n_) TL_CUDA_TRY(cudaMemcpy(h, p_, n_ * sizeof(T), cudaMemcpyDeviceToHost)); }
+  void fill_bytes(int byte) { if (n_) TL_CUDA_TRY(cudaMemset(p_, byte, n_ * sizeof(T))); }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_;
+};
+
+const char* rc_text(int rc) {
+  switch (rc) {
+    case tl::cuda::kShapeUnsupported: return "problem shape unsupported";
+    case tl::cuda::kNoConfig: return "no kernel configuration";
+    case tl::cuda::kCudaError: return "CUDA error";
+    default: return "unknown rc";
+  }
+}
+
+class CudaBackend final : public KernelBackend {
+ public:
+  CudaBackend(int device, std::string name) : device_(device), name_(std::move(name)) {
+    TL_CUDA_TRY(cudaSetDevice(device_));
+    TL_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~CudaBackend() override { if (stream_) cudaStreamDestroy(stream_); }
+  std::string device_name() const override { return name_; }
+
+  KernelStatus marlin_gemm(const half_bits* A, const int32_t* B, const half_bits* s, half_bits* C,
+                           int M, int N, int K, int groupsize) override {
+    return guarded([&] {
+      const int G = groupsize == -1 ? 1 : K / groupsize;
+      DeviceBuffer<uint16_t> dA(size_t(M) * K), ds(size_t(G) * N), dC(size_t(M) * N);
+      DeviceBuffer<int32_t> dB(size_t(K / 16) * 2 * N);
+      DeviceBuffer<int> ws(tl::cuda::marlin_workspace_ints(N));
+      dA.upload(A); ds.upload(s); dB.upload(B);
+      dC.fill_bytes(0x7e);
+      ws.fill_bytes(0);
+      const int rc = tl::cuda::marlin_int4_tc_gemm(half(dA), dB.get(), half(dC), half(ds), ws.get(),
+                                                   M, N, K, groupsize, stream_);
+      finish("marlin_int4_tc_gemm", rc, M, N, K, groupsize);
+      check_workspace_zero(ws, N);
+      dC.download(C);
+    });
+  }
+
+  KernelStatus correction(const half_bits* A, const half_bits* delta, half_bits* C, float* a_sum,
+                          int M, int N, int K, int group_size) override {
+    return guarded([&] {
+      const int G = (K + group_size - 1) / group_size;
+      DeviceBuffer<uint16_t> dA(size_t(M) * K), dd(size_t(G) * N), dC(size_t(M) * N);
+      DeviceBuffer<float> dsum(size_t(M) * G);
+      dA.upload(A); dd.upload(delta); dC.upload(C);
+      dsum.fill_bytes(0xff);  // NaN floats: an unwritten group sum poisons C visibly
+      finish("a_group_sum", tl::cuda::a_group_sum(half(dA), dsum.get(), M, K, group_size, stream_),
+             M, 0, K, group_size);
+      finish("correction_accum",
+             tl::cuda::correction_accum(half(dC), dsum.get(), half(dd), M, N, G, stream_), M, N, 0, G);
+      dsum.download(a_sum);
+      dC.download(C);
+    });
+  }
+
+  KernelStatus mm_asymmetric(const half_bits* A, const int32_t* B, const half_bits* s,
+                             const half_bits* delta, half_bits* C, int M, int N, int K,
+                             int group_size) override {
+    return guarded([&] {
+      const int G = (K + group_size - 1) / group_size;
+      DeviceBuffer<uint16_t> dA(size_t(M) * K), ds(size_t(G) * N), dd(size_t(G) * N),
+          dC(size_t(M) * N);
+      DeviceBuffer<int32_t> dB(size_t(K / 16) * 2 * N);
+      DeviceBuffer<int> ws(tl::cuda::marlin_workspace_ints(N));
+      dA.upload(A); ds.upload(s); dd.upload(delta); dB.upload(B);
+      dC.fill_bytes(0x7e);
+      ws.fill_bytes(0);
+      const int rc = tl::cuda::marlin_mm_asymmetric(half(dA), dB.get(), half(ds), half(dd), half(dC),
+                                                    ws.get(), M, N, K, group_size, stream_);
+      finish("marlin_mm_asymmetric", rc, M, N, K, group_size);
+      check_workspace_zero(ws, N);
+      dC.download(C);
+    });
+  }
+
+ private:
+  static __half* half(const DeviceBuffer<uint16_t>& b) { return reinterpret_cast<__half*>(b.get()); }
+
+  template <class Body>
+  KernelStatus guarded(Body&& body) {
+    try {
+      TL_CUDA_TRY(cudaSetDevice(device_));
+      body();
+      return {};
+    } catch (const std::exception& e) {
+      cudaGetLastError();  // clear a non-sticky error so the next case starts clean
+      return KernelStatus::failure(e.what());
+    }
+  }
+
+  // rc of a launcher, then the launch error, then the execution error (synchronize).
+  void finish(const char* kernel, int rc, int M, int N, int K, int g) {
+    if (rc != tl::cuda::kOk) {
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "%s returned rc=%d (%s) for m=%d n=%d k=%d group=%d", kernel,
+                    rc, rc_text(rc), M, N, K, g);
+      throw CudaFailure(buf);
+    }
+    TL_CUDA_TRY(cudaGetLastError());
+    TL_CUDA_TRY(cudaStreamSynchronize(stream_));
+  }
+
+  // The kernel contract: the workspace is zeroed once at allocation and left zeroed.
+  void check_workspace_zero(const DeviceBuffer<int>& ws, int N) {
+    std::vector<int> h(tl::cuda::marlin_workspace_ints(N));
+    ws.download(h.data());
+    size_t bad = 0;
+    for (int v : h) bad += v != 0;
+    if (bad) throw CudaFailure("workspace not left zeroed: " + std::to_string(bad) + " of " +
+                               std::to_string(h.size()) + " ints nonzero after the call");
+  }
+
+  int device_;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+BackendProbe open_gpu_backend() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return {nullptr, std::string("no usable CUDA device (cudaGetDeviceCount: ") +
+                         cudaGetErrorString(e) + ")"};
+  }
+  if (count == 0) return {nullptr, "no CUDA device"};
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
+    cudaGetLastError();
+    return {nullptr, "cannot query CUDA device 0"};
+  }
+  const std::string name = std::string(p.name) + " (sm_" + std::to_string(p.major * 10 + p.minor) + ")";
+  if (p.major < 8) return {nullptr, "GPU below sm_80: " + name};
+  if (!tl::cuda::marlin_available(0))
+    return {nullptr, "the Marlin kernel is not built for " + name + " (configure with TL_CUDA_ARCHS)"};
+  try {
+    return {std::make_unique<CudaBackend>(0, name), ""};
+  } catch (const std::exception& ex) {
+    return {nullptr, std::string("cannot open ") + name + ": " + ex.what()};
+  }
+}
+
+}  // namespace tl::verify
+
+#else  // !TL_HAVE_CUDA
+
+namespace tl::verify {
+BackendProbe open_gpu_backend() {
+  return {nullptr, "built without CUDA (no nvcc when the project was configured)"};
+}
+}  // namespace tl::verify
+
+#endif

@@ -1,0 +1,112 @@
+// The e2e tier of tl-verify: perplexity of a quantized .tinyloop on the GPU through the three
+// GEMM paths of the dispatcher, and how far apart they are.
+//
+//   fp16     every quantized weight's W_hat = q * scale + zero as an fp16 copy (cuBLAS): the
+//            reference the kernel paths are measured against (same weights, no int4 kernel)
+//   native   Marlin dispatch off: int4_gemm on TinyLoop's q / scale / zero
+//   marlin   Marlin dispatch on: marlin_mm_asymmetric where a weight is packed, else fallback
+//
+// Reported per path: PPL +- error (perplexity.h), KL divergence against the fp16 path per
+// scored token (mean, p99, max), top-1 agreement, dispatch counts per GEMM path and the reasons
+// of every fallback; per model: weights packed, the VRAM the Marlin sections add, the
+// dispatcher's first-dispatch line, and a CPU check (window 0 through libconvert's CPU forward vs
+// the GPU fp16 path). drift % = (PPL_marlin / PPL_native - 1) * 100.
+// Pass: |drift| <= max_drift_pct, mean KLD(fp16 || native) and mean KLD(fp16 || marlin) <=
+// max_kld, and the CPU check within kE2eCpuCheckMaxRel. A --baseline file (e.g. an RTN
+// quantization of the same model) is scored on the same windows and reported beside it (not
+// gated).
+//
+// Skips (status kSkipped, reason): built without CUDA, no device / below sm_80, no quantized
+// weight in the file. Bad input (unreadable file, bad tokens, ctx larger than the stream, ...)
+// throws tl::Error before any GPU work.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "libverify/model_gpu.h"
+#include "libverify/perplexity.h"
+#include "libverify/verify_report.h"
+
+namespace tl::verify {
+
+// Bounds (rationale in docs/model.md, "e2e bounds").
+// The Marlin and native paths compute the same X * W_hat and differ only by fp16 rounding of
+// the weight products and of the outputs (~2^-11 relative per GEMM), which moves PPL by far less
+// than 0.1 %; 1 % is the contract and catches any real kernel fault (a wrong group or
+// scale moves PPL by tens of %).
+constexpr double kE2eMaxDriftPct = 1.0;
+// Mean KL(fp16 || path) in nats per token: logit perturbations of relative size eps ~ 1e-3 give
+// KL ~ eps^2 * var(logits) / 2 ~ 1e-5 for logits with sd ~ 3; 2e-3 is a >100x margin that a
+// single misrouted group in any layer still exceeds.
+constexpr double kE2eMaxMeanKld = 2e-3;
+// CPU forward (fp32) vs GPU fp16 path on window 0: relative Frobenius error of the logits. fp16
+// activations at every GEMM input (2^-12 relative RMS each, ~7 roundings per block, random
+// accumulation over <= 16 blocks) give ~ 2^-12 * sqrt(112) ~ 3e-3; bound 2e-2.
+constexpr double kE2eCpuCheckMaxRel = 2e-2;
+
+struct E2eOptions {
+  std::string file;            // the quantized (ideally Marlin-packed) .tinyloop
+  std::string tokens;          // token file (formats/token_file.h)
+  std::string baseline;        // optional second .tinyloop scored beside it
+  int64_t ctx = 512;           // window length (capped by the model's max_seq only by choice)
+  int64_t stride = 0;          // 0 = ctx
+  int64_t max_tokens = 0;      // 0 = the whole stream
+  int64_t batch = 16;          // windows per forward (M = batch * ctx rows per GEMM)
+  double max_drift_pct = kE2eMaxDriftPct;
+  double max_kld = kE2eMaxMeanKld;
+  bool cpu_check = true;       // window 0 through the CPU forward (skip for huge models)
+  std::ostream* progress = nullptr;  // one line per path and batch group, ETA
+};
+
+struct E2ePathRow {
+  GpuPath path = GpuPath::kFp16;
+  PathSummary s;               // PPL, KLD vs fp16, top-1 agreement
+  double seconds = 0;
+  long long dispatches[3] = {0, 0, 0};          // GEMM calls per tl::cuda::GemmPath
+  std::map<std::string, long long> fallbacks;   // reason -> calls (Marlin wanted, not taken)
+};
+
+struct E2eModelResult {
+  std::string file;
+  GpuModelInfo info;
+  std::vector<E2ePathRow> rows;      // fp16, native, marlin (those the file supports)
+  bool has_drift = false;
+  double drift_pct = 0;              // (PPL_marlin / PPL_native - 1) * 100
+  std::string first_dispatch_line;
+  bool cpu_checked = false;
+  double cpu_max_abs = 0, cpu_rel = 0;  // GPU fp16 path vs CPU forward, window 0
+  const E2ePathRow* row(GpuPath p) const;
+};
+
+struct E2eResult {
+  Status status = Status::kSkipped;
+  std::string reason;                // skip reason, or the failed checks joined by "; "
+  std::vector<std::string> failures;
+  E2eOptions options;                // bounds in force
+  int64_t n_tokens = 0;              // tokens in the file
+  int64_t windows = 0, scored = 0, first_target = 0;
+  std::string device;
+  E2eModelResult main;
+  std::optional<E2eModelResult> baseline;
+  double seconds = 0;
+};
+
+E2eResult run_e2e_tier(const E2eOptions& options);
+
+// The same result in the tier framework's form: one case per (model, path), message holding
+// PPL / KLD / dispatch counts (no ULP statistics: has_stats = false).
+TierResult e2e_tier_result(const E2eResult& r);
+
+// Logits dump for cross-checks (tools/hf_llama_crosscheck.py): the first n_seq windows of ctx
+// tokens of `tokens_path` through the model at `model_path` (a .tinyloop or an HF folder),
+// written to `out_npy` as float32 [paths, n_seq * ctx, vocab] with paths = cpu (fp32 forward)
+// and, when a GPU is usable, gpu-fp16. Returns the path names in order. Atomic output.
+std::vector<std::string> dump_logits(const std::string& model_path, const std::string& tokens_path,
+                                     int64_t ctx, int64_t n_seq, const std::string& out_npy);
+
+}  // namespace tl::verify

@@ -1,0 +1,47 @@
+// The kernels under test, behind an interface, so the tiers are plain host C++ on host
+// buffers: cuda_backend.cpp (the only file of libverify that touches CUDA, compiled only when
+// TL_HAVE_CUDA) implements it with the real kernels of cuda/tl_kernels.h; the tests implement it
+// with a CPU emulation of Marlin's arithmetic to exercise the tier logic without a GPU.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "formats/half.h"
+
+namespace tl::verify {
+
+struct KernelStatus {
+  bool ok = true;
+  std::string message;  // what went wrong: launcher rc, CUDA error, contract violation
+  static KernelStatus failure(std::string m) { return {false, std::move(m)}; }
+};
+
+class KernelBackend {
+ public:
+  virtual ~KernelBackend() = default;
+  virtual std::string device_name() const = 0;  // "NVIDIA H200 (sm_90)"
+
+  // C [M, N] = A [M, K] * W_marlin, B int32 [K/16, 2N], s fp16 [G, N] (Marlin-permuted),
+  // groupsize = Marlin's argument (-1 per column). C is overwritten.
+  virtual KernelStatus marlin_gemm(const half_bits* A, const int32_t* B, const half_bits* s,
+                                   half_bits* C, int M, int N, int K, int groupsize) = 0;
+  // a_sum [M, G] = group sums of A (a_group_sum), then C [M, N] += a_sum * delta
+  // (correction_accum). C is read and written.
+  virtual KernelStatus correction(const half_bits* A, const half_bits* delta, half_bits* C,
+                                  float* a_sum, int M, int N, int K, int group_size) = 0;
+  // C = A * W_hat through marlin_mm_asymmetric; group_size effective (== K for per-row).
+  virtual KernelStatus mm_asymmetric(const half_bits* A, const int32_t* B, const half_bits* s,
+                                     const half_bits* delta, half_bits* C, int M, int N, int K,
+                                     int group_size) = 0;
+};
+
+struct BackendProbe {
+  std::unique_ptr<KernelBackend> backend;  // null when the GPU tiers cannot run
+  std::string skip_reason;                 // why not: built without CUDA, no device, < sm_80, ...
+};
+// Opens device 0 with the CUDA kernels (a CUDA build), or says why it cannot.
+BackendProbe open_gpu_backend();
+
+}  // namespace tl::verify

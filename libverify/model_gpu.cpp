@@ -1,0 +1,376 @@
+#include "libverify/model_gpu.h"
+
+#include <algorithm>
+
+#include "formats/error.h"
+#include "formats/half.h"
+#include "libconvert/model_forward.h"
+
+#if TL_HAVE_CUDA
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include "cuda/kernels_ref.h"
+#include "cuda/model_ops.h"
+#include "cuda/tl_kernels.h"
+#endif
+
+namespace tl::verify {
+
+const char* gpu_path_name(GpuPath p) {
+  switch (p) {
+    case GpuPath::kFp16: return "fp16";
+    case GpuPath::kNative: return "native-int4";
+    case GpuPath::kMarlin: return "marlin";
+  }
+  return "?";
+}
+
+#if !TL_HAVE_CUDA
+
+std::string gpu_model_unavailable_reason() { return "built without CUDA (no nvcc at configure time)"; }
+
+struct GpuModel::Impl {};
+GpuModel::GpuModel(const ModelWeights&, bool) { throw Error(gpu_model_unavailable_reason(), "", "gpu model"); }
+GpuModel::~GpuModel() = default;
+const GpuModelInfo& GpuModel::info() const { static GpuModelInfo i; return i; }
+const ModelConfig& GpuModel::config() const { static ModelConfig c; return c; }
+bool GpuModel::has_path(GpuPath) const { return false; }
+const void* GpuModel::forward(const int32_t*, int, int, GpuPath) { return nullptr; }
+void GpuModel::logits_to_host(std::vector<float>*) const {}
+int64_t GpuModel::last_rows() const { return 0; }
+void GpuModel::row_stats(const int32_t*, std::vector<float>*, std::vector<int32_t>*, std::vector<float>*,
+                         std::vector<float>*) const {}
+void GpuModel::save_reference() {}
+bool GpuModel::has_reference() const { return false; }
+
+#else
+
+namespace {
+
+void check_cuda(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) throw Error(std::string(cudaGetErrorString(e)) + " (" + cudaGetErrorName(e) + ")", "", what);
+}
+
+void check_rc(int rc, const std::string& what) {
+  if (rc != cuda::kOk)
+    throw Error(rc == cuda::kCudaError ? "CUDA error (printed above)" : "launcher refused the shape (rc " + std::to_string(rc) + ")",
+                "", what);
+}
+
+// An owning device allocation that grows on demand (contents are not preserved on growth).
+class DevBuf {
+ public:
+  DevBuf() = default;
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  ~DevBuf() { if (p_) cudaFree(p_); }
+  void reserve(size_t bytes, const std::string& what) {
+    if (bytes <= n_) return;
+    if (p_) cudaFree(p_);
+    p_ = nullptr;
+    n_ = 0;
+    check_cuda(cudaMalloc(&p_, std::max<size_t>(bytes, 1)), "cudaMalloc " + what + " (" + std::to_string(bytes) + " bytes)");
+    n_ = bytes;
+  }
+  void upload(const void* src, size_t bytes, const std::string& what) {
+    reserve(bytes, what);
+    check_cuda(cudaMemcpy(p_, src, bytes, cudaMemcpyHostToDevice), "upload " + what);
+  }
+  template <class T> T* as() const { return static_cast<T*>(p_); }
+  size_t bytes() const { return n_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+std::vector<half_bits> to_half(const std::vector<float>& v) {
+  std::vector<half_bits> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = float_to_half(v[i]);
+  return h;
+}
+
+struct GpuLinear {
+  std::string name;
+  int K = 0, N = 0;
+  bool quantized = false, packed = false, has_fp16 = false;
+  DevBuf fp16, q, scale, zero, mB, ms, mdelta, mwork;
+  cuda::DeviceQuantWeight w_fp16, w_native, w_marlin;
+};
+
+struct GpuBlock {
+  DevBuf attn_norm, mlp_norm;
+  GpuLinear lin[5];  // kBlockLinearNames order: qkv, out, gate, up, down
+};
+
+}  // namespace
+
+struct GpuModel::Impl {
+  ModelConfig c;
+  GpuModelInfo info;
+  bool with_fp16 = false;
+  DevBuf embed, final_norm;
+  std::vector<std::unique_ptr<GpuBlock>> pre, loop;
+  GpuLinear head;
+  // Activations for the current batch.
+  int64_t rows = 0;
+  int T = 0;
+  DevBuf tokens, x, h, qkv, q, k, v, att, y, gate, up, logits, cos_tab, sin_tab;
+  DevBuf ref_logits, ref_lse, targets, s_lse, s_arg, s_tgt, s_kld;
+  bool has_ref = false;
+  int64_t ref_rows = 0;
+
+  void upload_linear(const LinearWeight& lw, GpuLinear& g) {
+    g.name = lw.name;
+    g.K = int(lw.K);
+    g.N = int(lw.N);
+    g.quantized = bool(lw.quant);
+    const bool need_fp16 = !g.quantized || with_fp16;
+    if (need_fp16) {
+      g.fp16.upload(to_half(lw.W).data(), lw.W.size() * 2, lw.name + " fp16");
+      g.has_fp16 = true;
+      info.weight_bytes += g.fp16.bytes();
+      g.w_fp16.name = g.name.c_str();
+      g.w_fp16.K = g.K;
+      g.w_fp16.N = g.N;
+      g.w_fp16.group_size = g.K;
+      g.w_fp16.fp16_weight = g.fp16.as<__half>();
+    }
+    if (!g.quantized) {
+      g.w_native = g.w_marlin = g.w_fp16;  // dense weights run as fp16 copies on every path
+      return;
+    }
+    const QuantWeight& qw = *lw.quant;
+    const std::vector<uint8_t> packed = cuda::pack_tinyloop_codes(qw.q.data(), qw.K, qw.N);
+    g.q.upload(packed.data(), packed.size(), lw.name + " q");
+    g.scale.upload(qw.scale.data(), qw.scale.size() * 2, lw.name + " scale");
+    g.zero.upload(qw.zero.data(), qw.zero.size() * 2, lw.name + " zero");
+    info.weight_bytes += g.q.bytes() + g.scale.bytes() + g.zero.bytes();
+    cuda::DeviceQuantWeight w;
+    w.name = g.name.c_str();
+    w.bits = qw.bits;
+    w.K = g.K;
+    w.N = g.N;
+    w.group_size = int(qw.group_size);
+    w.q = g.q.as<uint8_t>();
+    w.scale = g.scale.as<__half>();
+    w.zero = g.zero.as<__half>();
+    g.w_native = w;
+    if (qw.marlin) {
+      const MarlinSection& m = *qw.marlin;
+      g.mB.upload(m.B.data(), m.B.size() * 4, lw.name + " marlin B");
+      g.ms.upload(m.s.data(), m.s.size() * 2, lw.name + " marlin s");
+      g.mdelta.upload(m.delta.data(), m.delta.size() * 2, lw.name + " marlin delta");
+      const size_t ws = cuda::marlin_workspace_ints(g.N) * sizeof(int);
+      g.mwork.reserve(ws, lw.name + " marlin workspace");
+      check_cuda(cudaMemset(g.mwork.as<int>(), 0, ws), "zero the Marlin workspace");
+      w.marlin_B = g.mB.as<int32_t>();
+      w.marlin_s = g.ms.as<__half>();
+      w.marlin_delta = g.mdelta.as<__half>();
+      w.marlin_workspace = g.mwork.as<int>();
+      g.packed = true;
+      info.marlin_packed++;
+      info.marlin_bytes += g.mB.bytes() + g.ms.bytes() + g.mdelta.bytes() + g.mwork.bytes();
+      info.weight_bytes += g.mB.bytes() + g.ms.bytes() + g.mdelta.bytes() + g.mwork.bytes();
+    }
+    g.w_marlin = w;
+    info.quantized++;
+  }
+
+  void upload_block(const BlockWeights& b, GpuBlock& g) {
+    g.attn_norm.upload(b.attn_norm.data(), b.attn_norm.size() * 4, b.prefix + ".attn_norm");
+    g.mlp_norm.upload(b.mlp_norm.data(), b.mlp_norm.size() * 4, b.prefix + ".mlp_norm");
+    for (int i = 0; i < 5; ++i) {
+      upload_linear(*b.linear(kBlockLinearNames[i]), g.lin[i]);
+      info.linear_weights++;
+    }
+  }
+
+  void gemm(const GpuLinear& l, GpuPath p, const __half* X, __half* Y, int M) {
+    const cuda::DeviceQuantWeight& w =
+        p == GpuPath::kFp16 ? l.w_fp16 : p == GpuPath::kNative ? l.w_native : l.w_marlin;
+    int rc = cuda::kOk;
+    cuda::quant_gemm(w, X, Y, M, nullptr, &rc);
+    check_rc(rc, "quant_gemm " + l.name + " (M=" + std::to_string(M) + " K=" + std::to_string(l.K) +
+                     " N=" + std::to_string(l.N) + ", path " + gpu_path_name(p) + ")");
+  }
+
+  void reserve(int64_t R, int seq_len) {
+    const int64_t D = c.d_model, dh = c.d_head, H = c.n_heads, Hkv = c.n_kv_heads;
+    tokens.reserve(size_t(R) * 4, "tokens");
+    targets.reserve(size_t(R) * 4, "targets");
+    x.reserve(size_t(R * D) * 4, "x");
+    h.reserve(size_t(R * D) * 2, "h");
+    qkv.reserve(size_t(R * (H + 2 * Hkv) * dh) * 2, "qkv");
+    q.reserve(size_t(R * H * dh) * 2, "q");
+    k.reserve(size_t(R * Hkv * dh) * 2, "k");
+    v.reserve(size_t(R * Hkv * dh) * 2, "v");
+    att.reserve(size_t(R * H * dh) * 2, "attention output");
+    y.reserve(size_t(R * D) * 2, "y");
+    gate.reserve(size_t(R * c.ffn) * 2, "gate");
+    up.reserve(size_t(R * c.ffn) * 2, "up");
+    logits.reserve(size_t(R * c.vocab) * 2, "logits");
+    for (DevBuf* b : {&s_lse, &s_tgt, &s_kld}) b->reserve(size_t(R) * 4, "row stats");
+    s_arg.reserve(size_t(R) * 4, "row stats");
+    if (seq_len != T) {
+      std::vector<float> cs, sn;
+      rope_tables(seq_len, dh, c.rope_theta, &cs, &sn);
+      cos_tab.upload(cs.data(), cs.size() * 4, "rope cos");
+      sin_tab.upload(sn.data(), sn.size() * 4, "rope sin");
+      T = seq_len;
+    }
+  }
+
+  void run_block(const GpuBlock& b, GpuPath p, int n_seq) {
+    const int M = int(rows), D = int(c.d_model), H = int(c.n_heads), Hkv = int(c.n_kv_heads);
+    const int dh = int(c.d_head), F = int(c.ffn);
+    const float eps = float(c.norm_eps);
+    check_rc(cuda::rms_norm_rows(x.as<float>(), b.attn_norm.as<float>(), h.as<__half>(), M, D, eps, nullptr), "rms_norm attn");
+    gemm(b.lin[0], p, h.as<__half>(), qkv.as<__half>(), M);
+    check_rc(cuda::qkv_split_rope(qkv.as<__half>(), cos_tab.as<float>(), sin_tab.as<float>(), q.as<__half>(),
+                                  k.as<__half>(), v.as<__half>(), n_seq, T, H, Hkv, dh, nullptr), "qkv_split_rope");
+    check_rc(cuda::causal_attention(q.as<__half>(), k.as<__half>(), v.as<__half>(), att.as<__half>(), n_seq, T, H,
+                                    Hkv, dh, nullptr), "causal_attention (d_head " + std::to_string(dh) + ")");
+    gemm(b.lin[1], p, att.as<__half>(), y.as<__half>(), M);
+    check_rc(cuda::residual_add(x.as<float>(), y.as<__half>(), int64_t(M) * D, nullptr), "residual_add");
+    check_rc(cuda::rms_norm_rows(x.as<float>(), b.mlp_norm.as<float>(), h.as<__half>(), M, D, eps, nullptr), "rms_norm mlp");
+    gemm(b.lin[2], p, h.as<__half>(), gate.as<__half>(), M);
+    gemm(b.lin[3], p, h.as<__half>(), up.as<__half>(), M);
+    check_rc(cuda::swiglu_inplace(gate.as<__half>(), up.as<__half>(), int64_t(M) * F, nullptr), "swiglu");
+    gemm(b.lin[4], p, gate.as<__half>(), y.as<__half>(), M);
+    check_rc(cuda::residual_add(x.as<float>(), y.as<__half>(), int64_t(M) * D, nullptr), "residual_add");
+  }
+};
+
+std::string gpu_model_unavailable_reason() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return std::string("no CUDA device (") + (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") + ")";
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "cannot query device 0";
+  if (prop.major < 8)
+    return std::string("device 0 (") + prop.name + ") is sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
+           ", below sm_80";
+  return "";
+}
+
+GpuModel::GpuModel(const ModelWeights& w, bool with_fp16) : impl_(std::make_unique<Impl>()) {
+  const std::string why = gpu_model_unavailable_reason();
+  if (!why.empty()) throw Error(why, "", "gpu model");
+  w.validate();
+  Impl& m = *impl_;
+  m.c = w.config;
+  m.with_fp16 = with_fp16;
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  m.info.device = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+  m.embed.upload(to_half(w.embed).data(), w.embed.size() * 2, "embed");
+  m.final_norm.upload(w.final_norm.data(), w.final_norm.size() * 4, "final_norm");
+  for (const BlockWeights& b : w.pre) {
+    m.pre.push_back(std::make_unique<GpuBlock>());
+    m.upload_block(b, *m.pre.back());
+  }
+  for (const BlockWeights& b : w.loop) {
+    m.loop.push_back(std::make_unique<GpuBlock>());
+    m.upload_block(b, *m.loop.back());
+  }
+  m.upload_linear(w.head, m.head);
+  m.info.linear_weights++;
+  m.info.weight_bytes += m.embed.bytes() + m.final_norm.bytes();
+}
+
+GpuModel::~GpuModel() = default;
+
+const GpuModelInfo& GpuModel::info() const { return impl_->info; }
+const ModelConfig& GpuModel::config() const { return impl_->c; }
+int64_t GpuModel::last_rows() const { return impl_->rows; }
+
+bool GpuModel::has_path(GpuPath p) const {
+  if (p == GpuPath::kFp16) return impl_->with_fp16 || impl_->info.quantized == 0;
+  return impl_->info.quantized > 0;
+}
+
+const void* GpuModel::forward(const int32_t* tokens, int n_seq, int T, GpuPath p) {
+  Impl& m = *impl_;
+  if (!has_path(p)) throw Error(std::string("this model has no ") + gpu_path_name(p) + " path", "", "gpu model");
+  if (n_seq <= 0 || T <= 0) throw Error("expected n_seq > 0 and T > 0", "", "gpu forward");
+  const int64_t R = int64_t(n_seq) * T;
+  for (int64_t r = 0; r < R; ++r)
+    if (tokens[r] < 0 || tokens[r] >= m.c.vocab)
+      throw Error("token id " + std::to_string(tokens[r]) + " outside [0, " + std::to_string(m.c.vocab) + ")", "",
+                  "token " + std::to_string(r));
+  m.reserve(R, T);
+  m.rows = R;
+  check_cuda(cudaMemcpy(m.tokens.as<int32_t>(), tokens, size_t(R) * 4, cudaMemcpyHostToDevice), "upload tokens");
+  const bool was = cuda::marlin_dispatch_enabled();
+  cuda::set_marlin_dispatch(p == GpuPath::kMarlin);
+  try {
+    check_rc(cuda::embed_gather(m.embed.as<__half>(), m.tokens.as<int32_t>(), m.x.as<float>(), int(R),
+                                int(m.c.d_model), nullptr), "embed_gather");
+    for (const auto& b : m.pre) m.run_block(*b, p, n_seq);
+    for (int64_t it = 0; it < m.c.loops; ++it)
+      for (const auto& b : m.loop) m.run_block(*b, p, n_seq);
+    check_rc(cuda::rms_norm_rows(m.x.as<float>(), m.final_norm.as<float>(), m.h.as<__half>(), int(R),
+                                 int(m.c.d_model), float(m.c.norm_eps), nullptr), "rms_norm final");
+    m.gemm(m.head, p, m.h.as<__half>(), m.logits.as<__half>(), int(R));
+    check_cuda(cudaDeviceSynchronize(), "forward");
+  } catch (...) {
+    cuda::set_marlin_dispatch(was);
+    throw;
+  }
+  cuda::set_marlin_dispatch(was);
+  return m.logits.as<void>();
+}
+
+void GpuModel::logits_to_host(std::vector<float>* out) const {
+  const Impl& m = *impl_;
+  const size_t n = size_t(m.rows * m.c.vocab);
+  std::vector<half_bits> h(n);
+  check_cuda(cudaMemcpy(h.data(), m.logits.as<void>(), n * 2, cudaMemcpyDeviceToHost), "download logits");
+  out->resize(n);
+  for (size_t i = 0; i < n; ++i) (*out)[i] = half_to_float(h[i]);
+}
+
+void GpuModel::save_reference() {
+  Impl& m = *impl_;
+  const size_t n = size_t(m.rows * m.c.vocab) * 2;
+  m.ref_logits.reserve(n, "reference logits");
+  m.ref_lse.reserve(size_t(m.rows) * 4, "reference lse");
+  check_cuda(cudaMemcpy(m.ref_logits.as<void>(), m.logits.as<void>(), n, cudaMemcpyDeviceToDevice), "save reference");
+  check_rc(cuda::logits_row_stats(m.ref_logits.as<__half>(), nullptr, int(m.rows), int(m.c.vocab), m.ref_lse.as<float>(),
+                                  nullptr, nullptr, nullptr), "reference row stats");
+  m.has_ref = true;
+  m.ref_rows = m.rows;
+}
+
+bool GpuModel::has_reference() const { return impl_->has_ref; }
+
+void GpuModel::row_stats(const int32_t* targets, std::vector<float>* lse, std::vector<int32_t>* argmax,
+                         std::vector<float>* target_logit, std::vector<float>* kld) const {
+  Impl& m = *impl_;
+  const int R = int(m.rows), V = int(m.c.vocab);
+  if (targets) check_cuda(cudaMemcpy(m.targets.as<int32_t>(), targets, size_t(R) * 4, cudaMemcpyHostToDevice), "upload targets");
+  check_rc(cuda::logits_row_stats(m.logits.as<__half>(), targets ? m.targets.as<int32_t>() : nullptr, R, V,
+                                  m.s_lse.as<float>(), m.s_arg.as<int32_t>(), m.s_tgt.as<float>(), nullptr), "row stats");
+  auto down = [&](const DevBuf& b, auto* out) {
+    out->resize(size_t(R));
+    check_cuda(cudaMemcpy(out->data(), b.as<void>(), size_t(R) * 4, cudaMemcpyDeviceToHost), "download row stats");
+  };
+  if (lse) down(m.s_lse, lse);
+  if (argmax) down(m.s_arg, argmax);
+  if (target_logit) down(m.s_tgt, target_logit);
+  if (kld) {
+    if (!m.has_ref || m.ref_rows != m.rows) throw Error("no reference logits of this batch saved", "", "kld");
+    check_rc(cuda::kld_rows(m.ref_logits.as<__half>(), m.ref_lse.as<float>(), m.logits.as<__half>(), m.s_lse.as<float>(),
+                            R, V, m.s_kld.as<float>(), nullptr), "kld_rows");
+    down(m.s_kld, kld);
+  }
+}
+
+#endif  // TL_HAVE_CUDA
+
+}  // namespace tl::verify

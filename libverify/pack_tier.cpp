@@ -1,0 +1,117 @@
+// The pack tier (CPU): is each embedded Marlin section exactly the weight it claims to be?
+// The source of truth is the weight's own q/scale/zero; the section is decoded back with the
+// libconvert decoder (the inverse of the packer, checked against upstream's golden files in
+// libconvert's tests) and compared bit for bit.
+#include <cmath>
+#include <cstdio>
+
+#include "libconvert/marlin_layout.h"
+#include "libverify/reference_math.h"
+#include "libverify/tier_cases.h"
+
+namespace tl::verify {
+namespace {
+
+std::string at(const char* what, int64_t i, int64_t N) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%s[%lld, %lld]", what, (long long)(i / N), (long long)(i % N));
+  return buf;
+}
+
+// Appends "; " + text to the message of a failing case.
+void fail(CaseResult& c, const std::string& text) {
+  c.status = Status::kFailed;
+  c.message += (c.message.empty() ? "" : "; ") + text;
+}
+
+}  // namespace
+
+CaseResult check_pack(const QuantWeight& w) {
+  CaseResult c;
+  c.weight = w.name;
+  c.label = w.name;
+  c.M = 0;
+  c.K = w.K;
+  c.N = w.N;
+  c.group_size = w.group_size;
+  const MarlinSection& sec = *w.marlin;
+  const int64_t K = w.K, N = w.N, G = w.groups();
+  c.total = K * N;
+
+  const int64_t want_gs = marlin_groupsize_arg(K, w.group_size);
+  if (sec.groupsize != want_gs)
+    fail(c, "Marlin groupsize " + std::to_string(sec.groupsize) + ", expected " +
+                std::to_string(want_gs) + " (group_size " + std::to_string(w.group_size) +
+                ", K " + std::to_string(K) + "; -1 iff group_size == K)");
+  if (sec.layout != kMarlinLayoutTag)
+    fail(c, "layout tag '" + sec.layout + "', expected '" + kMarlinLayoutTag + "'");
+  const bool shapes_ok = K % 16 == 0 && N % 64 == 0 && sec.B.size() == size_t(K / 16 * 2 * N) &&
+                         sec.s.size() == size_t(G * N) && sec.delta.size() == size_t(G * N);
+  if (!shapes_ok) {
+    fail(c, "section shapes B " + std::to_string(sec.B.size()) + " ints, s " +
+                std::to_string(sec.s.size()) + ", delta " + std::to_string(sec.delta.size()) +
+                " halves; expected B [K/16, 2N] = " + std::to_string(K / 16 * 2 * N) +
+                ", s and delta [G, N] = " + std::to_string(G * N));
+    return c;
+  }
+
+  // Codes.
+  std::vector<uint8_t> q(size_t(K * N));
+  marlin_unpack_codes(sec.B.data(), K, N, q.data());
+  int64_t bad_q = 0, first_q = -1;
+  for (int64_t i = 0; i < K * N; ++i)
+    if (q[size_t(i)] != w.q[size_t(i)]) {
+      if (first_q < 0) first_q = i;
+      ++bad_q;
+    }
+  if (bad_q)
+    fail(c, std::to_string(bad_q) + " of " + std::to_string(K * N) + " codes differ (first " +
+                at("q", first_q, N) + ": " + std::to_string(q[size_t(first_q)]) + " decoded, " +
+                std::to_string(w.q[size_t(first_q)]) + " stored)");
+
+  // Scales, undone with the permutation the contract's groupsize implies (G == 1: per column).
+  std::vector<half_bits> s(size_t(G * N));
+  marlin_unpermute_scales(sec.s.data(), G, N, G == 1, s.data());
+  const std::vector<half_bits> delta = delta_contract(w.scale, w.zero);
+  UlpAccumulator acc(0.0);
+  int64_t bad_s = 0, first_s = -1, bad_d = 0, first_d = -1;
+  for (int64_t i = 0; i < G * N; ++i) {
+    acc.add(s[size_t(i)], half_to_float(w.scale[size_t(i)]), 0.0, i);
+    acc.add(sec.delta[size_t(i)], half_to_float(delta[size_t(i)]), 0.0, G * N + i);
+    if (s[size_t(i)] != w.scale[size_t(i)] && first_s < 0) first_s = i;
+    bad_s += s[size_t(i)] != w.scale[size_t(i)];
+    if (sec.delta[size_t(i)] != delta[size_t(i)] && first_d < 0) first_d = i;
+    bad_d += sec.delta[size_t(i)] != delta[size_t(i)];
+  }
+  if (bad_s)
+    fail(c, std::to_string(bad_s) + " of " + std::to_string(G * N) + " scales differ (first " +
+                at("s", first_s, N) + ": " + std::to_string(half_to_float(s[size_t(first_s)])) +
+                " decoded, " + std::to_string(half_to_float(w.scale[size_t(first_s)])) + " stored)");
+  if (bad_d)
+    fail(c, std::to_string(bad_d) + " of " + std::to_string(G * N) +
+                " delta entries differ from float16(zero + 8*scale) (first " + at("delta", first_d, N) +
+                ": " + std::to_string(half_to_float(sec.delta[size_t(first_d)])) + " stored, " +
+                std::to_string(half_to_float(delta[size_t(first_d)])) + " expected)");
+
+  c.stats = acc.finish();
+  c.has_stats = true;
+  // rel_err: how far the weight the section represents, (q' - 8) s' + delta', is from W_hat
+  // (q * scale + zero, exact). Informational: a correct section differs by delta's own fp16
+  // rounding (~1e-4); a corrupted one by O(1).
+  double diff2 = 0, ref2 = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t g = k / w.group_size;
+    for (int64_t n = 0; n < N; ++n) {
+      const size_t i = size_t(k * N + n), gi = size_t(g * N + n);
+      const double ref = double(w.q[i]) * half_to_float(w.scale[gi]) + half_to_float(w.zero[gi]);
+      const double sec_w = (double(q[i]) - 8.0) * half_to_float(s[gi]) + half_to_float(sec.delta[gi]);
+      diff2 += (sec_w - ref) * (sec_w - ref);
+      ref2 += ref * ref;
+    }
+  }
+  c.stats.rel_err = ref2 > 0 ? std::sqrt(diff2 / ref2) : (diff2 > 0 ? INFINITY : 0.0);
+  if (c.status == Status::kPassed) c.message = "codes, scales and delta bit-identical";
+  return c;
+}
+
+}  // namespace tl::verify

@@ -1,0 +1,206 @@
+#include "libverify/reference_math.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <thread>
+
+namespace tl::verify {
+
+void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), n));
+  if (threads == 1) {
+    fn(0, n);
+    return;
+  }
+  // A few chunks per thread so uneven chunks balance out.
+  const int64_t chunks = std::min<int64_t>(n, threads * 4);
+  std::atomic<int64_t> next{0};
+  auto worker = [&] {
+    for (int64_t c; (c = next.fetch_add(1)) < chunks;) fn(c * n / chunks, (c + 1) * n / chunks);
+  };
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+}
+
+std::vector<int64_t> reference_rows(int64_t M, int max_rows) {
+  std::vector<int64_t> rows;
+  if (M <= max_rows || max_rows < 32) {
+    for (int64_t m = 0; m < M; ++m) rows.push_back(m);
+    return rows;
+  }
+  for (int64_t m = 0; m < 16; ++m) rows.push_back(m);
+  for (int64_t m = M - 16; m < M; ++m) rows.push_back(m);
+  const int64_t inner = max_rows - 32;  // evenly spaced in [16, M - 16)
+  for (int64_t i = 0; i < inner; ++i) rows.push_back(16 + (i * (M - 32)) / inner + i % 7);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
+static int64_t group_of(const QuantWeight& w, int64_t k) { return k / w.group_size; }
+
+std::vector<double> dequant_symmetric(const QuantWeight& w) {
+  std::vector<double> W(size_t(w.K * w.N));
+  for (int64_t k = 0; k < w.K; ++k) {
+    const half_bits* s = &w.scale[size_t(group_of(w, k) * w.N)];
+    for (int64_t n = 0; n < w.N; ++n)
+      W[size_t(k * w.N + n)] = (double(w.q[size_t(k * w.N + n)]) - 8.0) * double(half_to_float(s[n]));
+  }
+  return W;
+}
+
+std::vector<double> dequant_asymmetric(const QuantWeight& w) {
+  std::vector<double> W(size_t(w.K * w.N));
+  for (int64_t k = 0; k < w.K; ++k) {
+    const size_t g = size_t(group_of(w, k) * w.N);
+    for (int64_t n = 0; n < w.N; ++n)
+      W[size_t(k * w.N + n)] = double(w.q[size_t(k * w.N + n)]) * double(half_to_float(w.scale[g + n])) +
+                               double(half_to_float(w.zero[g + n]));
+  }
+  return W;
+}
+
+std::vector<half_bits> delta_contract(const std::vector<half_bits>& scale,
+                                      const std::vector<half_bits>& zero) {
+  std::vector<half_bits> d(scale.size());
+  for (size_t i = 0; i < d.size(); ++i)
+    d[i] = float_to_half(half_to_float(zero[i]) + 8.0f * half_to_float(scale[i]));
+  return d;
+}
+
+std::vector<double> group_sums(const half_bits* A, int64_t K, int64_t group_size,
+                               const std::vector<int64_t>& rows) {
+  const int64_t G = (K + group_size - 1) / group_size;
+  std::vector<double> s(rows.size() * size_t(G), 0.0);
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (int64_t k = 0; k < K; ++k)  // <= 2^13 fp16 terms: exact in fp64
+      s[r * size_t(G) + size_t(k / group_size)] += double(half_to_float(A[rows[r] * K + k]));
+  return s;
+}
+
+GemmReference reference_gemm(const half_bits* A, int64_t K, int64_t N,
+                             const std::vector<int64_t>& rows, const double* W,
+                             const double* W_noise) {
+  const size_t R = rows.size();
+  GemmReference out;
+  out.c.assign(R * size_t(N), 0.0);
+  out.sumsq.assign(R * size_t(N), 0.0);
+  if (W_noise) {
+    out.c_aux.assign(R * size_t(N), 0.0);
+    out.sumsq_main.assign(R * size_t(N), 0.0);
+  }
+  std::vector<double> a(R * size_t(K));
+  for (size_t r = 0; r < R; ++r)
+    for (int64_t k = 0; k < K; ++k) a[r * size_t(K) + size_t(k)] = half_to_float(A[rows[r] * K + k]);
+  // Column blocks of 64 per task: the task's accumulators (rows x 64 x 3 doubles) stay in L2
+  // while it streams its W columns once.
+  constexpr int64_t kCols = 64;
+  const int64_t blocks = (N + kCols - 1) / kCols;
+  parallel_for(blocks, [&](int64_t b0, int64_t b1) {
+    std::vector<double> acc(R * kCols), aux(R * kCols), sq(R * kCols), sqm(R * kCols);
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n0 = b * kCols, nc = std::min(kCols, N - n0);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      std::fill(aux.begin(), aux.end(), 0.0);
+      std::fill(sq.begin(), sq.end(), 0.0);
+      std::fill(sqm.begin(), sqm.end(), 0.0);
+      for (int64_t k = 0; k < K; ++k) {
+        const double* w = W + k * N + n0;
+        const double* wn = W_noise ? W_noise + k * N + n0 : w;
+        for (size_t r = 0; r < R; ++r) {
+          const double av = a[r * size_t(K) + size_t(k)];
+          if (av == 0) continue;
+          double* ac = &acc[r * kCols];
+          double* ax = &aux[r * kCols];
+          double* s2 = &sq[r * kCols];
+          double* sm = &sqm[r * kCols];
+          for (int64_t j = 0; j < nc; ++j) {
+            const double u = av * w[j], t = av * wn[j];
+            ac[j] += u;
+            sm[j] += u * u;
+            ax[j] += t;
+            s2[j] += t * t;
+          }
+        }
+      }
+      for (size_t r = 0; r < R; ++r)
+        for (int64_t j = 0; j < nc; ++j) {
+          const size_t o = r * size_t(N) + size_t(n0 + j);
+          out.c[o] = acc[r * kCols + size_t(j)];
+          out.sumsq[o] = sq[r * kCols + size_t(j)];
+          if (W_noise) {
+            out.c_aux[o] = aux[r * kCols + size_t(j)];
+            out.sumsq_main[o] = sqm[r * kCols + size_t(j)];
+          }
+        }
+    }
+  });
+  return out;
+}
+
+CaseReference symmetric_reference(const half_bits* A, int64_t M, const QuantWeight& w, int max_rows) {
+  CaseReference r;
+  r.rows = reference_rows(M, max_rows);
+  const std::vector<double> W = dequant_symmetric(w);
+  GemmReference g = reference_gemm(A, w.K, w.N, r.rows, W.data());
+  r.ref = std::move(g.c);
+  r.sigma.resize(g.sumsq.size());
+  for (size_t i = 0; i < r.sigma.size(); ++i) r.sigma[i] = std::sqrt(g.sumsq[i]);
+  return r;
+}
+
+CaseReference wrapper_reference(const half_bits* A, int64_t M, const QuantWeight& w,
+                                const std::vector<half_bits>& delta16, int max_rows) {
+  CaseReference r;
+  r.rows = reference_rows(M, max_rows);
+  const std::vector<double> W_hat = dequant_asymmetric(w);
+  const std::vector<double> W_m = dequant_symmetric(w);
+  GemmReference g = reference_gemm(A, w.K, w.N, r.rows, W_hat.data(), W_m.data());
+  const int64_t G = w.groups(), N = w.N;
+  const std::vector<double> asum = group_sums(A, w.K, w.group_size, r.rows);
+  r.ref = std::move(g.c);
+  r.sigma.resize(r.ref.size());
+  for (size_t i = 0; i < r.rows.size(); ++i)
+    for (int64_t n = 0; n < N; ++n) {
+      const size_t o = i * size_t(N) + size_t(n);
+      double corr2 = 0;
+      for (int64_t gi = 0; gi < G; ++gi) {
+        const double t = asum[i * size_t(G) + size_t(gi)] * half_to_float(delta16[size_t(gi * N + n)]);
+        corr2 += t * t;
+      }
+      r.sigma[o] = std::sqrt(g.sumsq[o] + g.sumsq_main[o] + g.c_aux[o] * g.c_aux[o] + corr2);
+    }
+  return r;
+}
+
+CaseReference correction_reference(const half_bits* A, const half_bits* C_in,
+                                   const half_bits* delta, int64_t M, int64_t N, int64_t K,
+                                   int64_t group_size) {
+  CaseReference r;
+  r.rows = reference_rows(M, int(M));  // cheap: every row
+  const int64_t G = (K + group_size - 1) / group_size;
+  const std::vector<double> asum = group_sums(A, K, group_size, r.rows);
+  r.ref.resize(size_t(M * N));
+  r.sigma.resize(size_t(M * N));
+  parallel_for(M, [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        const double c = half_to_float(C_in[m * N + n]);
+        double v = c, s2 = c * c;
+        for (int64_t g = 0; g < G; ++g) {
+          const double t = asum[size_t(m * G + g)] * half_to_float(delta[g * N + n]);
+          v += t;
+          s2 += t * t;
+        }
+        r.ref[size_t(m * N + n)] = v;
+        r.sigma[size_t(m * N + n)] = std::sqrt(s2);
+      }
+  });
+  return r;
+}
+
+}  // namespace tl::verify

@@ -1,0 +1,29 @@
+// Drivers of the tiers: decide whether a tier can run (skip reasons), pick its cases (the
+// synthetic shape tables or the file's packed weights), run them with progress on stderr.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "formats/tinyloop_file.h"
+#include "libverify/kernel_backend.h"
+#include "libverify/verify_report.h"
+
+namespace tl::verify {
+
+struct RunContext {
+  KernelBackend* backend = nullptr;      // null: GPU tiers skipped with gpu_skip_reason
+  std::string gpu_skip_reason;
+  const TinyloopReader* file = nullptr;  // null: synthetic run
+  uint64_t seed = 0;
+  bool small_shapes = false;             // only the small synthetic shapes (tests on a CPU emulation)
+  std::ostream* progress = nullptr;      // one line per case
+};
+
+TierResult run_tier(TierId id, const TierBounds& bounds, const RunContext& ctx);
+
+// The M values each packed weight of a file is run at through the GPU tiers.
+constexpr int64_t kFileTierMs[] = {1, 16, 64};
+
+}  // namespace tl::verify

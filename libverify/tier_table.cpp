@@ -1,0 +1,119 @@
+#include "libverify/tier_table.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "formats/error.h"
+#include "libverify/tolerances.h"
+
+namespace tl::verify {
+
+const std::vector<TierSpec>& tier_table() {
+  static const std::vector<TierSpec> table = {
+      {TierId::kPack, "pack", false, FileUse::kRequired, true, "",
+       "Marlin sections decoded back (libconvert decoder) equal q/scale; delta == "
+       "float16(zero + 8*scale); groupsize -1 iff group_size == K; B is [K/16, 2N]",
+       "verify_pack", TierBounds{true, 0, 0, 1}},
+      {TierId::kSymmetric, "symmetric", true, FileUse::kOptional, true, "",
+       "marlin_int4_tc_gemm vs fp64 A * ((q - 8) * s); random shapes M 1..1024, K, N 2048..8192, "
+       "groups 128 and -1 (or the file's B/s at M = 1, 16, 64)",
+       "verify_symmetric_parity",
+       TierBounds{false, kSymmetricMaxUlp, kSymmetricMaxRel, kGemmFloorFactor}},
+      {TierId::kCorrection, "correction", true, FileUse::kOptional, true, "",
+       "a_group_sum + correction_accum vs the CPU reference C + A_group_sum * delta "
+       "(random delta, or the file's)",
+       "verify_correction_kernel",
+       TierBounds{false, kCorrectionMaxUlp, kCorrectionMaxRel, kCorrectionFloorFactor}},
+      {TierId::kWrapper, "wrapper", true, FileUse::kOptional, true, "",
+       "marlin_mm_asymmetric vs fp64 A * W_hat, W_hat = q * scale + zero; random shapes up to "
+       "M 64, N 2048, K 8192 (or every packed weight of the file at M = 1, 16, 64)",
+       "verify_asymmetric_parity",
+       TierBounds{false, kWrapperMaxUlp, kWrapperMaxRel, kGemmFloorFactor}},
+      {TierId::kE2e, "e2e", true, FileUse::kRequired, false,
+       "not available in this build (arrives with the model-runner issue)",
+       "model perplexity with the Marlin path on vs off (and vs fp16): PPL drift, KLD, top-1",
+       "verify_e2e", TierBounds{true, 0, 0, 1}},
+  };
+  return table;
+}
+
+const TierSpec& tier_spec(TierId id) {
+  for (const TierSpec& t : tier_table())
+    if (t.id == id) return t;
+  throw Error("unknown tier id");  // unreachable: every TierId has a row
+}
+
+std::string tier_names_joined(const char* sep) {
+  std::string s;
+  for (const TierSpec& t : tier_table()) s += (s.empty() ? "" : sep) + std::string(t.name);
+  return s;
+}
+
+std::vector<TierId> parse_tier_list(const std::string& list) {
+  std::vector<TierId> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    item = b == std::string::npos ? "" : item.substr(b, e - b + 1);
+    const auto it = std::find_if(tier_table().begin(), tier_table().end(),
+                                 [&](const TierSpec& t) { return item == t.name; });
+    if (it == tier_table().end())
+      throw Error("unknown tier '" + item + "' (expected a comma-separated list of " +
+                  tier_names_joined(", ") + ")", "", "--tiers");
+    if (std::find(out.begin(), out.end(), it->id) != out.end())
+      throw Error("tier '" + item + "' given twice", "", "--tiers");
+    out.push_back(it->id);
+  }
+  if (out.empty()) throw Error("empty tier list (expected some of " + tier_names_joined(", ") + ")",
+                               "", "--tiers");
+  return out;
+}
+
+static std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+std::vector<BoundFlag> bound_flags() {
+  std::vector<BoundFlag> flags;
+  for (const TierSpec& t : tier_table()) {
+    if (t.bounds.exact) continue;
+    flags.push_back({t.id, BoundKind::kMaxUlp, std::string("--max-ulp-") + t.name,
+                     std::string("pass bound of the ") + t.name +
+                         " tier: max fp16 ULP distance (floored at " + number(t.bounds.floor_factor) +
+                         " * sigma, see docs/verify.md)",
+                     t.bounds.max_ulp});
+    flags.push_back({t.id, BoundKind::kMaxRel, std::string("--max-rel-") + t.name,
+                     std::string("pass bound of the ") + t.name +
+                         " tier: ||out - ref||_F / ||ref||_F per case",
+                     t.bounds.max_rel});
+  }
+  return flags;
+}
+
+static std::string bound_text(const TierSpec& t) {
+  if (!t.available) return "-";
+  if (t.bounds.exact) return "exact";
+  return "ULP<=" + number(t.bounds.max_ulp) + " rel<=" + number(t.bounds.max_rel);
+}
+
+std::string tier_help_table() {
+  std::string s = "Tiers (--tiers, default: all; a tier that cannot run is reported skipped):\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "  %-11s %-4s %-9s %-20s %s\n", "tier", "GPU", "FILE",
+                "default bound", "what it checks");
+  s += line;
+  for (const TierSpec& t : tier_table()) {
+    const char* file = t.file_use == FileUse::kRequired ? "required" : "optional";
+    std::string desc = t.available ? t.description : std::string(t.unavailable);
+    std::snprintf(line, sizeof line, "  %-11s %-4s %-9s %-20s %s\n", t.name,
+                  t.needs_gpu ? "yes" : "no", file, bound_text(t).c_str(), desc.c_str());
+    s += line;
+  }
+  return s;
+}
+
+}  // namespace tl::verify

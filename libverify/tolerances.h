@@ -1,0 +1,69 @@
+// Named tolerances of tl-verify, each with the reason for its value. The long derivation is
+// in docs/verify.md ("Bounds"); the short one is next to each constant.
+//
+// Error model. Every GPU result is an fp16 number; the reference is exact (fp64 on exactly
+// representable inputs). The kernels round in three places:
+//   (1) the output store to fp16: <= 0.5 fp16 step of the result;
+//   (2) the fp16 product of a dequantized weight, (q - 8) * s (Marlin's grouped path multiplies
+//       fp16 codes by fp16 scales before the tensor-core MMA): relative error <= u16 = 2^-11
+//       per product, uniformly distributed, so the sum over K has a standard deviation
+//       <= u16 / sqrt(3) * sigma, sigma = sqrt(sum_k (a_k w_k)^2);
+//   (3) fp32 accumulation over K (and fp16 partial sums if the kernel reduces split-K slices
+//       through an fp16 buffer, as upstream Marlin does): fp32 adds cost ~ sqrt(K) * u32 * sigma,
+//       negligible (< 0.01 fp16 step at K = 8192); each fp16 partial-sum store <= 0.5 step.
+// Elements whose exact value is far below sigma (cancellation) have an absolute error of order
+// u16 * sigma that is any number of fp16 steps *of the result*. We therefore count ULPs at the
+// scale max(|ref|, c * sigma) ("floored ULP", ulp_stats.h): exactly the DESIGN.md ULP wherever
+// |ref| >= c * sigma, and the error in steps of the noise floor below it. The raw (unfloored)
+// maximum is reported too.
+#pragma once
+
+namespace tl::verify {
+
+constexpr double kHalfUnitRoundoff = 1.0 / 2048.0;        // u16 = 2^-11
+constexpr double kFloatUnitRoundoff = 1.0 / 16777216.0;   // u32 = 2^-24
+
+// ---- symmetric (Marlin GEMM vs fp64 on (q - 8) * s) ----
+// max ULP: 0.5 (output rounding) + 0.5 (distance measured to the fp16 nearest the reference)
+// + the weight-product noise, std < 1/sqrt(3) step at the floored scale, whose maximum over
+// the ~5e6 elements of a run stays below 5.5 std = 3.2 steps; up to 8 fp16 split-K partial
+// stores add a uniform +-0.5 step each (std 0.8 together). Expected max ~ 4 to 6.5; bound 8.
+constexpr double kSymmetricMaxUlp = 8;
+// rel Frobenius: weight products ~ u16/sqrt(3) = 2.8e-4, output rounding ~ 2e-4, in
+// quadrature ~ 3.5e-4 (upstream's golden data: 2e-4 from the weights alone); bound 2e-3
+// (~6x). A planted layout fault moves at least 1/512 of the weights and gives >= 3e-2.
+constexpr double kSymmetricMaxRel = 2e-3;
+// Floor at c * sigma with c = 1: below |ref| = sigma the result is cancellation-dominated and
+// the weight-product noise (std u16/sqrt(3) * sigma) is itself >= 0.3 fp16 steps of |ref|.
+constexpr double kGemmFloorFactor = 1.0;
+
+// ---- correction (a_group_sum + correction_accum vs CPU) ----
+// All inner math is fp32 on exact fp16 inputs, so the only visible error is the final
+// rounding: the result is the fp16 nearest a value within ~1e-6 relative of the reference,
+// i.e. 0 or 1 step from the fp16 nearest the reference. Bound 2 (the contract).
+constexpr double kCorrectionMaxUlp = 2;
+constexpr double kCorrectionMaxRel = 1e-3;  // output rounding alone ~ 2e-4
+// fp32 noise is ~ sqrt(G) * 2^-24 * sigma; at c = 1/16 that is < 2^-9 steps even for G = 64,
+// so elements are measured at (almost) their own fp16 spacing; only deep cancellation is floored.
+constexpr double kCorrectionFloorFactor = 1.0 / 16;
+// a_sum (fp32) vs the exact group sum: the textbook recursive-summation bound
+// |err| <= (n - 1) * u32 * sum |a| holds for any summation order a kernel may use.
+constexpr double kASumBoundFactor = 1.0;
+
+// ---- wrapper (marlin_mm_asymmetric vs A * W_hat in fp64) ----
+// The symmetric error, with the rounded terms of either implementation in sigma: unfused, one
+// more fp16 rounding (the Marlin output before the correction adds A_sum * delta, 0.5 step at
+// the scale of |C_marlin|); fused (ours: delta folded into the dequantized weights with one
+// fp16 fma), products rounded at the scale of |a * W_hat|; and delta's own fp16 storage
+// rounding (u16 * |A_sum * delta| per group).
+constexpr double kWrapperMaxUlp = 8;
+constexpr double kWrapperMaxRel = 2e-3;
+
+// ---- reference cost ----
+// The fp64 reference of an M x K x N case costs M*K*N multiply-adds on the CPU. For M above
+// this many rows we check a fixed sample: the first and last 16 rows (every row residue of a
+// 16-row MMA tile, both boundary tiles) plus evenly spaced rows between. NaN/Inf are checked
+// on every output element.
+constexpr int kReferenceRowsMax = 64;
+
+}  // namespace tl::verify

@@ -1,0 +1,113 @@
+#include "libverify/verify_tool.h"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <random>
+
+#include "formats/atomic_output.h"
+#include "formats/error.h"
+#include "formats/exit_codes.h"
+#include "formats/tinyloop_file.h"
+#include "libverify/tier_runners.h"
+#include "libverify/verify_report.h"
+
+namespace tl::verify {
+namespace {
+
+uint64_t clock_seed() {
+  const uint64_t t = uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
+  return (t ^ (uint64_t(std::random_device{}()) << 32)) & ((uint64_t(1) << 53) - 1);  // JSON-exact
+}
+
+TierBounds bounds_for(TierId id, const VerifyOptions& o) {
+  TierBounds b = tier_spec(id).bounds;
+  for (const BoundOverride& ov : o.bounds) {
+    if (ov.tier != id) continue;
+    if (!std::isfinite(ov.value) || ov.value < 0)
+      throw Error("bound must be a finite number >= 0, got " + std::to_string(ov.value), "",
+                  std::string(ov.kind == BoundKind::kMaxUlp ? "--max-ulp-" : "--max-rel-") +
+                      tier_spec(id).name);
+    (ov.kind == BoundKind::kMaxUlp ? b.max_ulp : b.max_rel) = ov.value;
+  }
+  return b;
+}
+
+void write_report_file(const std::string& path, const std::function<void(std::ostream&)>& body,
+                       std::unique_ptr<AtomicOutput>& out) {
+  {
+    std::ofstream f(out->tmp_path(), std::ios::binary | std::ios::trunc);
+    if (!f) throw Error("cannot write the report", path);
+    body(f);
+    f.flush();
+    if (!f) throw Error("cannot write the report (disk full?)", path);
+  }
+  out->commit();
+}
+
+}  // namespace
+
+int run_tl_verify(const VerifyOptions& o) {
+  std::ostream& out = o.out ? *o.out : std::cout;
+  std::ostream& err = o.err ? *o.err : std::cerr;
+
+  // Everything that can be bad input is checked before any tier runs.
+  std::vector<TierId> tiers = o.tiers;
+  if (tiers.empty())
+    for (const TierSpec& t : tier_table()) tiers.push_back(t.id);
+  std::vector<TierBounds> bounds;
+  for (TierId id : tiers) bounds.push_back(bounds_for(id, o));
+  std::unique_ptr<AtomicOutput> json_out, md_out;
+  if (!o.json_path.empty()) json_out = std::make_unique<AtomicOutput>(o.json_path);
+  if (!o.md_path.empty()) md_out = std::make_unique<AtomicOutput>(o.md_path);
+  std::unique_ptr<TinyloopReader> reader;
+  if (!o.file.empty()) reader = std::make_unique<TinyloopReader>(o.file);
+
+  VerifyReport report;
+  report.file = o.file;
+  report.seed = o.seed ? *o.seed : clock_seed();
+  err << "tl-verify: seed " << report.seed << " (reproduce with --seed " << report.seed << ")\n";
+
+  bool want_gpu = false;
+  for (TierId id : tiers) want_gpu = want_gpu || (tier_spec(id).needs_gpu && tier_spec(id).available);
+  BackendProbe probe;
+  KernelBackend* backend = o.backend;
+  if (!backend && want_gpu) {
+    probe = open_gpu_backend();
+    backend = probe.backend.get();
+  }
+  if (backend) report.device = backend->device_name();
+
+  RunContext ctx;
+  ctx.backend = backend;
+  ctx.gpu_skip_reason = probe.skip_reason.empty() ? "no GPU backend" : probe.skip_reason;
+  ctx.file = reader.get();
+  ctx.seed = report.seed;
+  ctx.small_shapes = o.small_shapes;
+  ctx.progress = &err;
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    TierResult r = run_tier(tiers[i], bounds[i], ctx);
+    if (r.status == Status::kSkipped)
+      err << "tl-verify: " << tier_spec(r.id).name << ": skipped: " << r.reason << "\n";
+    report.tiers.push_back(std::move(r));
+  }
+  report.exit_code = report_exit_code(report);
+
+  write_text_report(report, out);
+  for (const TierResult& t : report.tiers)
+    for (const CaseResult& c : t.cases)
+      if (c.status == Status::kFailed)
+        err << "tl-verify: FAILED " << tier_spec(t.id).name << ": " << c.label << ": " << c.message
+            << "\n";
+  if (json_out)
+    write_report_file(o.json_path, [&](std::ostream& f) { f << report_to_json(report).dump(2) << "\n"; },
+                      json_out);
+  if (md_out)
+    write_report_file(o.md_path, [&](std::ostream& f) { write_markdown_report(report, f); }, md_out);
+  return report.exit_code;
+}
+
+}  // namespace tl::verify

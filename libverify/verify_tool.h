@@ -1,0 +1,42 @@
+// tl-verify as a library call: the tool's main parses flags into VerifyOptions and calls
+// run_tl_verify; the tests call it in-process with their own streams and a CPU backend.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "libverify/kernel_backend.h"
+#include "libverify/tier_table.h"
+
+namespace tl::verify {
+
+struct BoundOverride {
+  TierId tier;
+  BoundKind kind;
+  double value;
+};
+
+struct VerifyOptions {
+  std::string file;                     // .tinyloop; empty: synthetic tiers on random data
+  std::vector<TierId> tiers;            // empty: every tier of the table, in table order
+  std::string json_path, md_path;       // reports (written atomically), empty: none
+  std::optional<uint64_t> seed;         // empty: from the clock (printed)
+  std::vector<BoundOverride> bounds;    // command-line overrides of the table's defaults
+
+  std::ostream* out = nullptr;          // results table (stdout when null)
+  std::ostream* err = nullptr;          // progress, skip reasons, failures (stderr when null)
+  // Test hooks (not on the command line):
+  KernelBackend* backend = nullptr;     // used instead of probing the GPU
+  bool small_shapes = false;            // synthetic tiers: only the small shapes
+};
+
+// Runs the requested tiers, prints the table, writes the reports. Returns 0 (everything that
+// ran passed), 1 (a tier failed; one stderr line per failing case names the tier and the shape
+// or weight) or 77 (everything requested was skipped). Throws tl::Error on bad input or
+// options (the tool maps it to exit 2); nothing is written at the report paths then.
+int run_tl_verify(const VerifyOptions& options);
+
+}  // namespace tl::verify

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (through the `run` tool, carrying .device): the CUDA tests, the
+# compute-sanitizer checks and the kernel benchmark, with logs and JSON under $OUT and a short
+# summary printed last.
+#   bash scripts/device_run.sh [test] [sanitize] [bench-quick] [bench] [verify]
+# Extra benchmark arguments: BENCH_ARGS="--sets 70b --g 128".
+set -uo pipefail
+OUT=${OUT:-$PWD/.device/out}
+mkdir -p "$OUT"
+bin=.device/bin
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(test sanitize bench-quick)
+summary=()
+note() { summary+=("$1"); }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+note "gpu: $(head -1 "$OUT/gpu.txt")"
+[ -x "$bin/test_cuda" ] || { echo "device_run: $bin/test_cuda missing (scripts/stage_device.sh)"; exit 2; }
+ldd "$bin/test_cuda" | grep -q "not found" && { ldd "$bin/test_cuda"; echo "device_run: missing libraries"; exit 2; }
+
+doctest_line() { grep -E "^\[doctest\] (test cases|assertions)" "$1" | tr '\n' ' '; }
+
+for step in "${steps[@]}"; do
+  case "$step" in
+    test)
+      start=$(date +%s)
+      "$bin/test_cuda" > "$OUT/test_cuda.log" 2>&1; rc=$?
+      note "test_cuda: rc=$rc $(doctest_line "$OUT/test_cuda.log") ($(( $(date +%s) - start )) s)"
+      ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        start=$(date +%s)
+        TL_TEST_QUICK=1 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/test_cuda" \
+          > "$OUT/$tool.log" 2>&1; rc=$?
+        note "$tool (quick subset): rc=$rc $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/$tool.log" | tail -1) $(doctest_line "$OUT/$tool.log") ($(( $(date +%s) - start )) s)"
+      done
+      ;;
+    bench-quick|bench)
+      start=$(date +%s)
+      args=(--json "$OUT/$step.json")
+      [ "$step" = bench-quick ] && args+=(--quick)
+      # shellcheck disable=SC2086
+      "$bin/bench_kernels" "${args[@]}" ${BENCH_ARGS:-} > "$OUT/$step.log" 2>&1; rc=$?
+      note "$step: rc=$rc ($(( $(date +%s) - start )) s)"
+      while IFS= read -r line; do note "  $line"; done < <(sed -n '/^summary/,$p' "$OUT/$step.log" | grep -v "^wrote")
+      ;;
+    verify)
+      if [ -x "$bin/test_verify" ]; then
+        "$bin/test_verify" > "$OUT/test_verify.log" 2>&1; rc=$?
+        note "test_verify: rc=$rc $(doctest_line "$OUT/test_verify.log")"
+      else
+        note "test_verify: not staged"
+      fi
+      ;;
+    *) note "unknown step $step" ;;
+  esac
+done
+
+echo "==== device_run summary ===="
+printf '%s\n' "${summary[@]}"

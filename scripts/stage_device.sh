@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Copies the binaries that run on the GPU machine into .device/bin (ignored by git; the `run`
+# tool carries it with `carry: [".device"]`). Build first: `make device` (build-sm90: sm_90
+# only, static HDF5). Usage: scripts/stage_device.sh [build-dir]
+set -euo pipefail
+build=${1:-build-sm90}
+root=$(cd "$(dirname "$0")/.." && pwd)
+dest="$root/.device/bin"
+rm -rf "$dest"
+mkdir -p "$dest"
+staged=()
+# GPU test runner and benchmark first; then whatever else was built (test runners, tools).
+for f in "$build/tests/test_cuda" "$build/bench/bench_kernels" "$build"/tests/test_* "$build"/apps/tl-* \
+         "$build"/apps/tl_*; do
+  [ -f "$f" ] && [ -x "$f" ] || continue
+  name=$(basename "$f")
+  [ -e "$dest/$name" ] && continue
+  cp "$f" "$dest/$name"
+  strip --strip-debug "$dest/$name" 2>/dev/null || true
+  staged+=("$name")
+done
+if [ ${#staged[@]} -eq 0 ]; then
+  echo "stage_device: nothing built in $build (run 'make device' first)" >&2
+  exit 2
+fi
+size=$(du -sm "$root/.device" | cut -f1)
+echo "stage_device: ${staged[*]} -> .device/bin (${size} MiB; the working tree + carry must stay < 64 MiB)"
+if [ "$size" -ge 48 ]; then
+  echo "stage_device: warning: .device is ${size} MiB" >&2
+fi

@@ -1,0 +1,142 @@
+// Shared helpers of the GPU tests: checked device buffers, seeded random inputs, poisoning,
+// and the comparison against fp64 references with the named error bounds below.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include "formats/half.h"
+
+namespace tl::test {
+
+// ---- Error bounds (fp16 inputs and outputs, fp32 accumulation) ----
+//
+// A GEMM output y = sum_k a_k w_k is stored as fp16. Its error against the exact (fp64) value:
+//  * the final rounding to fp16: <= 0.5 ULP(y);
+//  * fp32 accumulation over K: <= ~K u32 sum|a_k w_k| worst case, ~sqrt(K) u32 |y| typical
+//    (u32 = 2^-24): below 1e-5 of |y| for K <= 8192, negligible next to fp16's 2^-11;
+//  * weights that the kernel rounds to fp16 (Marlin's grouped (q - 8) * s, and (q - 8) * s +
+//    delta in the asymmetric kernel): each w_k gets a relative error <= 2^-11, i.e. an output
+//    error of ~2^-11/sqrt(3) * rms(y) RMS for random signs; over ~10^6 outputs the largest is
+//    ~5 sigma ~ 3 * 2^-11 * rms(y) ~ 3 ULP at rms(y).
+// Elements that cancel to ~0 cannot be judged in their own ULPs (the error scale is set by the
+// terms, not the result), so the ULP test measures |out - ref| in ULPs of
+// max(|ref|, rms(ref)): "scaled ULP".
+constexpr double kMaxUlpExactWeights = 1.0;    // rounding of an almost exact fp32 sum: <= 1 ULP
+constexpr double kMaxUlpRoundedWeights = 4.0;  // 0.5 + ~3 (weights) + margin
+// Relative Frobenius error: fp16 output rounding alone gives ~2^-11/sqrt(3) ~ 2.8e-4 relative
+// RMS, weight rounding about as much again; 1e-3 is ~3x the expected ~3.5e-4.
+constexpr double kMaxRelFro = 1e-3;
+// fp32 sum of n fp16 values: each addition rounds by <= u32 of the running sum, so the error is
+// <= depth * u32 * sum|a| where depth = the longest chain of additions.
+constexpr double kU32 = 5.9604644775390625e-08;  // 2^-24
+
+// ---- CUDA checking ----
+#define TL_REQUIRE_CUDA(call)                                                             \
+  do {                                                                                    \
+    const cudaError_t tl_err_ = (call);                                                   \
+    if (tl_err_ != cudaSuccess)                                                           \
+      FAIL(#call << " failed at " << __FILE__ << ":" << __LINE__ << ": "                  \
+                 << cudaGetErrorString(tl_err_));                                         \
+  } while (0)
+
+// A launcher rc must be 0 and the kernel must have finished without a fault.
+#define TL_REQUIRE_LAUNCH(rc_expr)                                                        \
+  do {                                                                                    \
+    const int tl_rc_ = (rc_expr);                                                         \
+    REQUIRE_MESSAGE(tl_rc_ == 0, #rc_expr << " returned rc " << tl_rc_);                  \
+    TL_REQUIRE_CUDA(cudaGetLastError());                                                  \
+    TL_REQUIRE_CUDA(cudaDeviceSynchronize());                                             \
+  } while (0)
+
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t count) : count_(count) {
+    TL_REQUIRE_CUDA(cudaMalloc(reinterpret_cast<void**>(&ptr_), std::max<size_t>(count, 1) * sizeof(T)));
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return ptr_; }
+  __half* half() const { return reinterpret_cast<__half*>(ptr_); }
+  size_t size() const { return count_; }
+  void upload(const std::vector<T>& host) {
+    REQUIRE(host.size() == count_);
+    TL_REQUIRE_CUDA(cudaMemcpy(ptr_, host.data(), count_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(count_);
+    TL_REQUIRE_CUDA(cudaMemcpy(host.data(), ptr_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+  // 0xFF bytes: fp16 0xFFFF and fp32 0xFFFFFFFF are NaN, so an unwritten output cannot pass.
+  void poison() { TL_REQUIRE_CUDA(cudaMemset(ptr_, 0xFF, count_ * sizeof(T))); }
+  void zero() { TL_REQUIRE_CUDA(cudaMemset(ptr_, 0, count_ * sizeof(T))); }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t count_ = 0;
+};
+
+// ---- Seeded random inputs (the seed is printed once; TL_TEST_SEED=... reproduces a run) ----
+uint64_t test_seed();
+
+class Rng {
+ public:
+  explicit Rng(uint64_t stream) : s_(test_seed() ^ (stream * 0x9E3779B97F4A7C15ull)) { next(); }
+  uint64_t next() {  // splitmix64
+    uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform(double lo, double hi) { return lo + (hi - lo) * double(next() >> 11) * 0x1p-53; }
+
+ private:
+  uint64_t s_;
+};
+
+// fp16 values uniform in [lo, hi] (never all zero).
+std::vector<half_bits> random_halves(Rng& rng, size_t count, double lo, double hi);
+// Codes 0..15, one per byte.
+std::vector<uint8_t> random_codes(Rng& rng, size_t count);
+
+// True when TL_TEST_QUICK=1: the reduced case list (used under compute-sanitizer).
+bool quick_mode();
+
+// ---- Comparison ----
+struct CompareResult {
+  double rel_fro = 0;         // ||out - ref|| / ||ref||
+  double max_scaled_ulp = 0;  // max |out - ref| / ULP16(max(|ref|, rms(ref)))
+  double max_raw_ulp = 0;     // max distance in fp16 steps from fp16(ref) (DESIGN.md's ULP)
+  int64_t nonfinite = 0;      // NaN/Inf outputs: unwritten (poison) or overflow
+};
+
+// Compares rows `rows` of out ([*, N] fp16) with ref ([rows.size(), N] fp64, in that order).
+// Prints the worst few elements (row, column, out, ref, scaled ULP) when a bound is exceeded.
+CompareResult compare_rows(const std::string& what, const std::vector<half_bits>& out,
+                           const std::vector<int64_t>& rows, int64_t N,
+                           const std::vector<double>& ref, double max_scaled_ulp,
+                           double max_rel_fro);
+
+// Rows a test checks against the CPU reference: all of them when rows * K * N is within the
+// budget, else the first, the last, and those next to the 16- and 64-row slice boundaries.
+std::vector<int64_t> rows_to_check(int64_t M, int64_t K, int64_t N);
+
+// Every element of out (all rows) finite: the kernel wrote the whole poisoned output.
+int64_t count_nonfinite(const std::vector<half_bits>& out);
+
+}  // namespace tl::test

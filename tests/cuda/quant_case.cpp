@@ -1,0 +1,69 @@
+// Random quantized layers for the GPU tests (see quant_case.h).
+#include "quant_case.h"
+
+#include "cuda/kernels_ref.h"
+#include "libconvert/marlin_layout.h"
+
+namespace tl::test {
+
+std::string QuantCase::name() const {
+  return "M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N) +
+         " g=" + std::to_string(marlin_gs());
+}
+
+QuantCase make_quant_case(int64_t M, int64_t K, int64_t N, int64_t group_size, uint64_t stream) {
+  Rng rng(stream);
+  QuantCase c;
+  c.M = M;
+  c.K = K;
+  c.N = N;
+  c.group_size = group_size;
+  const int64_t G = K / group_size;
+  c.A = random_halves(rng, size_t(M * K), -1.0, 1.0);
+  c.codes = random_codes(rng, size_t(K * N));
+  c.scale = random_halves(rng, size_t(G * N), 0.002, 0.02);
+  c.zero.resize(size_t(G * N));
+  for (size_t i = 0; i < c.zero.size(); ++i) {
+    const double z = double(rng.next() % 16) + rng.uniform(-0.5, 0.5);
+    c.zero[i] = float_to_half(float(-z * half_to_float(c.scale[i])));
+  }
+  c.delta.resize(c.zero.size());
+  marlin_delta(c.scale.data(), c.zero.data(), int64_t(c.zero.size()), c.delta.data());
+  c.q_tinyloop = cuda::pack_tinyloop_codes(c.codes.data(), K, N);
+  if (K % 16 == 0 && N % 64 == 0) {
+    c.B.resize(size_t(K / 16 * 2 * N));
+    marlin_pack_codes(c.codes.data(), K, N, c.B.data());
+    c.s_marlin.resize(c.scale.size());
+    marlin_permute_scales(c.scale.data(), G, N, G == 1, c.s_marlin.data());
+  }
+  return c;
+}
+
+namespace {
+
+std::vector<double> ref_rows(const QuantCase& c, const std::vector<int64_t>& rows,
+                             const half_bits* zero) {
+  std::vector<double> out(rows.size() * size_t(c.N));
+  // Contiguous runs of rows share one pass over the weights.
+  size_t i = 0;
+  while (i < rows.size()) {
+    size_t j = i + 1;
+    while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
+    cuda::quant_gemm_ref(c.A.data(), c.codes.data(), c.scale.data(), zero, false, c.N, c.K,
+                         c.group_size, rows[i], rows[j - 1] + 1, out.data() + i * size_t(c.N));
+    i = j;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<double> ref_marlin(const QuantCase& c, const std::vector<int64_t>& rows) {
+  return ref_rows(c, rows, nullptr);
+}
+
+std::vector<double> ref_w_hat(const QuantCase& c, const std::vector<int64_t>& rows) {
+  return ref_rows(c, rows, c.zero.data());
+}
+
+}  // namespace tl::test

@@ -1,0 +1,124 @@
+// quant_gemm: the path it takes (fp16 copy, Marlin, native) for each condition, the counted
+// fallback reasons, the first-dispatch line, and that every path computes A * W_hat.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "cuda/tl_kernels.h"
+#include "gpu_test_util.h"
+#include "quant_case.h"
+
+namespace tl::test {
+namespace {
+
+using tl::cuda::GemmPath;
+
+struct DeviceWeight {
+  DeviceBuffer<uint8_t> q;
+  DeviceBuffer<half_bits> scale, zero, s, delta, fp16;
+  DeviceBuffer<int32_t> B;
+  DeviceBuffer<int> workspace;
+  tl::cuda::DeviceQuantWeight w;
+  explicit DeviceWeight(const QuantCase& c)
+      : q(c.q_tinyloop), scale(c.scale), zero(c.zero), s(c.s_marlin), delta(c.delta),
+        fp16(size_t(c.K * c.N)), B(c.B), workspace(tl::cuda::marlin_workspace_ints(int(c.N))) {
+    workspace.zero();
+    // The fp16 body cache: W_hat rounded to fp16.
+    std::vector<half_bits> w16(size_t(c.K * c.N));
+    for (int64_t k = 0; k < c.K; ++k)
+      for (int64_t n = 0; n < c.N; ++n) {
+        const int64_t g = k / c.group_size;
+        w16[size_t(k * c.N + n)] = float_to_half(
+            float(double(c.codes[size_t(k * c.N + n)]) * half_to_float(c.scale[size_t(g * c.N + n)]) +
+                  half_to_float(c.zero[size_t(g * c.N + n)])));
+      }
+    fp16.upload(w16);
+    w.name = "test.weight";
+    w.K = int(c.K);
+    w.N = int(c.N);
+    w.group_size = int(c.group_size);
+    w.q = q.get();
+    w.scale = scale.half();
+    w.zero = zero.half();
+    if (!c.B.empty()) {
+      w.marlin_B = B.get();
+      w.marlin_s = s.half();
+      w.marlin_delta = delta.half();
+      w.marlin_workspace = workspace.get();
+    }
+  }
+};
+
+// Runs quant_gemm, checks the path and the result against A * W_hat.
+void run_and_check(const QuantCase& c, const tl::cuda::DeviceQuantWeight& w, GemmPath want) {
+  DeviceBuffer<half_bits> A(c.A), Y(size_t(c.M * c.N));
+  Y.poison();
+  int rc = -1;
+  const GemmPath got = tl::cuda::quant_gemm(w, A.half(), Y.half(), int(c.M), nullptr, &rc);
+  REQUIRE(rc == 0);
+  TL_REQUIRE_CUDA(cudaDeviceSynchronize());
+  CHECK_MESSAGE(got == want, "took " << tl::cuda::gemm_path_name(got) << ", want "
+                                     << tl::cuda::gemm_path_name(want));
+  const std::vector<int64_t> rows = rows_to_check(c.M, c.K, c.N);
+  // Every path rounds weights at most to fp16 (fp16 copy, Marlin's fma) before an fp32 sum.
+  const CompareResult r = compare_rows(std::string("quant_gemm/") + tl::cuda::gemm_path_name(got),
+                                       Y.download(), rows, c.N, ref_w_hat(c, rows),
+                                       kMaxUlpRoundedWeights, kMaxRelFro);
+  CHECK(r.nonfinite == 0);
+  CHECK(r.max_scaled_ulp <= kMaxUlpRoundedWeights);
+  CHECK(r.rel_fro <= kMaxRelFro);
+}
+
+}  // namespace
+
+TEST_CASE("quant_gemm: path selection, fallback reasons, first-dispatch line") {
+  tl::cuda::reset_dispatch_stats();
+  const QuantCase c = make_quant_case(16, 1024, 512, 128, 5000);
+  DeviceWeight dw(c);
+
+  SUBCASE("fp16 copy wins when present") {
+    tl::cuda::DeviceQuantWeight w = dw.w;
+    w.fp16_weight = dw.fp16.half();
+    tl::cuda::set_marlin_dispatch(true);
+    run_and_check(c, w, GemmPath::kFp16Copy);
+  }
+  SUBCASE("dispatch disabled: native, no fallback counted") {
+    tl::cuda::set_marlin_dispatch(false);
+    run_and_check(c, dw.w, GemmPath::kNativeInt4);
+    CHECK(tl::cuda::dispatch_stats().fallbacks.empty());
+  }
+  SUBCASE("dispatch enabled: Marlin, and the first-dispatch line") {
+    tl::cuda::set_marlin_dispatch(true);
+    run_and_check(c, dw.w, GemmPath::kMarlin);
+    const tl::cuda::DispatchStats st = tl::cuda::dispatch_stats();
+    CHECK(st.dispatches[int(GemmPath::kMarlin)] == 1);
+    CHECK(st.first_dispatch_line.rfind("[marlin] first dispatch ok: BT=", 0) == 0);
+  }
+  SUBCASE("exact_int4 and a missing pack fall back with their reason") {
+    tl::cuda::set_marlin_dispatch(true);
+    tl::cuda::DeviceQuantWeight w = dw.w;
+    w.exact_int4 = true;
+    run_and_check(c, w, GemmPath::kNativeInt4);
+    w = dw.w;
+    w.marlin_B = nullptr;
+    run_and_check(c, w, GemmPath::kNativeInt4);
+    const tl::cuda::DispatchStats st = tl::cuda::dispatch_stats();
+    CHECK(st.fallbacks.at("flagged exact_int4") == 1);
+    CHECK(st.fallbacks.at("no marlin pack") == 1);
+  }
+  tl::cuda::set_marlin_dispatch(false);
+}
+
+TEST_CASE("quant_gemm: N not a multiple of 128 falls back to the native kernel") {
+  tl::cuda::reset_dispatch_stats();
+  tl::cuda::set_marlin_dispatch(true);
+  const QuantCase c = make_quant_case(3, 256, 192, 128, 5001);  // packable (N % 64), not runnable
+  DeviceWeight dw(c);
+  run_and_check(c, dw.w, GemmPath::kNativeInt4);
+  CHECK(tl::cuda::dispatch_stats().fallbacks.at("N % 128 != 0") == 1);
+  tl::cuda::set_marlin_dispatch(false);
+  CHECK(tl::cuda::marlin_min_m() >= 1);
+}
+
+}  // namespace tl::test

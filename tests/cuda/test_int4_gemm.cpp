@@ -1,0 +1,71 @@
+// Native int4_gemm (TinyLoop layout) against the fp64 reference: ragged N (odd, below a warp's
+// 256 columns), K not a multiple of 128, group sizes 32 / 128 / per-row, the split-K path.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "cuda/tl_kernels.h"
+#include "gpu_test_util.h"
+#include "quant_case.h"
+
+namespace tl::test {
+namespace {
+
+struct Int4Case {
+  int64_t M, K, N, group_size;  // group_size 0: per row (== K)
+};
+
+std::vector<Int4Case> int4_cases() {
+  if (quick_mode()) return {{1, 256, 129, 128}, {7, 128, 256, 0}, {17, 512, 100, 32}};
+  std::vector<Int4Case> cases;
+  for (int64_t M : {1, 7, 16, 17, 64, 100})
+    for (Int4Case s : {Int4Case{0, 128, 128, 128}, Int4Case{0, 256, 129, 128},
+                       Int4Case{0, 100, 7, 0}, Int4Case{0, 640, 1000, 32},
+                       Int4Case{0, 4096, 4096, 128}})
+      cases.push_back({M, s.K, s.N, s.group_size});
+  cases.push_back({256, 1024, 512, 128});
+  cases.push_back({1024, 512, 256, 0});
+  cases.push_back({1, 8192, 8192, 128});
+  cases.push_back({4, 11008, 4096, 128});
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("int4_gemm: TinyLoop layout vs fp64 reference") {
+  uint64_t stream = 2000;
+  for (const Int4Case& ic : int4_cases()) {
+    const int64_t gs = ic.group_size == 0 ? ic.K : ic.group_size;
+    const QuantCase c = make_quant_case(ic.M, ic.K, ic.N, gs, ++stream);
+    CAPTURE(c.name());
+    DeviceBuffer<half_bits> A(c.A), scale(c.scale), zero(c.zero), C(size_t(c.M * c.N));
+    DeviceBuffer<uint8_t> q(c.q_tinyloop);
+    C.poison();
+    TL_REQUIRE_LAUNCH(tl::cuda::int4_gemm(A.half(), q.get(), scale.half(), zero.half(), C.half(),
+                                          int(c.M), int(c.N), int(c.K), int(gs), nullptr));
+    const std::vector<half_bits> out = C.download();
+    CHECK_MESSAGE(count_nonfinite(out) == 0, c.name() << ": unwritten outputs");
+    const std::vector<int64_t> rows = rows_to_check(c.M, c.K, c.N);
+    // fp32 dequantization (q * scale + zero: one fma) and fp32 accumulation: weights exact to
+    // ~2^-24, so only the final rounding counts.
+    const CompareResult r = compare_rows("int4_gemm " + c.name(), out, rows, c.N,
+                                         ref_w_hat(c, rows), kMaxUlpExactWeights, kMaxRelFro);
+    CHECK_MESSAGE(r.max_scaled_ulp <= kMaxUlpExactWeights, c.name() << " " << r.max_scaled_ulp);
+    CHECK_MESSAGE(r.rel_fro <= kMaxRelFro, c.name() << " rel " << r.rel_fro);
+  }
+}
+
+TEST_CASE("int4_gemm: shape return codes") {
+  DeviceBuffer<half_bits> buf(4096);
+  DeviceBuffer<uint8_t> q(4096);
+  auto run = [&](int M, int N, int K, int gs) {
+    return tl::cuda::int4_gemm(buf.half(), q.get(), buf.half(), buf.half(), buf.half(), M, N, K,
+                               gs, nullptr);
+  };
+  CHECK(run(0, 8, 8, 8) == tl::cuda::kShapeUnsupported);
+  CHECK(run(1, 8, 100, 64) == tl::cuda::kShapeUnsupported);  // K % group_size
+  CHECK(run(1, 8, 8, 0) == tl::cuda::kShapeUnsupported);
+  TL_REQUIRE_CUDA(cudaGetLastError());
+}
+
+}  // namespace tl::test

@@ -1,0 +1,174 @@
+// Marlin kernel tests: the symmetric GEMM, the fused asymmetric wrapper and the unfused
+// composition (GEMM + a_group_sum + correction_accum) against fp64 references, on codes and
+// scales from the real packer (libconvert), over M x K x N x groupsize; plus the rc contract,
+// the workspace staying zeroed and bitwise determinism.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "cuda/tl_kernels.h"
+#include "gpu_test_util.h"
+#include "quant_case.h"
+
+namespace tl::test {
+namespace {
+
+// GEMM output (rounded once) + correction (fp32) rounded again: one more 0.5 ULP of C_marlin,
+// whose RMS is of the order of the result's, on top of the fused path's bound.
+constexpr double kMaxUlpComposed = kMaxUlpRoundedWeights + 1.0;
+
+struct ShapeCases {
+  int64_t K, N;
+  std::vector<int64_t> Ms;
+};
+
+std::vector<ShapeCases> marlin_shapes() {
+  const std::vector<int64_t> all_m{1, 7, 16, 17, 64, 100, 256, 1024};
+  if (quick_mode())
+    return {{128, 128, {1, 17}}, {256, 384, {7, 64, 100}}, {1024, 512, {1, 16}}};
+  return {
+      {128, 128, all_m},
+      {256, 384, all_m},          // N % 256 != 0: the 128x128 tile also serves M > 16
+      {384, 640, all_m},
+      {1024, 512, {1, 16, 17, 64, 100, 1024}},
+      {4096, 4096, {1, 7, 17, 256}},
+      {11008, 256, {1, 64}},      // Llama-2-7B's K (86 k-tiles of 128)
+      {128, 8192, {1, 100}},      // one k-tile: every block owns whole n-tiles
+      {8192, 128, {1, 16, 17}},   // one n-tile: many blocks reduce into one tile
+      {8192, 8192, {1, 64, 1024}},
+  };
+}
+
+struct Gpu {
+  DeviceBuffer<half_bits> A, s, delta, C;
+  DeviceBuffer<int32_t> B;
+  DeviceBuffer<int> workspace;
+  DeviceBuffer<float> a_sum;
+  explicit Gpu(const QuantCase& c)
+      : A(c.A), s(c.s_marlin), delta(c.delta), C(size_t(c.M * c.N)), B(c.B),
+        workspace(tl::cuda::marlin_workspace_ints(int(c.N))), a_sum(size_t(c.M * c.G())) {
+    workspace.zero();
+  }
+};
+
+void check_case(const QuantCase& c) {
+  Gpu g(c);
+  const int M = int(c.M), N = int(c.N), K = int(c.K);
+  const std::vector<int64_t> rows = rows_to_check(c.M, c.K, c.N);
+  const bool grouped = c.marlin_gs() > 0;
+
+  // Symmetric: C = A (q - 8) s.
+  g.C.poison();
+  TL_REQUIRE_LAUNCH(tl::cuda::marlin_int4_tc_gemm(g.A.half(), g.B.get(), g.C.half(), g.s.half(),
+                                                  g.workspace.get(), M, N, K, c.marlin_gs(),
+                                                  nullptr));
+  std::vector<half_bits> sym = g.C.download();
+  CHECK_MESSAGE(count_nonfinite(sym) == 0, c.name() << ": unwritten outputs");
+  const std::vector<double> ref_sym = ref_marlin(c, rows);
+  // Grouped scales are applied to the fp16 weights (rounded), per-column ones in fp32.
+  const CompareResult rs =
+      compare_rows("marlin " + c.name(), sym, rows, c.N, ref_sym,
+                   grouped ? kMaxUlpRoundedWeights : kMaxUlpExactWeights, kMaxRelFro);
+  CHECK_MESSAGE(rs.nonfinite == 0, c.name());
+  CHECK_MESSAGE(rs.max_scaled_ulp <= (grouped ? kMaxUlpRoundedWeights : kMaxUlpExactWeights),
+                c.name() << " max scaled ULP " << rs.max_scaled_ulp);
+  CHECK_MESSAGE(rs.rel_fro <= kMaxRelFro, c.name() << " rel " << rs.rel_fro);
+
+  // The unfused composition on the symmetric output: + a_group_sum * delta.
+  const std::vector<double> ref_hat = ref_w_hat(c, rows);
+  TL_REQUIRE_LAUNCH(tl::cuda::a_group_sum(g.A.half(), g.a_sum.get(), M, K, int(c.group_size),
+                                          nullptr));
+  TL_REQUIRE_LAUNCH(tl::cuda::correction_accum(g.C.half(), g.a_sum.get(), g.delta.half(), M, N,
+                                               int(c.G()), nullptr));
+  const CompareResult rc = compare_rows("marlin+correction " + c.name(), g.C.download(), rows,
+                                        c.N, ref_hat, kMaxUlpComposed, kMaxRelFro);
+  CHECK_MESSAGE(rc.nonfinite == 0, c.name());
+  CHECK_MESSAGE(rc.max_scaled_ulp <= kMaxUlpComposed, c.name() << " composed " << rc.max_scaled_ulp);
+  CHECK_MESSAGE(rc.rel_fro <= kMaxRelFro, c.name() << " composed rel " << rc.rel_fro);
+
+  // Fused asymmetric wrapper: C = A W_hat in one launch.
+  g.C.poison();
+  TL_REQUIRE_LAUNCH(tl::cuda::marlin_mm_asymmetric(g.A.half(), g.B.get(), g.s.half(),
+                                                   g.delta.half(), g.C.half(), g.workspace.get(),
+                                                   M, N, K, int(c.group_size), nullptr));
+  const std::vector<half_bits> asym = g.C.download();
+  CHECK_MESSAGE(count_nonfinite(asym) == 0, c.name() << ": unwritten outputs (asym)");
+  const CompareResult ra = compare_rows("marlin_mm_asymmetric " + c.name(), asym, rows, c.N,
+                                        ref_hat, kMaxUlpRoundedWeights, kMaxRelFro);
+  CHECK_MESSAGE(ra.max_scaled_ulp <= kMaxUlpRoundedWeights, c.name() << " asym " << ra.max_scaled_ulp);
+  CHECK_MESSAGE(ra.rel_fro <= kMaxRelFro, c.name() << " asym rel " << ra.rel_fro);
+
+  // The arrival counters are back at zero for the next call.
+  for (int v : g.workspace.download()) REQUIRE_MESSAGE(v == 0, c.name() << ": workspace not zeroed");
+  MESSAGE(c.name() << "  sym: " << rs.max_scaled_ulp << " ULP rel " << rs.rel_fro
+                   << "  asym: " << ra.max_scaled_ulp << " ULP rel " << ra.rel_fro
+                   << "  composed: " << rc.max_scaled_ulp << " ULP");
+}
+
+}  // namespace
+
+TEST_CASE("marlin: symmetric GEMM, fused wrapper and GEMM + correction pair vs fp64") {
+  uint64_t stream = 1000;
+  for (const ShapeCases& sc : marlin_shapes())
+    for (int64_t gs : {int64_t(-1), int64_t(128)})
+      for (int64_t M : sc.Ms) {
+        const QuantCase c = make_quant_case(M, sc.K, sc.N, gs < 0 ? sc.K : gs, ++stream);
+        CAPTURE(c.name());
+        check_case(c);
+      }
+}
+
+TEST_CASE("marlin: group size equal to K is per-column") {
+  // K = 128 with group_size 128 has one group; the packer permutes its scales per column, and
+  // the kernel must read them that way even when called with groupsize 128.
+  const QuantCase c = make_quant_case(5, 128, 256, 128, 77);
+  Gpu g(c);
+  g.C.poison();
+  TL_REQUIRE_LAUNCH(tl::cuda::marlin_int4_tc_gemm(g.A.half(), g.B.get(), g.C.half(), g.s.half(),
+                                                  g.workspace.get(), 5, 256, 128, 128, nullptr));
+  const std::vector<int64_t> rows = rows_to_check(c.M, c.K, c.N);
+  const CompareResult r = compare_rows("marlin gs==K", g.C.download(), rows, c.N,
+                                       ref_marlin(c, rows), kMaxUlpExactWeights, kMaxRelFro);
+  CHECK(r.max_scaled_ulp <= kMaxUlpExactWeights);
+}
+
+TEST_CASE("marlin: the result is bitwise reproducible") {
+  // The cross-block reduction adds the partial tiles in block order, whatever the arrival order.
+  const QuantCase c = make_quant_case(quick_mode() ? 16 : 64, 8192, 512, 128, 78);
+  Gpu g(c);
+  std::vector<half_bits> first;
+  for (int run = 0; run < 3; ++run) {
+    g.C.poison();
+    TL_REQUIRE_LAUNCH(tl::cuda::marlin_mm_asymmetric(g.A.half(), g.B.get(), g.s.half(),
+                                                     g.delta.half(), g.C.half(), g.workspace.get(),
+                                                     int(c.M), int(c.N), int(c.K), 128, nullptr));
+    const std::vector<half_bits> out = g.C.download();
+    if (run == 0)
+      first = out;
+    else
+      CHECK_MESSAGE(out == first, "run " << run << " differs from run 0");
+  }
+}
+
+TEST_CASE("marlin: shape and configuration return codes") {
+  const QuantCase c = make_quant_case(4, 256, 256, 128, 79);
+  Gpu g(c);
+  auto run = [&](int M, int N, int K, int gs) {
+    return tl::cuda::marlin_int4_tc_gemm(g.A.half(), g.B.get(), g.C.half(), g.s.half(),
+                                         g.workspace.get(), M, N, K, gs, nullptr);
+  };
+  CHECK(run(4, 192, 256, 128) == tl::cuda::kShapeUnsupported);  // N % 128
+  CHECK(run(4, 256, 200, -1) == tl::cuda::kShapeUnsupported);   // K % 128
+  CHECK(run(0, 256, 256, 128) == tl::cuda::kShapeUnsupported);  // M < 1
+  CHECK(run(4, 256, 256, 64) == tl::cuda::kNoConfig);           // group size not built
+  CHECK(run(4, 256, 256, 96) == tl::cuda::kNoConfig);
+  CHECK(tl::cuda::marlin_int4_tc_gemm(g.A.half(), g.B.get(), g.C.half() + 1, g.s.half(),
+                                      g.workspace.get(), 4, 256, 256, 128, nullptr) ==
+        tl::cuda::kShapeUnsupported);  // misaligned C
+  TL_REQUIRE_CUDA(cudaGetLastError());  // declining launches leave no error behind
+  int device = 0;
+  TL_REQUIRE_CUDA(cudaGetDevice(&device));
+  CHECK(tl::cuda::marlin_available(device));
+}
+
+}  // namespace tl::test

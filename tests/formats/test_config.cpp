@@ -1,0 +1,131 @@
+// ModelConfig JSON and HF config.json import (llama / mistral / qwen2 / tinyloop).
+#include <doctest/doctest.h>
+
+#include <functional>
+
+#include "fixtures.h"
+#include "formats/error.h"
+#include "formats/hf_config.h"
+
+using namespace tl;
+using nlohmann::json;
+
+namespace {
+json llama() {
+  return {{"model_type", "llama"}, {"hidden_size", 4096}, {"num_attention_heads", 32},
+          {"num_key_value_heads", 8}, {"intermediate_size", 14336}, {"num_hidden_layers", 32},
+          {"vocab_size", 128256}, {"rms_norm_eps", 1e-5}, {"rope_theta", 500000.0},
+          {"max_position_embeddings", 8192}, {"tie_word_embeddings", false}, {"hidden_act", "silu"},
+          {"rope_scaling", nullptr}};
+}
+std::string msg(const std::function<void()>& f) {
+  try { f(); } catch (const Error& e) { return e.what(); }
+  return "<no error>";
+}
+}  // namespace
+
+TEST_CASE("hf_config: llama with GQA") {
+  const ModelConfig c = model_config_from_hf(llama());
+  CHECK(c.architecture == "llama");
+  CHECK(c.d_model == 4096);
+  CHECK(c.n_heads == 32);
+  CHECK(c.n_kv_heads == 8);
+  CHECK(c.d_head == 128);
+  CHECK(c.ffn == 14336);
+  CHECK(c.n_pre == 32);
+  CHECK(c.n_loop == 0);
+  CHECK(c.vocab == 128256);
+  CHECK(c.rope_theta == 500000.0);
+  CHECK(c.norm_eps == 1e-5);
+  CHECK(c.max_seq == 8192);
+  CHECK(!c.tie_embeddings);
+}
+
+TEST_CASE("hf_config: mistral (explicit head_dim), qwen2 (tied), MHA default") {
+  json m = llama();
+  m["model_type"] = "mistral";
+  m["hidden_size"] = 5120;
+  m["head_dim"] = 128;  // 5120 / 32 = 160, but the checkpoint says 128 (Mistral-Nemo)
+  CHECK(model_config_from_hf(m).d_head == 128);
+  json q = llama();
+  q["model_type"] = "qwen2";
+  q["tie_word_embeddings"] = true;
+  q.erase("num_key_value_heads");
+  const ModelConfig c = model_config_from_hf(q);
+  CHECK(c.tie_embeddings);
+  CHECK(c.n_kv_heads == 32);
+  q["head_dim"] = nullptr;  // null means "derive it"
+  CHECK(model_config_from_hf(q).d_head == 128);
+}
+
+TEST_CASE("hf_config: tinyloop configs in HF names and in /config names") {
+  json t = llama();
+  t["model_type"] = "tinyloop";
+  t["n_pre"] = 2;
+  t["n_loop"] = 1;
+  t["loops"] = 8;
+  const ModelConfig c = model_config_from_hf(t);
+  CHECK(c.architecture == "tinyloop");
+  CHECK(c.n_pre == 2);
+  CHECK(c.n_loop == 1);
+  CHECK(c.loops == 8);
+  // to_hf -> from_hf is the identity
+  const ModelConfig s = test::small_config();
+  json a, b;
+  to_json(a, model_config_from_hf(model_config_to_hf(s)));
+  to_json(b, s);
+  CHECK(a == b);
+  json direct = b;
+  direct["model_type"] = "tinyloop";
+  to_json(a, model_config_from_hf(direct));
+  CHECK(a == b);
+}
+
+TEST_CASE("hf_config: errors name the file and the key") {
+  json g = llama();
+  g["model_type"] = "gpt2";
+  CHECK(msg([&] { model_config_from_hf(g, "x/config.json"); }) ==
+        "x/config.json: model_type: unsupported model_type 'gpt2' (expected llama, mistral, qwen2 or tinyloop)");
+  json m = llama();
+  m.erase("intermediate_size");
+  CHECK(msg([&] { model_config_from_hf(m); }).find("intermediate_size: missing key") != std::string::npos);
+  json r = llama();
+  r["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  CHECK(msg([&] { model_config_from_hf(r); }).find("rope_scaling") != std::string::npos);
+  json k = llama();
+  k["num_key_value_heads"] = 7;
+  CHECK(msg([&] { model_config_from_hf(k); }).find("config.n_kv_heads") != std::string::npos);
+  json s = llama();
+  s["hidden_size"] = "4096";
+  CHECK(msg([&] { model_config_from_hf(s); }).find("hidden_size: expected an integer") != std::string::npos);
+  CHECK(msg([&] { model_config_from_hf(json::array()); }).find("expected a JSON object") != std::string::npos);
+  json t = llama();
+  t["model_type"] = "tinyloop";
+  CHECK(msg([&] { model_config_from_hf(t); }).find("n_pre: missing key") != std::string::npos);
+}
+
+TEST_CASE("hf_config: read_hf_config from a file or a folder; bad files") {
+  const std::string dir = test::scratch("hfcfg");
+  test::spit(dir + "/config.json", llama().dump(2));
+  CHECK(read_hf_config(dir).d_model == 4096);
+  CHECK(read_hf_config(dir + "/config.json").n_kv_heads == 8);
+  test::spit(dir + "/config.json", std::string("{\"model_type\": \"llama\", "));
+  CHECK(msg([&] { read_hf_config(dir); }) == dir + "/config.json: invalid JSON");
+  test::spit(dir + "/config.json", std::string());
+  CHECK(msg([&] { read_hf_config(dir); }).find("empty file") != std::string::npos);
+  const std::string empty_dir = test::scratch("hfcfg_empty");
+  CHECK(msg([&] { read_hf_config(empty_dir); }).find("No such file") != std::string::npos);
+}
+
+TEST_CASE("model_config: from_json requires the structural fields, validate checks consistency") {
+  json j;
+  to_json(j, test::small_config());
+  ModelConfig c;
+  from_json(j, c);
+  CHECK_NOTHROW(c.validate());
+  j.erase("loops");
+  CHECK(msg([&] { ModelConfig d; from_json(j, d); }).find("missing field 'loops'") != std::string::npos);
+  c.n_loop = 2;
+  c.loops = 0;
+  CHECK(msg([&] { c.validate("f"); }) == "f: config.loops: expected loops > 0 when n_loop > 0");
+}

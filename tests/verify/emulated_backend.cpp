@@ -1,0 +1,95 @@
+#include "verify/emulated_backend.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "libconvert/marlin_layout.h"
+
+namespace tl::verify::testing {
+
+KernelStatus EmulatedBackend::marlin_gemm(const half_bits* A, const int32_t* B, const half_bits* s,
+                                          half_bits* C, int M, int N, int K, int groupsize) {
+  ++calls;
+  const bool supported_gs =
+      groupsize == -1 || std::find(std::begin(kMarlinGroupSizes), std::end(kMarlinGroupSizes),
+                                   int64_t(groupsize)) != std::end(kMarlinGroupSizes);
+  if (N % 128 || K % 128 || !supported_gs || (groupsize > 0 && K % groupsize))
+    return KernelStatus::failure("emulated marlin_int4_tc_gemm: rc=1 (problem shape unsupported) "
+                                 "for m=" + std::to_string(M) + " n=" + std::to_string(N) +
+                                 " k=" + std::to_string(K) + " groupsize=" + std::to_string(groupsize));
+  const bool per_column = groupsize == -1;
+  const int G = per_column ? 1 : K / groupsize;
+  std::vector<uint8_t> q(size_t(K) * N);
+  marlin_unpack_codes(B, K, N, q.data());
+  std::vector<half_bits> sc(size_t(G) * N);
+  marlin_unpermute_scales(s, G, N, per_column, sc.data());
+  // Dequantized weights as the kernel's MMA sees them.
+  std::vector<float> w(size_t(K) * N);
+  for (int k = 0; k < K; ++k) {
+    int g = per_column ? 0 : k / groupsize;
+    if (bug_ == EmulatedBug::kWrongGroup && G > 1 && g == G - 1) g = G - 2;
+    for (int n = 0; n < N; ++n) {
+      const float c = float(int(q[size_t(k) * N + n]) - 8);
+      w[size_t(k) * N + n] = per_column ? c : round_to_half(c * half_to_float(sc[size_t(g) * N + n]));
+    }
+  }
+  constexpr int kSlice = 512;  // split-K slice; partials pass through fp16 between slices
+  std::fill(C, C + size_t(M) * N, half_bits(0x7e7e));
+  const int n_end = bug_ == EmulatedBug::kUnwrittenTile ? N - 64 : N;
+  std::vector<float> acc(static_cast<size_t>(N));
+  for (int m = 0; m < M; ++m) {
+    std::vector<float> partial(size_t(N), 0.0f);
+    for (int k0 = 0; k0 < K; k0 += kSlice) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int k = k0; k < std::min(K, k0 + kSlice); ++k) {
+        const float a = half_to_float(A[size_t(m) * K + k]);
+        for (int n = 0; n < N; ++n) {
+          acc[size_t(n)] += a * w[size_t(k) * N + n];
+          if (bug_ == EmulatedBug::kFp16Accumulation) acc[size_t(n)] = round_to_half(acc[size_t(n)]);
+        }
+      }
+      for (int n = 0; n < N; ++n) partial[size_t(n)] = round_to_half(partial[size_t(n)] + acc[size_t(n)]);
+    }
+    for (int n = 0; n < n_end; ++n) {
+      float v = partial[size_t(n)];
+      if (per_column) v = float(v) * half_to_float(sc[size_t(n)]);
+      C[size_t(m) * N + n] = float_to_half(v);
+    }
+  }
+  // per-column: the emulation rounds the unscaled partials to fp16 too, slightly worse than
+  // upstream (which scales the fp32 accumulator); the bounds must hold either way.
+  return {};
+}
+
+KernelStatus EmulatedBackend::correction(const half_bits* A, const half_bits* delta, half_bits* C,
+                                         float* a_sum, int M, int N, int K, int group_size) {
+  ++calls;
+  const int G = (K + group_size - 1) / group_size;
+  for (int m = 0; m < M; ++m)
+    for (int g = 0; g < G; ++g) {
+      float sum = 0;
+      int k1 = std::min(K, (g + 1) * group_size);
+      if (bug_ == EmulatedBug::kCorrectionOffByOne) --k1;
+      for (int k = g * group_size; k < k1; ++k) sum += half_to_float(A[size_t(m) * K + k]);
+      a_sum[size_t(m) * G + g] = sum;
+    }
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      float v = half_to_float(C[size_t(m) * N + n]);
+      for (int g = 0; g < G; ++g) v += a_sum[size_t(m) * G + g] * half_to_float(delta[size_t(g) * N + n]);
+      C[size_t(m) * N + n] = float_to_half(v);
+    }
+  return {};
+}
+
+KernelStatus EmulatedBackend::mm_asymmetric(const half_bits* A, const int32_t* B, const half_bits* s,
+                                            const half_bits* delta, half_bits* C, int M, int N, int K,
+                                            int group_size) {
+  const KernelStatus st =
+      marlin_gemm(A, B, s, C, M, N, K, int(marlin_groupsize_arg(K, group_size)));
+  if (!st.ok) return st;
+  std::vector<float> a_sum(size_t(M) * size_t((K + group_size - 1) / group_size));
+  return correction(A, delta, C, a_sum.data(), M, N, K, group_size);
+}
+
+}  // namespace tl::verify::testing

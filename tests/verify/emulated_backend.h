@@ -1,0 +1,40 @@
+// A CPU stand-in for the CUDA kernels with Marlin's arithmetic, so the GPU tiers' logic (cases,
+// references, floors, bounds, failure messages) runs in `make test` on a machine without a GPU:
+//   grouped Marlin GEMM: fp16 products (q - 8) * s, fp32 accumulation within split-K slices of
+//     512, slice partials stored in fp16 (upstream Marlin's global reduction), fp16 output;
+//   per-column: fp32 sum of a * (q - 8), times s in fp32, fp16 output;
+//   correction: fp32 group sums, fp32 accumulation over groups, one rounding to fp16;
+//   wrapper: the GEMM into fp16 C, then the correction on it.
+// `bug` plants a kernel fault, to show that each tier can fail.
+#pragma once
+
+#include "libverify/kernel_backend.h"
+
+namespace tl::verify::testing {
+
+enum class EmulatedBug {
+  kNone,
+  kFp16Accumulation,  // GEMM accumulates in fp16 instead of fp32
+  kWrongGroup,        // grouped GEMM applies the scales of group g - 1 to the last group
+  kUnwrittenTile,     // GEMM leaves the last 64 output columns unwritten (NaN pre-fill)
+  kCorrectionOffByOne,  // correction skips the last row of each group in a_sum
+};
+
+class EmulatedBackend final : public KernelBackend {
+ public:
+  explicit EmulatedBackend(EmulatedBug bug = EmulatedBug::kNone) : bug_(bug) {}
+  std::string device_name() const override { return "CPU emulation of the Marlin kernels"; }
+  KernelStatus marlin_gemm(const half_bits* A, const int32_t* B, const half_bits* s, half_bits* C,
+                           int M, int N, int K, int groupsize) override;
+  KernelStatus correction(const half_bits* A, const half_bits* delta, half_bits* C, float* a_sum,
+                          int M, int N, int K, int group_size) override;
+  KernelStatus mm_asymmetric(const half_bits* A, const int32_t* B, const half_bits* s,
+                             const half_bits* delta, half_bits* C, int M, int N, int K,
+                             int group_size) override;
+  int calls = 0;
+
+ private:
+  EmulatedBug bug_;
+};
+
+}  // namespace tl::verify::testing

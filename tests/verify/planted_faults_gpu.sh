@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Each planted packing fault, written into a file the way a buggy packer would, must make the
+# GPU tiers (symmetric + wrapper, without the pack tier) exit 1 with a stderr line naming the
+# wrapper tier and the faulty weight. Exit 77 where the GPU tiers are skipped.
+set -u
+dir="$TL_TMP/planted_faults_gpu"
+rm -rf "$dir" && mkdir -p "$dir"
+"$TL_FIXTURE" "$dir/ok.tinyloop" --seed 23 || exit 2
+"$TL_VERIFY" "$dir/ok.tinyloop" --tiers symmetric,wrapper > "$dir/ok.out" 2> "$dir/ok.err"
+rc=$?
+if [ $rc -eq 77 ]; then
+  grep "skipped" "$dir/ok.err"
+  exit 77
+fi
+if [ $rc -ne 0 ]; then
+  echo "FAIL: the correct file does not pass (rc $rc):"; cat "$dir/ok.out" "$dir/ok.err"; exit 1
+fi
+status=0
+while read -r fault weight; do
+  f="$dir/$fault.tinyloop"
+  "$TL_FIXTURE" "$f" --seed 23 --fault "$fault" --weight "$weight" || exit 2
+  "$TL_VERIFY" "$f" --tiers symmetric,wrapper > "$dir/$fault.out" 2> "$dir/$fault.err"
+  rc=$?
+  if [ $rc -ne 1 ] || ! grep -q "FAILED wrapper: $weight m=" "$dir/$fault.err"; then
+    echo "FAIL: fault $fault in $weight: rc $rc, expected 1 and 'FAILED wrapper: $weight m=...'"
+    cat "$dir/$fault.err"
+    status=1
+  else
+    echo "ok: $fault in $weight caught: $(grep -m1 "FAILED" "$dir/$fault.err")"
+  fi
+done <<'LIST'
+swapped-perm-entry layers.0.mlp_down
+delta-sign layers.0.mlp_up
+per-row-as-grouped layers.0.attn_out
+scales-off-by-one-group layers.0.mlp_down
+transposed layers.0.attn_out
+LIST
+exit $status

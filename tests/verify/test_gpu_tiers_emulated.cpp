@@ -1,0 +1,148 @@
+// The GPU tiers' logic on a CPU emulation of the Marlin kernels (emulated_backend.h): correct
+// arithmetic passes every small synthetic shape and every packed weight of a file within the
+// default bounds; planted kernel bugs and planted packing faults fail the tier that should
+// catch them, naming it and the shape or weight. On the H200 the same code runs the real kernels.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "libverify/random_weights.h"
+#include "libverify/tier_cases.h"
+#include "libverify/tolerances.h"
+#include "verify/emulated_backend.h"
+#include "verify/fixture_file.h"
+#include "verify/verify_test_util.h"
+
+using namespace tl;
+using namespace tl::verify;
+using namespace tl::verify::testing;
+
+namespace {
+
+VerifyOptions synthetic(KernelBackend* b, std::vector<TierId> tiers) {
+  VerifyOptions o;
+  o.backend = b;
+  o.small_shapes = true;
+  o.tiers = std::move(tiers);
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("emulated Marlin arithmetic passes every small synthetic shape of the three GPU tiers") {
+  EmulatedBackend emu;
+  const RunOutput r =
+      run_verify(synthetic(&emu, {TierId::kSymmetric, TierId::kCorrection, TierId::kWrapper}));
+  INFO(r.out << r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("failed\n") == std::string::npos);
+  CHECK(r.out.find("device: CPU emulation") != std::string::npos);
+  CHECK(emu.calls >= 14);
+  MESSAGE("emulated run:\n" << r.out);
+}
+
+TEST_CASE("per-case stats of the emulation are consistent and within the derived bounds") {
+  EmulatedBackend emu;
+  Rng rng = case_rng(99, "t", 0);
+  const QuantWeight w = random_packed_weight(rng, "", 1024, 256, 128);
+  const std::vector<half_bits> A = random_halves(rng, 33, 1024);
+  const CaseResult sym = run_symmetric_case(emu, w, A, 33, tier_spec(TierId::kSymmetric).bounds);
+  const CaseResult wrap = run_wrapper_case(emu, w, A, 33, tier_spec(TierId::kWrapper).bounds);
+  for (const CaseResult* c : {&sym, &wrap}) {
+    INFO(c->label << ": " << c->message);
+    CHECK(c->status == Status::kPassed);
+    uint64_t hist = 0;
+    for (uint64_t h : c->stats.histogram) hist += h;
+    CHECK(hist == c->stats.count);
+    CHECK(c->stats.count == uint64_t(33 * 256));
+    CHECK(c->stats.max_ulp >= c->stats.p99_ulp);
+    CHECK(c->stats.p99_ulp >= c->stats.mean_ulp * 0.5);
+    // fp16 weight products + fp16 partials: visibly inexact but far inside the bounds.
+    CHECK(c->stats.rel_err > 1e-5);
+    CHECK(c->stats.rel_err < kSymmetricMaxRel / 2);
+    CHECK(c->stats.raw_max_ulp >= uint32_t(c->stats.max_ulp));
+  }
+}
+
+TEST_CASE("planted kernel bugs fail the tier that must catch them") {
+  struct BugCase {
+    EmulatedBug bug;
+    TierId tier;
+    const char* expect;
+  };
+  const BugCase cases[] = {
+      {EmulatedBug::kFp16Accumulation, TierId::kSymmetric, "FAILED symmetric: m="},
+      {EmulatedBug::kWrongGroup, TierId::kSymmetric, "FAILED symmetric: m=16 k=256 n=256 g=128: max ULP"},
+      {EmulatedBug::kUnwrittenTile, TierId::kWrapper, "NaN"},
+      {EmulatedBug::kCorrectionOffByOne, TierId::kCorrection, "FAILED correction: m="},
+  };
+  for (const BugCase& bc : cases) {
+    EmulatedBackend emu(bc.bug);
+    const RunOutput r = run_verify(synthetic(&emu, {bc.tier}));
+    INFO("bug " << int(bc.bug) << "\n" << r.out << r.err);
+    CHECK(r.rc == 1);
+    CHECK(r.err.find(bc.expect) != std::string::npos);
+  }
+}
+
+TEST_CASE("file tiers on the emulation: a correct pack passes, each planted fault fails the wrapper") {
+  const std::string dir = scratch_dir("emulated_file");
+  const std::string file = dir + "/ok.tinyloop";
+  write_verify_fixture(file, 5);
+  EmulatedBackend emu;
+  VerifyOptions o;
+  o.file = file;
+  o.backend = &emu;
+  o.json_path = dir + "/ok.json";
+  o.md_path = dir + "/ok.md";
+  RunOutput r = run_verify(o);
+  INFO(r.out << r.err);
+  CHECK(r.rc == 0);
+  for (const char* w : {"layers.0.attn_out m=1", "layers.0.mlp_up m=16", "layers.0.mlp_down m=64"})
+    CHECK(r.out.find(w) != std::string::npos);
+  CHECK(std::filesystem::exists(o.json_path));
+  CHECK(std::filesystem::exists(o.md_path));
+
+  struct FaultCase {
+    PlantedFault fault;
+    const char* weight;
+  };
+  const FaultCase faults[] = {
+      {PlantedFault::kSwappedPermEntry, "layers.0.mlp_down"},
+      {PlantedFault::kDeltaSign, "layers.0.mlp_up"},
+      {PlantedFault::kPerRowAsGrouped, "layers.0.attn_out"},
+      {PlantedFault::kScalesOffByOneGroup, "layers.0.mlp_down"},
+      {PlantedFault::kTransposed, "layers.0.attn_out"},
+  };
+  for (const FaultCase& fc : faults) {
+    const std::string bad = dir + "/bad.tinyloop";
+    std::filesystem::remove(bad);
+    write_verify_fixture(bad, 5);
+    plant_fault_in_file(bad, fc.weight, fc.fault);
+    VerifyOptions g;
+    g.file = bad;
+    g.backend = &emu;
+    g.tiers = {TierId::kWrapper};  // GPU-only detection: the pack tier does not run
+    r = run_verify(g);
+    INFO("fault " << int(fc.fault) << "\n" << r.out << r.err);
+    CHECK(r.rc == 1);
+    for (int m : {1, 16, 64})
+      CHECK(r.err.find(std::string("FAILED wrapper: ") + fc.weight + " m=" + std::to_string(m) + ": ") !=
+            std::string::npos);
+    // The other packed weights pass.
+    CHECK(r.err.find("FAILED wrapper: layers.0.") == r.err.find(std::string("FAILED wrapper: ") + fc.weight));
+  }
+}
+
+// Manual (test_verify --no-skip -tc="*production*"): the full production shape tables on the
+// emulation, minutes on two cores. Measures the floored ULP of Marlin-like arithmetic at
+// K = 8192 against the default bounds (numbers quoted in docs/verify.md).
+TEST_CASE("emulated production shapes stay within the default bounds" * doctest::skip(true)) {
+  EmulatedBackend emu;
+  VerifyOptions o;
+  o.backend = &emu;
+  o.tiers = {TierId::kSymmetric, TierId::kCorrection, TierId::kWrapper};
+  const RunOutput r = run_verify(o);
+  MESSAGE(r.out);
+  CHECK(r.rc == 0);
+}

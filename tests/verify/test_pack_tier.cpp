@@ -1,0 +1,107 @@
+// The pack tier on real .tinyloop files, through the whole tl-verify path in-process: a correct
+// pack passes; each CPU-detectable planted fault fails with exit 1 naming the tier and weight.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "formats/error.h"
+#include "libverify/random_weights.h"
+#include "verify/fixture_file.h"
+#include "verify/verify_test_util.h"
+
+using namespace tl::verify;
+using namespace tl::verify::testing;
+
+TEST_CASE("pack tier passes on a correct pack; GPU tiers skipped with reasons; unpackable weight listed") {
+  const std::string dir = scratch_dir("pack_ok");
+  const std::string file = dir + "/ok.tinyloop";
+  write_verify_fixture(file, 21);
+  VerifyOptions o;
+  o.file = file;
+  const RunOutput r = run_verify(o);  // every tier, no GPU backend here
+  INFO(r.out << r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("layers.0.attn_out") != std::string::npos);
+  CHECK(r.out.find("layers.0.mlp_down") != std::string::npos);
+  CHECK(r.out.find("head") != std::string::npos);
+  CHECK(r.out.find("skipped: no Marlin section") != std::string::npos);
+  CHECK(r.out.find("failed\n") == std::string::npos);
+  CHECK(r.err.find("symmetric: skipped: ") != std::string::npos);
+  CHECK(r.err.find("e2e: skipped: not available in this build") != std::string::npos);
+}
+
+TEST_CASE("exit 77 when everything requested is skipped") {
+  const std::string dir = scratch_dir("pack_skip");
+  const std::string file = dir + "/unpacked.tinyloop";
+  write_verify_fixture(file, 3, /*with_marlin=*/false);
+  VerifyOptions o;
+  o.file = file;
+  o.tiers = {TierId::kPack};
+  RunOutput r = run_verify(o);
+  CHECK(r.rc == 77);
+  CHECK(r.err.find("pack: skipped: no Marlin section in FILE") != std::string::npos);
+
+  VerifyOptions none;  // no FILE: pack needs one, the GPU tiers have no GPU
+  r = run_verify(none);
+  CHECK(r.rc == 77);
+  CHECK(r.err.find("pack: skipped: no FILE given") != std::string::npos);
+  CHECK(r.err.find("wrapper: skipped: ") != std::string::npos);
+}
+
+struct FaultCase {
+  PlantedFault fault;
+  const char* weight;
+  const char* expect;  // a fragment of the failure message
+};
+
+TEST_CASE("every CPU-detectable planted fault fails the pack tier, naming the weight") {
+  const FaultCase cases[] = {
+      {PlantedFault::kSwappedPermEntry, "layers.0.mlp_up", "codes differ"},
+      {PlantedFault::kDeltaSign, "layers.0.mlp_down", "delta entries differ from float16(zero + 8*scale)"},
+      {PlantedFault::kPerRowAsGrouped, "layers.0.attn_out", "Marlin groupsize 256, expected -1"},
+      {PlantedFault::kScalesOffByOneGroup, "layers.0.mlp_up", "scales differ"},
+      {PlantedFault::kTransposed, "layers.0.attn_out", "codes differ"},
+  };
+  const std::string dir = scratch_dir("pack_faults");
+  for (const FaultCase& fc : cases) {
+    const std::string file = dir + "/fault.tinyloop";
+    std::filesystem::remove(file);
+    write_verify_fixture(file, 77);
+    plant_fault_in_file(file, fc.weight, fc.fault);
+    VerifyOptions o;
+    o.file = file;
+    o.tiers = {TierId::kPack};
+    const RunOutput r = run_verify(o);
+    INFO("fault " << int(fc.fault) << "\n" << r.out << r.err);
+    CHECK(r.rc == 1);
+    CHECK(r.err.find(std::string("FAILED pack: ") + fc.weight + ": ") != std::string::npos);
+    CHECK(r.err.find(fc.expect) != std::string::npos);
+    // Exactly one failure line: the other weights still pass.
+    CHECK(r.err.find("FAILED") == r.err.rfind("FAILED"));
+  }
+}
+
+TEST_CASE("planted faults refuse weights they do not apply to") {
+  tl::verify::Rng rng(1);
+  tl::QuantWeight w = random_packed_weight(rng, "w", 256, 256, 128);
+  CHECK_THROWS_WITH_AS(plant_fault(w, PlantedFault::kPerRowAsGrouped), doctest::Contains("per-row"), tl::Error);
+  CHECK_THROWS_AS(planted_fault_from_name("nope"), tl::Error);
+}
+
+TEST_CASE("bad input throws before any output is written") {
+  const std::string dir = scratch_dir("bad_input");
+  VerifyOptions o;
+  o.file = dir + "/missing.tinyloop";
+  o.json_path = dir + "/r.json";
+  CHECK_THROWS_AS(run_verify(o), tl::Error);
+  CHECK_FALSE(std::filesystem::exists(o.json_path));
+
+  VerifyOptions b;
+  b.json_path = dir + "/no/such/dir/r.json";
+  CHECK_THROWS_AS(run_verify(b), tl::Error);
+
+  VerifyOptions neg;
+  neg.bounds.push_back({TierId::kWrapper, BoundKind::kMaxUlp, -1});
+  CHECK_THROWS_WITH_AS(run_verify(neg), doctest::Contains("--max-ulp-wrapper"), tl::Error);
+  CHECK(std::filesystem::is_empty(dir));
+}
