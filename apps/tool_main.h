@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -29,10 +30,17 @@ int tool_main(const char* tool, Body&& body) {
   }
 }
 
-// CLI11 parse errors: --help / --version print and exit 0; anything else is usage (exit 2).
+// CLI11 parse errors: --help / --version print and exit 0; anything else is a usage error:
+// one line on stderr, exit 2.
 inline int cli_exit(const CLI::App& app, const CLI::ParseError& e) {
-  const int rc = app.exit(e);
-  return rc == 0 ? exit_code::kOk : exit_code::kBadInput;
+  if (e.get_exit_code() == 0) {
+    app.exit(e);
+    return exit_code::kOk;
+  }
+  std::string name = app.get_name();  // argv[0] after parse(); print its base name
+  name = name.substr(name.find_last_of('/') + 1);
+  std::fprintf(stderr, "%s: usage: %s (see --help)\n", name.c_str(), e.what());
+  return exit_code::kBadInput;
 }
 
 }  // namespace tl

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <string>
 #include <thread>
@@ -92,15 +93,17 @@ int main(int argc, char** argv) {
 
   std::vector<Layer> layers = quick ? std::vector<Layer>{{1024, 1024, 0}}
                                     : std::vector<Layer>{{4096, 4096, 60}, {4096, 11008, 108}};
-  std::printf("%-12s %6s %9s %9s %9s %10s %9s\n", "KxN", "group", "hinv+gptq", "GFLOP/s", "upstream", "speedup", "+rtn cmp");
+  // cpu s: CPU seconds of all threads, the work itself; wall time also depends on machine load.
+  std::printf("%-12s %6s %9s %8s %9s %9s %10s %9s\n", "KxN", "group", "hinv+gptq", "cpu s", "GFLOP/s", "upstream", "speedup", "+rtn cmp");
   for (const Layer& L : layers) {
     const std::vector<float> H = make_hessian(L.K, 2048, 1), W = make_weight(L.K, L.N, 2);
     tl::GptqOptions o;
     o.group_size = 128;
     o.threads = threads;
     auto t0 = std::chrono::steady_clock::now();
+    const std::clock_t c0 = std::clock();
     const tl::GptqResult r = tl::gptq_quantize(W.data(), L.K, L.N, H.data(), o);
-    const double s = seconds_since(t0);
+    const double s = seconds_since(t0), cpu = double(std::clock() - c0) / CLOCKS_PER_SEC;
     o.want_rtn_loss = true;
     t0 = std::chrono::steady_clock::now();
     const tl::GptqResult r2 = tl::gptq_quantize(W.data(), L.K, L.N, H.data(), o);
@@ -111,8 +114,8 @@ int main(int argc, char** argv) {
     std::snprintf(name, sizeof name, "%lldx%lld", (long long)L.K, (long long)L.N);
     std::snprintf(up, sizeof up, L.upstream_s > 0 ? "%.0f s" : "-", L.upstream_s);
     std::snprintf(sp, sizeof sp, L.upstream_s > 0 ? "%.1fx" : "-", L.upstream_s / s);
-    std::printf("%-12s %6d %7.2f s %9.1f %9s %10s %7.2f s   (loss %.4g, rtn %.4g, codes %s)\n", name, 128, s,
-                gflop / s, up, sp, s2, r.loss, r2.rtn_loss, r.q == r2.q ? "same" : "DIFFER");
+    std::printf("%-12s %6d %7.2f s %6.2f s %9.1f %9s %10s %7.2f s   (loss %.4g, rtn %.4g, codes %s)\n", name, 128, s,
+                cpu, gflop / s, up, sp, s2, r.loss, r2.rtn_loss, r.q == r2.q ? "same" : "DIFFER");
     if (r.q != r2.q) return 1;
   }
   return 0;

@@ -17,7 +17,7 @@
 //
 // Every dataset is chunked with the Fletcher32 checksum filter. Readers check the version,
 // dtypes and shapes and throw tl::Error naming the file, the dataset and what was expected.
-// Writers write "<dir>/.<name>.tmp-<pid>" and rename it into place on commit(); an
+// Writers write "<dir>/.<name>.tmp-<pid>-<n>" and rename it into place on commit(); an
 // uncommitted writer removes its temporary file, so a failed run leaves no output behind.
 #pragma once
 

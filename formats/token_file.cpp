@@ -89,11 +89,11 @@ std::vector<int32_t> parse_npy(const std::string& name, const std::vector<uint8_
   if (major < 1 || major > 3)
     throw Error("expected .npy format version 1, 2 or 3, got " + std::to_string(major), name, "version");
   const size_t len_bytes = major == 1 ? 2 : 4;
-  if (bytes.size() < 8 + len_bytes) throw Error("expected a header length", name, "header");
+  if (bytes.size() < 8 + len_bytes) throw Error("expected a header length field", name, "header");
   const size_t header_len = size_t(read_le(&bytes[8], int(len_bytes)));
   const size_t data_off = 8 + len_bytes + header_len;
   if (data_off > bytes.size())
-    throw Error("header length " + std::to_string(header_len) + " runs past the end of the file",
+    throw Error("expected a header within the file, its length " + std::to_string(header_len) + " runs past the end",
                 name, "header");
   const std::string header(bytes.begin() + 8 + len_bytes, bytes.begin() + data_off);
 

@@ -8,10 +8,10 @@
 // and x = 16 j + cc, word c = 16 cc + 4 r + j of a tile is
 //   byte 0 = q[2r][x]   | q[2r+8][x]   << 4     byte 1 = the same at column x + 8
 //   byte 2 = q[2r+1][x] | q[2r+9][x]   << 4     byte 3 = the same at column x + 8
-// (rows relative to 16 t, columns to 64 b). So the tile is done in two cache-resident passes:
-// merge row pairs into bytes (contiguous, vectorised by the compiler), then assemble words in
-// output order. The tile's 1 KiB of input stays in L1; memory sees one streaming read of q and
-// one streaming write of B. Strips of 16 rows are split across threads.
+// (rows relative to 16 t, columns to 64 b). pack_strip does this with SSSE3 (merge, pair,
+// interleave, 4 x 4 transpose; see there) or portably in two cache-resident passes. The tile's
+// 1 KiB of input stays in L1; memory sees one streaming read of q and one streaming write of
+// B. Strips of 16 rows are split across threads.
 #include "libconvert/marlin_layout.h"
 
 #include <algorithm>
@@ -19,7 +19,7 @@
 #include <cstdio>
 #include <thread>
 
-#if defined(__F16C__) && defined(__AVX__)
+#if defined(__SSSE3__) || (defined(__F16C__) && defined(__AVX__))
 #include <immintrin.h>
 #endif
 
@@ -64,7 +64,58 @@ void parallel_strips(int64_t n, int64_t codes_per_strip, int threads, F&& f) {
 }
 
 // Packs one 16-row strip (all N / 64 tiles of it) into out = B + t * 2N. Returns the OR of
-// every code read, so the caller learns about codes > 15 without a second pass over q.
+// every code read, so the caller learns about codes > 15 without a second pass over q (when
+// one is present the output is garbage, but the caller throws before anyone sees it).
+#if defined(__SSSE3__)
+// SSSE3 version. Per tile and r, each 16-column chunk j gives, after merging row pairs into
+// bytes, pairing byte x with x + 8 (pshufb) and interleaving lo/hi halves, the 8 words (cc =
+// 0..7) of one j. Words with the same cc and r and j = 0..3 are 4 consecutive words of B
+// (index 16 cc + 4 r + j), so a 4 x 4 transpose of 32-bit lanes turns [j][cc] into [cc][j]
+// and every store is a full 16-byte store.
+uint8_t pack_strip(const uint8_t* strip, int64_t N, uint32_t* out) {
+  const __m128i pair = _mm_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+  __m128i seen = _mm_setzero_si128();
+  for (int64_t b = 0; b < N / 64; ++b) {
+    uint32_t* o = out + 128 * b;
+    for (int r = 0; r < 4; ++r) {
+      const uint8_t* a = strip + (2 * r) * N + 64 * b;
+      const uint8_t* a8 = strip + (2 * r + 8) * N + 64 * b;
+      const uint8_t* c = strip + (2 * r + 1) * N + 64 * b;
+      const uint8_t* c8 = strip + (2 * r + 9) * N + 64 * b;
+      __m128i wlo[4], whi[4];  // [j]: words cc = 0..3 and cc = 4..7
+      for (int j = 0; j < 4; ++j) {
+        const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 16 * j));
+        const __m128i va8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a8 + 16 * j));
+        const __m128i vc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 16 * j));
+        const __m128i vc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c8 + 16 * j));
+        seen = _mm_or_si128(seen, _mm_or_si128(_mm_or_si128(va, va8), _mm_or_si128(vc, vc8)));
+        // Codes are < 16, so a 16-bit shift by 4 never carries into the neighbouring byte.
+        const __m128i lo = _mm_shuffle_epi8(_mm_or_si128(va, _mm_slli_epi16(va8, 4)), pair);
+        const __m128i hi = _mm_shuffle_epi8(_mm_or_si128(vc, _mm_slli_epi16(vc8, 4)), pair);
+        wlo[j] = _mm_unpacklo_epi16(lo, hi);
+        whi[j] = _mm_unpackhi_epi16(lo, hi);
+      }
+      for (int half = 0; half < 2; ++half) {
+        const __m128i* w = half ? whi : wlo;
+        const __m128i t0 = _mm_unpacklo_epi32(w[0], w[1]), t1 = _mm_unpacklo_epi32(w[2], w[3]);
+        const __m128i t2 = _mm_unpackhi_epi32(w[0], w[1]), t3 = _mm_unpackhi_epi32(w[2], w[3]);
+        uint32_t* dst = o + 64 * half + 4 * r;  // cc = 4 * half + i at dst + 16 i
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 0), _mm_unpacklo_epi64(t0, t1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16), _mm_unpackhi_epi64(t0, t1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 32), _mm_unpacklo_epi64(t2, t3));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 48), _mm_unpackhi_epi64(t2, t3));
+      }
+    }
+  }
+  alignas(16) uint8_t bytes[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(bytes), seen);
+  uint8_t acc = 0;
+  for (uint8_t v : bytes) acc |= v;
+  return acc;
+}
+#else
+// Portable version: merge row pairs into bytes (contiguous, auto-vectorised), then assemble
+// words in output order.
 uint8_t pack_strip(const uint8_t* strip, int64_t N, uint32_t* out) {
   uint8_t seen = 0;
   for (int64_t b = 0; b < N / 64; ++b) {
@@ -95,6 +146,7 @@ uint8_t pack_strip(const uint8_t* strip, int64_t N, uint32_t* out) {
   }
   return seen;
 }
+#endif
 
 // The inverse of pack_strip.
 void unpack_strip(const uint32_t* in, int64_t N, uint8_t* strip) {

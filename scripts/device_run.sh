@@ -3,7 +3,9 @@
 # compute-sanitizer checks and the kernel benchmark, with logs and JSON under $OUT and a short
 # summary printed last.
 #   bash scripts/device_run.sh [test] [sanitize] [bench-quick] [bench] [verify]
-# Extra benchmark arguments: BENCH_ARGS="--sets 70b --g 128".
+# Extra benchmark arguments: BENCH_ARGS="--sets 70b --g 128". Each step has a time limit
+# (TEST_TIMEOUT, SANITIZER_TIMEOUT, BENCH_TIMEOUT seconds; rc 124 when it ran out) so that the
+# summary still comes back within one `run` call.
 set -uo pipefail
 OUT=${OUT:-$PWD/.device/out}
 mkdir -p "$OUT"
@@ -25,13 +27,14 @@ for step in "${steps[@]}"; do
   case "$step" in
     test)
       start=$(date +%s)
-      "$bin/test_cuda" > "$OUT/test_cuda.log" 2>&1; rc=$?
+      timeout "${TEST_TIMEOUT:-180}" "$bin/test_cuda" > "$OUT/test_cuda.log" 2>&1; rc=$?
       note "test_cuda: rc=$rc $(doctest_line "$OUT/test_cuda.log") ($(( $(date +%s) - start )) s)"
       ;;
     sanitize)
       for tool in memcheck racecheck; do
         start=$(date +%s)
-        TL_TEST_QUICK=1 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/test_cuda" \
+        TL_TEST_QUICK=1 timeout "${SANITIZER_TIMEOUT:-120}" compute-sanitizer --tool "$tool" \
+          --error-exitcode 9 "$bin/test_cuda" \
           > "$OUT/$tool.log" 2>&1; rc=$?
         note "$tool (quick subset): rc=$rc $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/$tool.log" | tail -1) $(doctest_line "$OUT/$tool.log") ($(( $(date +%s) - start )) s)"
       done
@@ -41,7 +44,8 @@ for step in "${steps[@]}"; do
       args=(--json "$OUT/$step.json")
       [ "$step" = bench-quick ] && args+=(--quick)
       # shellcheck disable=SC2086
-      "$bin/bench_kernels" "${args[@]}" ${BENCH_ARGS:-} > "$OUT/$step.log" 2>&1; rc=$?
+      timeout "${BENCH_TIMEOUT:-480}" "$bin/bench_kernels" "${args[@]}" ${BENCH_ARGS:-} \
+        > "$OUT/$step.log" 2>&1; rc=$?
       note "$step: rc=$rc ($(( $(date +%s) - start )) s)"
       while IFS= read -r line; do note "  $line"; done < <(sed -n '/^summary/,$p' "$OUT/$step.log" | grep -v "^wrote")
       ;;

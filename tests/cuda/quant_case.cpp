@@ -42,14 +42,14 @@ QuantCase make_quant_case(int64_t M, int64_t K, int64_t N, int64_t group_size, u
 namespace {
 
 std::vector<double> ref_rows(const QuantCase& c, const std::vector<int64_t>& rows,
-                             const half_bits* zero) {
+                             const half_bits* zero, bool delta_form = false) {
   std::vector<double> out(rows.size() * size_t(c.N));
   // Contiguous runs of rows share one pass over the weights.
   size_t i = 0;
   while (i < rows.size()) {
     size_t j = i + 1;
     while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
-    cuda::quant_gemm_ref(c.A.data(), c.codes.data(), c.scale.data(), zero, false, c.N, c.K,
+    cuda::quant_gemm_ref(c.A.data(), c.codes.data(), c.scale.data(), zero, delta_form, c.N, c.K,
                          c.group_size, rows[i], rows[j - 1] + 1, out.data() + i * size_t(c.N));
     i = j;
   }
@@ -64,6 +64,14 @@ std::vector<double> ref_marlin(const QuantCase& c, const std::vector<int64_t>& r
 
 std::vector<double> ref_w_hat(const QuantCase& c, const std::vector<int64_t>& rows) {
   return ref_rows(c, rows, c.zero.data());
+}
+
+}  // namespace tl::test
+
+namespace tl::test {
+
+std::vector<double> ref_delta_form(const QuantCase& c, const std::vector<int64_t>& rows) {
+  return ref_rows(c, rows, c.delta.data(), true);
 }
 
 }  // namespace tl::test

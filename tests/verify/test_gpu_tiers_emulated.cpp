@@ -146,3 +146,16 @@ TEST_CASE("emulated production shapes stay within the default bounds" * doctest:
   MESSAGE(r.out);
   CHECK(r.rc == 0);
 }
+
+TEST_CASE("the GPU probe either opens a device or says why not") {
+  const BackendProbe p = open_gpu_backend();
+  if (p.backend) {
+    CHECK(p.skip_reason.empty());
+    CHECK(p.backend->device_name().find("sm_") != std::string::npos);
+  } else {
+    CHECK_FALSE(p.skip_reason.empty());
+#if !TL_HAVE_CUDA
+    CHECK(p.skip_reason.find("built without CUDA") != std::string::npos);
+#endif
+  }
+}

@@ -44,7 +44,7 @@ void expect_error(const std::string& name, const std::vector<uint8_t>& bytes, co
     tl::parse_token_bytes(name, bytes, vocab);
     FAIL("expected an error for item " << item);
   } catch (const tl::Error& e) {
-    INFO(e.what());
+    INFO(std::string(e.what()));
     CHECK(e.file() == name);
     CHECK(e.item() == item);
     CHECK(std::string(e.what()).find("expected") != std::string::npos);

@@ -1,0 +1,185 @@
+// The GPU model runner (libverify/model_gpu + cuda/model_ops) against the CPU forward
+// (libconvert/model_forward, fp32) on a seeded random TinyLoop model with GQA and a loop block,
+// on each GEMM path (fp16 copies, native int4, Marlin + correction); the logits row kernels
+// against perplexity.cpp's CPU math; and the e2e tier end to end on a packed file.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "cuda/model_ops.h"
+#include "cuda/tl_kernels.h"
+#include "formats/token_file.h"
+#include "gpu_test_util.h"
+#include "libconvert/marlin_layout.h"
+#include "libconvert/minmax_quantizer.h"
+#include "libconvert/model_forward.h"
+#include "libconvert/model_weights.h"
+#include "libverify/e2e_tier.h"
+#include "libverify/model_gpu.h"
+#include "libverify/perplexity.h"
+
+namespace {
+
+using tl::verify::GpuPath;
+
+// GPU logits vs the CPU fp32 forward, relative Frobenius error. Each GEMM input is rounded to
+// fp16 (relative RMS error 2^-11/sqrt(3) ~ 2.8e-4), ~7 such roundings per block plus q/k/v and
+// attention outputs; errors add in quadrature through the residual stream over 3 blocks + head:
+// ~2.8e-4 * sqrt(25) ~ 1.4e-3, and Marlin's fp16 weight products add about as much again.
+// 1e-2 is ~5x that; a wrong RoPE pairing, GQA map or causal mask gives errors of order 1.
+constexpr double kGpuCpuMaxRel = 1e-2;
+// Row statistics: fp32 sums of <= 50257 exponentials (relative error <= ~V * 2^-24 worst case,
+// ~sqrt(V) * 2^-24 typical) -> log-sum-exp within 1e-4 absolute.
+constexpr double kLseTol = 1e-4;
+// KLD per row in fp32 from the same fp16 logits: termwise differences carry ~1e-6 absolute
+// error, summed with weights p_ref (sum 1).
+constexpr double kKldAbsTol = 2e-5;
+
+tl::ModelConfig gpu_config() {
+  tl::ModelConfig c;
+  c.d_model = 256; c.n_heads = 4; c.n_kv_heads = 2; c.d_head = 64; c.ffn = 512; c.vocab = 384;
+  c.n_pre = 1; c.n_loop = 1; c.loops = 2; c.max_seq = 256;
+  return c;
+}
+
+void quantize(tl::LinearWeight& l, int64_t group_size, bool pack) {
+  const tl::MinMaxResult r = tl::rtn_quantize(l.W.data(), l.K, l.N, group_size, tl::ZeroMode::kInt);
+  auto q = std::make_shared<tl::QuantWeight>();
+  q->name = l.name; q->K = l.K; q->N = l.N; q->group_size = r.group_size;
+  q->q = r.q; q->scale = r.scale16; q->zero = r.zero16;
+  if (pack) q->marlin = tl::marlin_pack(*q);
+  l.W = q->dequantize();
+  l.quant = q;
+}
+
+// Every block linear RTN g128 and Marlin-packed; the head quantized but not packed (a fallback).
+tl::ModelWeights quantized_model(uint64_t seed) {
+  tl::ModelWeights w = tl::random_model_weights(gpu_config(), seed);
+  for (auto* blocks : {&w.pre, &w.loop})
+    for (auto& b : *blocks)
+      for (const char* s : tl::kBlockLinearNames) quantize(*b.linear(s), 128, true);
+  quantize(w.head, 128, false);
+  return w;
+}
+
+std::vector<int32_t> tokens_for(int64_t n, int64_t vocab, uint64_t stream) {
+  tl::test::Rng rng(stream);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& v : t) v = int32_t(rng.next() % uint64_t(vocab));
+  return t;
+}
+
+void compare_logits(const std::string& what, const tl::ActMatrix& cpu, const std::vector<float>& gpu) {
+  REQUIRE(int64_t(gpu.size()) == cpu.size());
+  double num = 0, den = 0, worst = 0;
+  int64_t worst_i = 0;
+  for (int64_t i = 0; i < cpu.size(); ++i) {
+    const double r = cpu.data()[i], d = double(gpu[size_t(i)]) - r;
+    REQUIRE_MESSAGE(std::isfinite(gpu[size_t(i)]), what << ": non-finite logit at " << i);
+    num += d * d;
+    den += r * r;
+    if (std::abs(d) > worst) { worst = std::abs(d); worst_i = i; }
+  }
+  const double rel = std::sqrt(num / den);
+  std::printf("  %-12s logits vs CPU: rel %.3e, max |diff| %.3e at %lld (cpu %.5f gpu %.5f)\n", what.c_str(), rel,
+              worst, (long long)worst_i, double(cpu.data()[worst_i]), double(gpu[size_t(worst_i)]));
+  CHECK_MESSAGE(rel <= kGpuCpuMaxRel, what << ": relative error " << rel);
+}
+
+}  // namespace
+
+TEST_CASE("model gpu: logits row statistics match the CPU math") {
+  for (int V : {256, 50257}) {
+    const int rows = 37;
+    tl::test::Rng rng{uint64_t(V)};
+    const auto a = tl::test::random_halves(rng, size_t(rows) * V, -8.0, 8.0);
+    auto b = a;
+    for (auto& h : b) h = tl::float_to_half(tl::half_to_float(h) + float(rng.uniform(-0.3, 0.3)));
+    std::vector<int32_t> targets(rows);
+    for (int r = 0; r < rows; ++r) targets[size_t(r)] = r % 5 == 4 ? -1 : int32_t(rng.next() % uint64_t(V));
+    tl::test::DeviceBuffer<tl::half_bits> da(a), db(b);
+    tl::test::DeviceBuffer<int32_t> dt(targets), darg(rows);
+    tl::test::DeviceBuffer<float> dlse_a(rows), dlse_b(rows), dtg(rows), dkld(rows);
+    TL_REQUIRE_LAUNCH(tl::cuda::logits_row_stats(da.half(), dt.get(), rows, V, dlse_a.get(), darg.get(), dtg.get(), nullptr));
+    TL_REQUIRE_LAUNCH(tl::cuda::logits_row_stats(db.half(), nullptr, rows, V, dlse_b.get(), nullptr, nullptr, nullptr));
+    TL_REQUIRE_LAUNCH(tl::cuda::kld_rows(da.half(), dlse_a.get(), db.half(), dlse_b.get(), rows, V, dkld.get(), nullptr));
+    const auto lse = dlse_a.download(), lseb = dlse_b.download(), tg = dtg.download(), kld = dkld.download();
+    const auto arg = darg.download();
+    for (int r = 0; r < rows; ++r) {
+      std::vector<float> fa(static_cast<size_t>(V)), fb(static_cast<size_t>(V));
+      for (int v = 0; v < V; ++v) {
+        fa[size_t(v)] = tl::half_to_float(a[size_t(r) * V + v]);
+        fb[size_t(v)] = tl::half_to_float(b[size_t(r) * V + v]);
+      }
+      const double la = tl::verify::log_sum_exp(fa.data(), V), lb = tl::verify::log_sum_exp(fb.data(), V);
+      CHECK(std::abs(lse[size_t(r)] - la) <= kLseTol);
+      CHECK(std::abs(lseb[size_t(r)] - lb) <= kLseTol);
+      CHECK(arg[size_t(r)] == tl::verify::argmax_first(fa.data(), V));
+      CHECK(tg[size_t(r)] == (targets[size_t(r)] < 0 ? 0.f : fa[size_t(targets[size_t(r)])]));
+      const double k = tl::verify::kld_logits(fa.data(), la, fb.data(), lb, V);
+      CHECK_MESSAGE(std::abs(kld[size_t(r)] - k) <= kKldAbsTol + 1e-3 * k, "row " << r << " gpu " << kld[size_t(r)] << " cpu " << k);
+    }
+  }
+}
+
+TEST_CASE("model gpu: every path's logits match the CPU forward (GQA, loop block, ragged T)") {
+  const tl::ModelWeights w = quantized_model(31);
+  const int n_seq = 3, T = 45;  // T: not a multiple of the 32-key attention tile
+  const auto tok = tokens_for(int64_t(n_seq) * T, w.config.vocab, 41);
+  const tl::ActMatrix cpu = tl::forward_logits(w, tok.data(), n_seq, T);
+  tl::verify::GpuModel gm(w, true);
+  CHECK(gm.info().quantized == 16);      // 5 x 3 block linears + head
+  CHECK(gm.info().marlin_packed == 15);  // the head is not packed
+  CHECK(gm.info().marlin_bytes > 0);
+  for (GpuPath p : {GpuPath::kFp16, GpuPath::kNative, GpuPath::kMarlin}) {
+    REQUIRE(gm.has_path(p));
+    tl::cuda::reset_dispatch_stats();
+    gm.forward(tok.data(), n_seq, T, p);
+    const tl::cuda::DispatchStats st = tl::cuda::dispatch_stats();
+    std::vector<float> logits;
+    gm.logits_to_host(&logits);
+    compare_logits(tl::verify::gpu_path_name(p), cpu, logits);
+    // 5 linears x 3 block runs + head per forward, each on the path asked for.
+    const long long total = st.dispatches[0] + st.dispatches[1] + st.dispatches[2];
+    CHECK(total == 16);
+    if (p == GpuPath::kFp16) CHECK(st.dispatches[int(tl::cuda::GemmPath::kFp16Copy)] == 16);
+    if (p == GpuPath::kNative) CHECK(st.dispatches[int(tl::cuda::GemmPath::kNativeInt4)] == 16);
+    if (p == GpuPath::kMarlin) {
+      CHECK(st.dispatches[int(tl::cuda::GemmPath::kMarlin)] == 15);
+      CHECK(st.dispatches[int(tl::cuda::GemmPath::kNativeInt4)] == 1);
+      CHECK(st.fallbacks.count("no marlin pack") == 1);
+    }
+  }
+}
+
+TEST_CASE("model gpu: the e2e tier passes on a packed file and reports its paths") {
+  const tl::ModelWeights w = quantized_model(32);
+  const std::string dir = std::string(TL_TEST_TMP) + "/model_gpu_e2e";
+  REQUIRE(std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str()) == 0);
+  tl::write_model_tinyloop(w, dir + "/m.tinyloop", tl::DType::F16);
+  tl::write_token_file_u32(dir + "/t.u32", tokens_for(2000, w.config.vocab, 42));
+  tl::verify::E2eOptions o;
+  o.file = dir + "/m.tinyloop";
+  o.tokens = dir + "/t.u32";
+  o.baseline = dir + "/m.tinyloop";
+  o.ctx = 128;
+  o.batch = 5;
+  const tl::verify::E2eResult r = tl::verify::run_e2e_tier(o);
+  INFO(r.reason);
+  CHECK(r.status == tl::verify::Status::kPassed);
+  CHECK(r.windows == 15);
+  CHECK(r.scored == 15 * 64);
+  REQUIRE(r.main.rows.size() == 3);
+  CHECK(r.main.has_drift);
+  CHECK(std::abs(r.main.drift_pct) < 1.0);
+  CHECK(r.main.cpu_checked);
+  const auto* m = r.main.row(GpuPath::kMarlin);
+  REQUIRE(m != nullptr);
+  CHECK(m->dispatches[int(tl::cuda::GemmPath::kMarlin)] == 15 * 3);  // 15 packed GEMMs x 3 batches
+  CHECK(m->s.top1_agreement > 0.9);
+  REQUIRE(r.baseline.has_value());
+  // The same file as baseline scores the same windows: identical PPL per path.
+  for (size_t i = 0; i < 3; ++i) CHECK(r.baseline->rows[i].s.ppl == doctest::Approx(r.main.rows[i].s.ppl).epsilon(1e-6));
+}
