@@ -15,6 +15,12 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("-o,--output", o.output, "output .tinyloop (written atomically)")->required();
   app.add_option("--calib", o.calib, "calibration .h5 with /hessian/<weight> (required by --method gptq)");
+  app.add_option("--calib-tokens", o.calib_tokens,
+                 "token file (.u32 / .npy): run the model on the CPU and calibrate block by block")
+      ->check(CLI::ExistingFile);
+  app.add_option("--calib-seq", o.calib_seq, "tokens per calibration window")->capture_default_str();
+  app.add_option("--calib-samples", o.calib_samples, "calibration windows (at most)")->capture_default_str();
+  app.add_option("--save-calib", o.save_calib, "with --calib-tokens: also write the Hessians (.h5)");
   app.add_option("--method", o.method, "gptq or rtn (round-to-nearest, no calibration)")
       ->check(CLI::IsMember({"gptq", "rtn"}))->capture_default_str();
   app.add_option("--group-size", group, "rows per group along K: " + tl::group_size_choices())

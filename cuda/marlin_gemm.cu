@@ -31,6 +31,7 @@
 #include "cuda/marlin_gemm.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -87,14 +88,6 @@ __device__ __forceinline__ uint32_t as_u32(half2 h) {
   uint32_t u;
   memcpy(&u, &h, 4);
   return u;
-}
-
-// A rows past M are zero-filled by the copy engine itself (src-size 0): the tensor cores then
-// multiply zeros, never stale shared memory, and no branch is needed around the mma.
-__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)),
-               "l"(gmem), "r"(src_bytes));
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -198,6 +191,7 @@ struct Params {
   int M, N, K;
   int groupsize;  // -1 (per column) or > 0
   int iters;      // k-tiles per block stripe
+  int tiles_per_group;  // grouped: groupsize / TK (k-tiles sharing one row of scales)
 };
 
 template <int MB, int KB, int NB, int STAGES>
@@ -240,6 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1) marlin_kernel(const Params p) {
   const bool grouped = p.groupsize > 0;
   const bool asym = p.delta != nullptr;
   const uint64_t policy = evict_first_policy();
+  int tiles_done = 0;  // tiles this block has consumed (stage of tile t: t % STAGES)
   const int b_row_int4 = p.N / 2;  // int4 per k16 row of B
 
   auto stage_a = [&](int st) { return reinterpret_cast<__half*>(smem + st * T::kStageBytes); };
@@ -250,44 +245,91 @@ __global__ void __launch_bounds__(kThreads, 1) marlin_kernel(const Params p) {
     return reinterpret_cast<__half*>(smem + st * T::kStageBytes + T::kABytes + T::kBBytes);
   };
 
-  // ---- Phase: issue the copies of k-tile kt of n-tile `slice` into stage st. ----
-  auto fetch = [&](int st, int slice, int kt) {
-    __half* a_dst = stage_a(st);
+  // ---- Per-thread copy assignments, fixed for the whole kernel. ----
+  // The main loop is issue-bound at small M (the tensor cores idle, the SM issues copies and
+  // dequantization), so every copy's offsets are computed once here and each k-tile only
+  // advances two uniform pointers: the loop body stays ~2 instructions per 16-byte copy.
+  constexpr int kAIters = (T::kACopies + kThreads - 1) / kThreads;
+  constexpr int kBIters = KB * T::kBRow / kThreads;
+  int a_smem[kAIters], a_glob[kAIters];
+  bool a_on[kAIters];
 #pragma unroll
-    for (int i = 0; i < (T::kACopies + kThreads - 1) / kThreads; ++i) {
-      const int idx = threadIdx.x + i * kThreads;
-      if (T::kACopies % kThreads != 0 && idx >= T::kACopies) break;
-      const int r = idx / T::kAChunks, c = idx % T::kAChunks;
-      const bool valid = r < p.M;
-      const __half* src = p.A + size_t(valid ? r : 0) * p.K + kt * T::kK + c * 8;
-      // XOR swizzle: the 8 rows one ldmatrix phase reads sit in 8 different 16-byte columns,
-      // so the read is free of bank conflicts although rows are 256 bytes apart.
-      cp_async16_zfill(a_dst + r * T::kK + ((c ^ (r & 7)) * 8), src, valid);
-    }
-    int4* b_dst = stage_b(st);
-    const int4* b_src = p.B + size_t(kt) * KB * b_row_int4 + size_t(slice) * T::kBRow;
+  for (int i = 0; i < kAIters; ++i) {
+    const int idx = threadIdx.x + i * kThreads;
+    const int r = idx / T::kAChunks, c = idx % T::kAChunks;
+    // Rows past M are never copied: they are zeroed once per segment (zero_pad_rows), so the
+    // tensor cores multiply zeros and the copy path carries only real rows.
+    a_on[i] = idx < T::kACopies && r < p.M;
+    // XOR swizzle: the 8 rows one ldmatrix phase reads sit in 8 different 16-byte columns, so
+    // the read is free of bank conflicts although rows are 256 bytes apart.
+    a_smem[i] = r * T::kK + ((c ^ (r & 7)) * 8);
+    a_glob[i] = r * p.K + c * 8;
+  }
+  int b_glob[kBIters];
 #pragma unroll
-    for (int i = 0; i < KB * T::kBRow / kThreads; ++i) {
-      const int idx = threadIdx.x + i * kThreads;
-      const int r = idx / T::kBRow, c = idx % T::kBRow;
-      cp_async16_stream(b_dst + idx, b_src + size_t(r) * b_row_int4 + c, policy);
+  for (int i = 0; i < kBIters; ++i) {
+    const int idx = threadIdx.x + i * kThreads;
+    b_glob[i] = (idx / T::kBRow) * b_row_int4 + idx % T::kBRow;
+  }
+  constexpr int kSChunks = T::kN / 8;
+  const bool s_copier = grouped && (threadIdx.x < kSChunks || (asym && threadIdx.x < 2 * kSChunks));
+  const int s_smem = threadIdx.x * 8;  // scales then deltas, contiguous in the stage
+  // Running source pointers of the next tile to fetch (set at each segment start).
+  const __half* a_next = nullptr;
+  const int4* b_next = nullptr;
+  const __half* s_next = nullptr;
+  int s_tile = 0;  // position of the next tile within its group
+
+  // ---- Phase: issue the copies of the next k-tile into stage st. ----
+  auto fetch = [&](int st) {
+    char* stage = smem + st * T::kStageBytes;
+    __half* a_dst = reinterpret_cast<__half*>(stage);
+#pragma unroll
+    for (int i = 0; i < kAIters; ++i)
+      if (a_on[i]) cp_async16(a_dst + a_smem[i], a_next + a_glob[i]);
+    int4* b_dst = reinterpret_cast<int4*>(stage + T::kABytes) + threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < kBIters; ++i) cp_async16_stream(b_dst + i * kThreads, b_next + b_glob[i], policy);
+    if (s_copier)  // a k-tile never straddles a group (groupsize % TK == 0)
+      cp_async16(reinterpret_cast<__half*>(stage + T::kABytes + T::kBBytes) + s_smem, s_next);
+    a_next += T::kK;
+    b_next += size_t(KB) * b_row_int4;
+    if (grouped && ++s_tile == p.tiles_per_group) {
+      s_tile = 0;
+      s_next += p.N;
     }
-    if (grouped) {
-      // A k-tile never straddles a group (groupsize % TK == 0): one row of scales per stage.
-      constexpr int kChunks = T::kN / 8;
-      const size_t row = size_t(kt * T::kK / p.groupsize) * p.N + size_t(slice) * T::kN;
-      __half* s_dst = stage_s(st);
-      if (threadIdx.x < kChunks) {
-        cp_async16(s_dst + threadIdx.x * 8, p.s + row + threadIdx.x * 8);
-      } else if (asym && threadIdx.x < 2 * kChunks) {
-        const int c = threadIdx.x - kChunks;
-        cp_async16(s_dst + T::kN + c * 8, p.delta + row + c * 8);
-      }
+  };
+
+  // Zero the A rows past M in every stage (the copies never write them). Needed once per
+  // segment because the reduction scratch overlaps the stages.
+  auto zero_pad_rows = [&]() {
+    if (p.M >= T::kRows) return;
+    constexpr int kRowInt4 = T::kK / 8;
+    const int pad = (T::kRows - p.M) * kRowInt4;  // int4 per stage
+    for (int i = threadIdx.x; i < pad * STAGES; i += kThreads) {
+      const int st = i / pad, j = i % pad;
+      reinterpret_cast<int4*>(stage_a(st) + p.M * T::kK)[j] = make_int4(0, 0, 0, 0);
     }
   };
 
   float acc[MB][8][4];
   half2 col_s[8], col_d[8];  // per-column mode: the dequant factors of this thread's 8 columns
+
+  // Shared-memory read offsets of this thread (stage-relative), also fixed for the kernel.
+  int a_rd[T::kSubPerWarp][MB], b_rd[T::kSubPerWarp];
+#pragma unroll
+  for (int j = 0; j < T::kSubPerWarp; ++j) {
+    const int ks = kgroup + j * T::kKGroups;
+    b_rd[j] = ks * T::kBRow + n64 * 32 + lane;
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb) {
+      const int r = mb * 16 + (lane & 15);
+      const int c = 2 * ks + (lane >> 4);
+      a_rd[j][mb] = r * T::kK + ((c ^ (r & 7)) * 8);
+    }
+  }
+  const int s_rd = n64 * 64 + 8 * (lane / 4);        // grouped scales: one int4
+  const int d_rd = T::kN + n64 * 64 + lane / 4;      // grouped deltas: 8 halves, stride 8
 
   // ---- Phase: multiply the tile in stage st into the accumulators. ----
   auto compute = [&](int st) {
@@ -298,14 +340,13 @@ __global__ void __launch_bounds__(kThreads, 1) marlin_kernel(const Params p) {
       // Grouped scales are permuted so that lane/4 finds its column's scale for all 8 n8
       // fragments of its warp tile in one 16-byte word.
       const __half* s_src = stage_s(st);
-      const int4 sv = *reinterpret_cast<const int4*>(s_src + n64 * 64 + 8 * (lane / 4));
+      const int4 sv = *reinterpret_cast<const int4*>(s_src + s_rd);
       const __half* sh = reinterpret_cast<const __half*>(&sv);
 #pragma unroll
       for (int f = 0; f < 8; ++f) fs[f] = __half2half2(sh[f]);
 #pragma unroll
       for (int f = 0; f < 8; ++f)
-        fd[f] = asym ? __half2half2(s_src[T::kN + n64 * 64 + 8 * f + lane / 4])
-                     : __float2half2_rn(0.f);
+        fd[f] = asym ? __half2half2(s_src[d_rd + 8 * f]) : __float2half2_rn(0.f);
     } else {
 #pragma unroll
       for (int f = 0; f < 8; ++f) {
@@ -315,15 +356,10 @@ __global__ void __launch_bounds__(kThreads, 1) marlin_kernel(const Params p) {
     }
 #pragma unroll
     for (int j = 0; j < T::kSubPerWarp; ++j) {
-      const int ks = kgroup + j * T::kKGroups;
-      const int4 bq = b_src[ks * T::kBRow + n64 * 32 + lane];
+      const int4 bq = b_src[b_rd[j]];
       uint32_t a[MB][4];
 #pragma unroll
-      for (int mb = 0; mb < MB; ++mb) {
-        const int r = mb * 16 + (lane & 15);
-        const int c = 2 * ks + (lane >> 4);
-        ldmatrix_x4(a[mb], a_src + r * T::kK + ((c ^ (r & 7)) * 8));
-      }
+      for (int mb = 0; mb < MB; ++mb) ldmatrix_x4(a[mb], a_src + a_rd[j][mb]);
       const uint32_t words[4] = {uint32_t(bq.x), uint32_t(bq.y), uint32_t(bq.z),
                                  uint32_t(bq.w)};
 #pragma unroll
@@ -372,19 +408,32 @@ __global__ void __launch_bounds__(kThreads, 1) marlin_kernel(const Params p) {
     }
 
     // ---- Phase: the pipeline. STAGES-1 tiles in flight while one is multiplied. ----
+    zero_pad_rows();
+    a_next = p.A + size_t(kt0) * T::kK;
+    b_next = p.B + size_t(kt0) * KB * b_row_int4 + size_t(slice) * T::kBRow;
+    if (grouped) {
+      const int chunk = threadIdx.x < kSChunks ? threadIdx.x : threadIdx.x - kSChunks;
+      const __half* base = threadIdx.x < kSChunks ? p.s : p.delta;
+      s_next = base + size_t(kt0 / p.tiles_per_group) * p.N + size_t(slice) * T::kN + chunk * 8;
+      s_tile = kt0 % p.tiles_per_group;
+    }
+    const int t0 = tiles_done;  // tile i of this segment is the block's tile t0 + i
 #pragma unroll
     for (int st = 0; st < STAGES - 1; ++st) {
-      if (st < len) fetch(st, slice, kt0 + st);
+      if (st < len) fetch((t0 + st) % STAGES);
       cp_async_commit();  // empty groups keep the wait count uniform
     }
+    int stage = t0 % STAGES, fill = (t0 + STAGES - 1) % STAGES;
     for (int i = 0; i < len; ++i) {
       cp_async_wait<STAGES - 2>();  // tile i has landed (for this thread's copies) ...
       __syncthreads();              // ... for all threads; stage (i-1) is free again
-      const int next = i + STAGES - 1;
-      if (next < len) fetch(next % STAGES, slice, kt0 + next);
+      if (i + STAGES - 1 < len) fetch(fill);
       cp_async_commit();
-      compute(i % STAGES);
+      compute(stage);
+      stage = stage + 1 == STAGES ? 0 : stage + 1;
+      fill = fill + 1 == STAGES ? 0 : fill + 1;
     }
+    tiles_done += len;
     cp_async_wait<0>();
     __syncthreads();  // pipeline drained: its shared memory is the reduction scratch now
 
@@ -637,6 +686,7 @@ int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half
     p.K = K;
     p.groupsize = groupsize;
     p.iters = iters;
+    p.tiles_per_group = groupsize > 0 ? groupsize / (shape.kb * 16) : 0;
     l.kernel<<<blocks, kThreads, l.smem_bytes, stream>>>(p);
     TL_CHECK_LAUNCH("marlin_kernel");
   }

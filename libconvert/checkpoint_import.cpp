@@ -75,10 +75,12 @@ std::string hf_to_tinyloop_name(const std::string& hf, int* part) {
   static const std::map<std::string, std::string> top = {
       {"model.embed_tokens.weight", "embed"}, {"model.norm.weight", "final_norm"}, {"lm_head.weight", "head"}};
   if (auto it = top.find(hf); it != top.end()) return it->second;
-  static const std::regex layer(R"(^model\.layers\.([0-9]+)\.(.+)\.weight$)");
+  // model.layers.<i> are the distinct blocks (all of them for a plain HF Llama);
+  // model.loop_layers.<j> are TinyLoop's shared loop blocks (tools/train_tinyloop.py).
+  static const std::regex layer(R"(^model\.(layers|loop_layers)\.([0-9]+)\.(.+)\.weight$)");
   std::smatch m;
   if (!std::regex_match(hf, m, layer)) return "";
-  const std::string pre = "pre." + m[1].str() + ".", rest = m[2].str();
+  const std::string pre = (m[1].str() == "layers" ? "pre." : "loop.") + m[2].str() + ".", rest = m[3].str();
   static const std::map<std::string, std::pair<std::string, int>> block = {
       {"input_layernorm", {"attn_norm", -1}},       {"post_attention_layernorm", {"mlp_norm", -1}},
       {"self_attn.q_proj", {"attn_qkv", 0}},        {"self_attn.k_proj", {"attn_qkv", 1}},

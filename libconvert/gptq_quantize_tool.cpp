@@ -9,7 +9,10 @@
 #include <cstdio>
 #include <exception>
 #include <mutex>
+#include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include <Eigen/Core>
@@ -19,7 +22,10 @@
 #include "formats/error.h"
 #include "formats/tinyloop_file.h"
 #include "libconvert/checkpoint_import.h"
+#include "formats/token_file.h"
 #include "libconvert/gptq.h"
+#include "libconvert/model_weights.h"
+#include "libconvert/token_calibration.h"
 
 #ifndef TL_VERSION
 #define TL_VERSION "0"
@@ -159,9 +165,14 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
   const auto t_start = Clock::now();
   const bool gptq = opt.method == "gptq";
   if (!gptq && opt.method != "rtn") throw Error("--method must be gptq or rtn, got " + opt.method);
-  if (gptq && opt.calib.empty()) {
-    throw Error("--method gptq needs calibration data: pass --calib FILE.h5 (Hessians per weight) or use --method rtn");
+  if (gptq && opt.calib.empty() && opt.calib_tokens.empty()) {
+    throw Error("--method gptq needs calibration data: pass --calib FILE.h5 (Hessians per weight), "
+                "--calib-tokens FILE (run the model on tokens), or use --method rtn");
   }
+  if (!opt.calib.empty() && !opt.calib_tokens.empty()) throw Error("--calib and --calib-tokens exclude each other");
+  if (!opt.calib_tokens.empty() && !gptq) throw Error("--calib-tokens applies to --method gptq only");
+  if (!opt.save_calib.empty() && opt.calib_tokens.empty()) throw Error("--save-calib needs --calib-tokens");
+  if (opt.calib_seq <= 0) throw Error("--calib-seq must be positive");
   if (!gptq && opt.act_order) throw Error("--act-order applies to --method gptq only");
   if (opt.group_size != kGroupSizeRow &&
       std::find(std::begin(kGptqGroupSizes), std::end(kGptqGroupSizes), opt.group_size) == std::end(kGptqGroupSizes)) {
@@ -229,34 +240,14 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
   const int inner = std::max(1, threads / workers);
 
   std::vector<WeightReport> reports(linears.size());
-  std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   std::exception_ptr first_error;
   std::mutex err_mu;
 
-  auto work_one = [&](size_t i) {
+  // Quantizes one weight W [K, N] with Hessian h (empty for RTN without calibration); no I/O.
+  auto quantize_core = [&](size_t i, const std::vector<float>& W, const Hessian& h) {
     const ImportEntry& e = *linears[i];
-    const auto t0 = Clock::now();
-    progress.started(e.name);
-    std::vector<float> W;
-    if (in.tinyloop()) {
-      std::lock_guard<std::mutex> lock(h5_mu);
-      W = in.read_linear(e);
-    } else {
-      W = in.read_linear(e);
-    }
     const int64_t K = e.K(), N = e.N();
-    Hessian h;
-    if (calib && !hnames[i].empty()) {
-      std::lock_guard<std::mutex> lock(h5_mu);
-      h = calib->read(hnames[i]);
-    }
-    if (calib && !hnames[i].empty() && h.K != K) {
-      throw Error("Hessian " + hnames[i] + " is " + std::to_string(h.K) + "x" + std::to_string(h.K) +
-                      ", expected " + std::to_string(K) + "x" + std::to_string(K) + " (in_features of " + e.name + ")",
-                  opt.calib, e.name);
-    }
-
     QuantWeight qw;
     qw.name = e.name;
     qw.bits = kQuantBits;
@@ -321,12 +312,14 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
     }
     qw.provenance = prov;
     rep.group_size = qw.group_size;
-    W = std::vector<float>();
     qw.validate(opt.output);
-    {
-      std::lock_guard<std::mutex> lock(h5_mu);
-      out.write_quant(qw);
-    }
+    return qw;
+  };
+
+  auto log_done = [&](size_t i, const QuantWeight& qw, Clock::time_point t0) {
+    const ImportEntry& e = *linears[i];
+    const int64_t K = e.K(), N = e.N();
+    WeightReport& rep = reports[i];
     rep.seconds = since(t0);
     char line[512];
     std::snprintf(line, sizeof line, "%s %lldx%lld gs=%s loss=%s rtn=%s %.1fs", e.name.c_str(), (long long)K,
@@ -335,21 +328,99 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
     progress.finished(line, double(N) * double(K) * double(K));
   };
 
-  auto worker = [&] {
-    for (size_t i; !failed.load() && (i = next.fetch_add(1)) < linears.size();) {
-      try {
-        work_one(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(err_mu);
-        if (!first_error) first_error = std::current_exception();
-        failed.store(true);
-      }
+  auto work_one = [&](size_t i) {
+    const ImportEntry& e = *linears[i];
+    const auto t0 = Clock::now();
+    progress.started(e.name);
+    std::vector<float> W;
+    if (in.tinyloop()) {
+      std::lock_guard<std::mutex> lock(h5_mu);
+      W = in.read_linear(e);
+    } else {
+      W = in.read_linear(e);
     }
+    Hessian h;
+    if (calib && !hnames[i].empty()) {
+      std::lock_guard<std::mutex> lock(h5_mu);
+      h = calib->read(hnames[i]);
+    }
+    if (calib && !hnames[i].empty() && h.K != e.K()) {
+      throw Error("Hessian " + hnames[i] + " is " + std::to_string(h.K) + "x" + std::to_string(h.K) +
+                      ", expected " + std::to_string(e.K()) + "x" + std::to_string(e.K()) + " (in_features of " +
+                      e.name + ")",
+                  opt.calib, e.name);
+    }
+    const QuantWeight qw = quantize_core(i, W, h);
+    W = std::vector<float>();
+    {
+      std::lock_guard<std::mutex> lock(h5_mu);
+      out.write_quant(qw);
+    }
+    log_done(i, qw, t0);
   };
-  std::vector<std::thread> pool;
-  for (int w = 1; w < workers; ++w) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
+
+  // Runs fn(0..count-1) on min(workers, count) threads; the first exception stops the rest.
+  auto parallel_for = [&](size_t count, const std::function<void(size_t)>& fn) {
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+      for (size_t i; !failed.load() && (i = next.fetch_add(1)) < count;) {
+        try {
+          fn(i);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(err_mu);
+          if (!first_error) first_error = std::current_exception();
+          failed.store(true);
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    for (size_t w = 1; w < std::min<size_t>(size_t(workers), count); ++w) pool.emplace_back(worker);
+    worker();
+    for (auto& t : pool) t.join();
+  };
+
+  if (opt.calib_tokens.empty()) {
+    parallel_for(linears.size(), work_one);
+  } else {
+    // Sequential calibration on the CPU forward (token_calibration.h): each block's weights are
+    // quantized as soon as its Hessians are complete, and written in file order at the end.
+    std::map<std::string, size_t> index_of;
+    for (size_t i = 0; i < linears.size(); ++i) index_of[linears[i]->name] = i;
+    std::set<std::string> selected;
+    for (const ImportEntry* e : linears) selected.insert(e->name);
+    ModelWeights mw = load_model_weights_any(opt.input, false);
+    const std::vector<int32_t> tokens = read_token_file(opt.calib_tokens, mw.config.vocab);
+    std::unique_ptr<CalibWriter> save;
+    if (!opt.save_calib.empty()) save = std::make_unique<CalibWriter>(opt.save_calib);
+    std::vector<std::optional<QuantWeight>> done(linears.size());
+    const TokenCalibration tc = calibrate_sequential(
+        mw, tokens, opt.calib_seq, opt.calib_samples, selected,
+        [&](std::map<std::string, Hessian>& hessians, ModelWeights& w) {
+          std::vector<const Hessian*> hs;
+          for (const auto& kv : hessians) hs.push_back(&kv.second);
+          parallel_for(hs.size(), [&](size_t t) {
+            const Hessian& h = *hs[t];
+            const size_t i = index_of.at(h.name);
+            const auto t0 = Clock::now();
+            progress.started(h.name);
+            LinearWeight* l = w.find_linear(h.name);
+            QuantWeight qw = quantize_core(i, l->W, h);
+            l->W = qw.dequantize();  // the next block is calibrated on W_hat's outputs
+            log_done(i, qw, t0);
+            done[i] = std::move(qw);
+          });
+          if (first_error) std::rethrow_exception(first_error);
+          if (save)
+            for (const Hessian* h : hs) save->write(*h);
+        },
+        [&](const std::string& m) { progress.log(m); });
+    for (size_t i = 0; i < linears.size(); ++i) {
+      if (!done[i]) throw Error("internal: weight was not calibrated", opt.calib_tokens, linears[i]->name);
+      out.write_quant(*done[i]);
+    }
+    if (save) save->commit();
+    (void)tc;
+  }
   progress.end();
   if (first_error) std::rethrow_exception(first_error);
 

@@ -34,6 +34,10 @@ struct GptqQuantizeOptions {
   std::string input;                 // HF folder, .safetensors or .tinyloop
   std::string output;                // .tinyloop to write
   std::string calib;                 // calibration .h5 (formats/calib_file.h); gptq needs it
+  std::string calib_tokens;          // or: token file; calibrate sequentially on the CPU forward
+  int64_t calib_seq = 512;           // tokens per calibration window
+  int64_t calib_samples = 128;       // windows used (at most)
+  std::string save_calib;            // with calib_tokens: write the Hessians here (.h5)
   std::string method = "gptq";       // "gptq" or "rtn"
   std::string only;                  // regex selecting the linear weights (see checkpoint_import.h)
   int64_t group_size = 128;          // kGroupSizeRow for per-row

@@ -106,3 +106,54 @@ TEST_CASE("model weights: missing entries and wrong shapes name the file and ent
     CHECK(msg.find("pre.0.attn_norm") != std::string::npos);
   }
 }
+
+#include <fstream>
+
+#include "formats/hf_config.h"
+#include "formats/safetensors.h"
+
+TEST_CASE("model weights: an HF Llama folder (GQA) loads as n_loop = 0 with the same logits") {
+  tl::ModelConfig c = small_config();
+  c.architecture = "llama";
+  c.n_pre = 2; c.n_loop = 0; c.loops = 0;
+  const tl::ModelWeights w = tl::random_model_weights(c, 24);
+  const int64_t D = c.d_model, dh = c.d_head, H = c.n_heads, Hkv = c.n_kv_heads;
+  // PyTorch orientation [N, K] of columns [n0, n0 + n) of a [K, N] weight.
+  auto torch_slice = [](const tl::LinearWeight& l, int64_t n0, int64_t n, const std::string& name) {
+    std::vector<float> t(size_t(n * l.K));
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t k = 0; k < l.K; ++k) t[size_t(j * l.K + k)] = l.W[size_t(k * l.N + n0 + j)];
+    return tl::Tensor::from_float(name, {n, l.K}, t.data(), tl::DType::F32);
+  };
+  std::vector<tl::Tensor> ts;
+  ts.push_back(tl::Tensor::from_float("model.embed_tokens.weight", {c.vocab, D}, w.embed.data(), tl::DType::F32));
+  for (int64_t i = 0; i < c.n_pre; ++i) {
+    const tl::BlockWeights& b = w.pre[size_t(i)];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    ts.push_back(tl::Tensor::from_float(p + "input_layernorm.weight", {D}, b.attn_norm.data(), tl::DType::F32));
+    ts.push_back(tl::Tensor::from_float(p + "post_attention_layernorm.weight", {D}, b.mlp_norm.data(), tl::DType::F32));
+    ts.push_back(torch_slice(b.attn_qkv, 0, H * dh, p + "self_attn.q_proj.weight"));
+    ts.push_back(torch_slice(b.attn_qkv, H * dh, Hkv * dh, p + "self_attn.k_proj.weight"));
+    ts.push_back(torch_slice(b.attn_qkv, (H + Hkv) * dh, Hkv * dh, p + "self_attn.v_proj.weight"));
+    ts.push_back(torch_slice(b.attn_out, 0, D, p + "self_attn.o_proj.weight"));
+    ts.push_back(torch_slice(b.mlp_gate, 0, c.ffn, p + "mlp.gate_proj.weight"));
+    ts.push_back(torch_slice(b.mlp_up, 0, c.ffn, p + "mlp.up_proj.weight"));
+    ts.push_back(torch_slice(b.mlp_down, 0, D, p + "mlp.down_proj.weight"));
+  }
+  ts.push_back(tl::Tensor::from_float("model.norm.weight", {D}, w.final_norm.data(), tl::DType::F32));
+  ts.push_back(torch_slice(w.head, 0, c.vocab, "lm_head.weight"));
+  const std::string dir = scratch("hf");
+  std::vector<const tl::Tensor*> ptrs;
+  for (const auto& t : ts) ptrs.push_back(&t);
+  tl::write_safetensors(dir + "/model.safetensors", ptrs);
+  {
+    nlohmann::json j = tl::model_config_to_hf(c);
+    std::ofstream(dir + "/config.json") << j.dump(1);
+  }
+  const tl::ModelWeights r = tl::load_model_weights_any(dir);
+  CHECK(r.config.n_loop == 0);
+  CHECK(r.config.n_kv_heads == Hkv);
+  for (const std::string& name : w.linear_names()) CHECK_MESSAGE(r.find_linear(name)->W == w.find_linear(name)->W, name);
+  std::vector<int32_t> tok = {3, 1, 4, 1, 5, 9, 2, 6};
+  CHECK((tl::forward_logits(w, tok.data(), 1, 8) - tl::forward_logits(r, tok.data(), 1, 8)).cwiseAbs().maxCoeff() == 0.f);
+}

@@ -1,0 +1,148 @@
+#include "libconvert/token_calibration.h"
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "formats/error.h"
+#include "libconvert/hessian.h"
+#include "libconvert/model_forward.h"
+
+namespace tl {
+
+namespace {
+
+// Accumulates the Hessians of the selected weights that a forward stage reports. mlp_gate and
+// mlp_up read the same input, so only mlp_gate's is accumulated when both are selected and
+// mlp_up's is copied from it (half the X^T X work of the MLP input).
+class HessianSet {
+ public:
+  HessianSet(const std::set<std::string>& selected, int64_t n_seq) : selected_(selected), n_seq_(n_seq) {}
+
+  LinearInputHook hook() {
+    return [this](const std::string& name, const float* X, int64_t rows, int64_t K) {
+      if (!selected_.count(name)) return;
+      if (shares_gate_input(name)) return;
+      auto& acc = acc_[name];
+      if (!acc) acc = std::make_unique<HessianAccumulator>(K);
+      acc->add_batch(X, rows, n_seq_);
+    };
+  }
+
+  // Moves the accumulated Hessians out (mlp_up filled from mlp_gate where shared).
+  std::map<std::string, Hessian> take() {
+    std::map<std::string, Hessian> out;
+    for (auto& [name, acc] : acc_) {
+      Hessian h;
+      h.name = name;
+      h.K = acc->K();
+      h.nsamples = acc->nsamples();
+      h.H.assign(acc->H().data(), acc->H().data() + acc->H().size());
+      const std::string up = up_of_gate(name);
+      if (!up.empty() && selected_.count(up)) {
+        Hessian hu = h;
+        hu.name = up;
+        out.emplace(up, std::move(hu));
+      }
+      out.emplace(name, std::move(h));
+    }
+    acc_.clear();
+    return out;
+  }
+
+ private:
+  static bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  }
+  static std::string up_of_gate(const std::string& name) {
+    return ends_with(name, ".mlp_gate") ? name.substr(0, name.size() - 4) + "up" : "";
+  }
+  bool shares_gate_input(const std::string& name) const {
+    if (!ends_with(name, ".mlp_up")) return false;
+    return selected_.count(name.substr(0, name.size() - 2) + "gate") > 0;
+  }
+
+  const std::set<std::string>& selected_;
+  int64_t n_seq_;
+  std::map<std::string, std::unique_ptr<HessianAccumulator>> acc_;
+};
+
+bool block_has_selected(const BlockWeights& b, const std::set<std::string>& selected) {
+  for (const char* n : kBlockLinearNames)
+    if (selected.count(b.prefix + "." + n)) return true;
+  return false;
+}
+
+}  // namespace
+
+TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t>& tokens,
+                                      int64_t seq_len, int64_t max_seq,
+                                      const std::set<std::string>& selected,
+                                      const QuantizeBlock& quantize,
+                                      const std::function<void(const std::string&)>& log) {
+  if (seq_len <= 0) throw Error("calibration window length must be positive");
+  if (int64_t(tokens.size()) < seq_len)
+    throw Error("calibration needs at least one window of " + std::to_string(seq_len) + " tokens, got " +
+                std::to_string(tokens.size()));
+  for (const std::string& name : selected)
+    if (!w.find_linear(name))
+      throw Error("selected weight is not a linear weight of the model's forward pass", "", name);
+  TokenCalibration tc;
+  tc.seq_len = seq_len;
+  tc.n_seq = std::min<int64_t>(max_seq > 0 ? max_seq : INT64_MAX, int64_t(tokens.size()) / seq_len);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto say = [&](const std::string& what) {
+    if (!log) return;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    char b[64];
+    std::snprintf(b, sizeof b, " (%.1fs)", s);
+    log(what + b);
+  };
+  const ModelConfig& c = w.config;
+  ActMatrix x = embed_tokens(w, tokens.data(), tc.n_seq * seq_len);
+  say("calibration: " + std::to_string(tc.n_seq) + " windows x " + std::to_string(seq_len) + " tokens embedded");
+
+  // Distinct blocks, one at a time.
+  for (BlockWeights& b : w.pre) {
+    if (!block_has_selected(b, selected)) {
+      run_block(c, b, x, seq_len);
+      continue;
+    }
+    HessianSet hs(selected, tc.n_seq);
+    ActMatrix x_in = x;
+    run_block(c, b, x, seq_len, hs.hook());
+    auto hessians = hs.take();
+    quantize(hessians, w);
+    x = std::move(x_in);
+    run_block(c, b, x, seq_len);  // with W_hat: the next block sees quantized outputs
+    say(b.prefix + " calibrated and quantized");
+  }
+
+  // The shared loop blocks: Hessians over every iteration, then one quantization.
+  bool loop_selected = false;
+  for (const BlockWeights& b : w.loop) loop_selected = loop_selected || block_has_selected(b, selected);
+  auto run_loops = [&](ActMatrix& xs, const LinearInputHook& hook) {
+    for (int64_t it = 0; it < c.loops; ++it)
+      for (BlockWeights& b : w.loop) run_block(c, b, xs, seq_len, hook);
+  };
+  if (loop_selected) {
+    HessianSet hs(selected, tc.n_seq);
+    ActMatrix x_in = x;
+    run_loops(x, hs.hook());
+    auto hessians = hs.take();
+    quantize(hessians, w);
+    x = std::move(x_in);
+    say("loop blocks calibrated over " + std::to_string(c.loops) + " iterations and quantized");
+  }
+  if (selected.count("head")) {
+    run_loops(x, {});
+    HessianSet hs(selected, tc.n_seq);
+    final_logits(w, x, hs.hook());
+    auto hessians = hs.take();
+    quantize(hessians, w);
+    say("head calibrated and quantized");
+  }
+  return tc;
+}
+
+}  // namespace tl

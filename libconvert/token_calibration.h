@@ -1,0 +1,47 @@
+// Calibration from tokens: GPTQ's sequential mode on the CPU forward (model_forward.h).
+//
+// The model runs on `n_seq` windows of `seq_len` tokens, block by block in execution order:
+//   x = embed(tokens)
+//   for each distinct block i (pre.0, pre.1, ...):
+//     run block i on x with the fp weights, accumulating the Hessian of each selected linear
+//     weight from its inputs; hand the Hessians to `quantize` (which replaces the block's
+//     weights by W_hat); re-run block i on the same x with W_hat -> the next block's input.
+//   the loop blocks: run the whole loop schedule (loops x n_loop steps) with fp weights, each
+//     loop block's Hessians accumulating over every iteration it runs; quantize them; re-run the
+//     schedule with W_hat -> the head's input.
+//   head (only when selected): its Hessian from the final RMSNorm output.
+// So block i + 1 is calibrated on the outputs of the already quantized block i, as upstream
+// GPTQ's sequential llama.py does (one add_batch per forward call; a call of n_seq windows
+// counts n_seq samples, so H = 2/n * sum x x^T over every row seen).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "formats/calib_file.h"
+#include "libconvert/model_weights.h"
+
+namespace tl {
+
+// Quantizes the weights named in `hessians` (all of one block, or all loop blocks) and writes
+// W_hat into `w` (w.find_linear(name)->W) before returning.
+using QuantizeBlock = std::function<void(std::map<std::string, Hessian>& hessians, ModelWeights& w)>;
+
+struct TokenCalibration {
+  int64_t n_seq = 0, seq_len = 0;
+};
+
+// tokens: at least seq_len tokens; the first min(max_seq, tokens / seq_len) windows are used.
+// `selected`: linear weight names to calibrate and quantize; others keep their fp weights.
+// `log`: one line per stage (may be empty). Throws tl::Error for bad arguments.
+TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t>& tokens,
+                                      int64_t seq_len, int64_t max_seq,
+                                      const std::set<std::string>& selected,
+                                      const QuantizeBlock& quantize,
+                                      const std::function<void(const std::string&)>& log = {});
+
+}  // namespace tl
