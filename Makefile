@@ -22,6 +22,8 @@ deps:
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
+	@# the CLI tests cross-check files with numpy + h5py (python3 as found on PATH)
+	@python3 -c 'import numpy, h5py' 2>/dev/null || python3 -m pip install -q numpy h5py 2>&1 | grep -v "^WARNING: Running pip as" || true
 
 $(BUILD)/CMakeCache.txt: | deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "apps/tool_main.h"
+#include "libverify/e2e_tier.h"
 #include "libverify/tier_table.h"
 #include "libverify/verify_tool.h"
 
@@ -19,6 +20,19 @@ int main(int argc, char** argv) {
                                        tv::tier_names_joined(","));
   app.add_option("--json", opt.json_path, "write the report as JSON (docs/verify-report.schema.json)");
   app.add_option("--md", opt.md_path, "write the report as Markdown");
+  app.add_option("--tokens", opt.e2e.tokens, "e2e: token file (.u32 raw uint32 or .npy) to score");
+  app.add_option("--baseline", opt.e2e.baseline, "e2e: a second .tinyloop (e.g. RTN) scored beside FILE");
+  app.add_option("--ctx", opt.e2e.ctx, "e2e: window length")->capture_default_str();
+  app.add_option("--stride", opt.e2e.stride, "e2e: window stride (0 = ctx)")->capture_default_str();
+  app.add_option("--max-tokens", opt.e2e.max_tokens, "e2e: score at most this many tokens (0 = all)");
+  app.add_option("--max-drift", opt.e2e.max_drift_pct, "e2e: bound on |PPL drift| in %")->capture_default_str();
+  app.add_option("--max-kld", opt.e2e.max_kld, "e2e: bound on the mean KLD vs fp16")->capture_default_str();
+  app.add_option("--drift-json", opt.drift_json_path, "e2e: write the drift report as JSON");
+  app.add_option("--drift-md", opt.drift_md_path, "e2e: write the drift report as Markdown");
+  std::string dump_npy;  // hidden: logits for tools/hf_llama_crosscheck.py
+  int64_t dump_windows = 1;
+  app.add_option("--dump-logits", dump_npy)->group("");
+  app.add_option("--dump-windows", dump_windows)->group("");
   uint64_t seed = 0;
   CLI::Option* seed_opt =
       app.add_option("--seed", seed, "seed of the random data (default: from the clock, printed)");
@@ -42,6 +56,10 @@ int main(int argc, char** argv) {
   }
 
   return tl::tool_main("tl-verify", [&] {
+    if (!dump_npy.empty()) {  // FILE may be an HF folder here
+      tv::dump_logits(opt.file, opt.e2e.tokens, opt.e2e.ctx, dump_windows, dump_npy);
+      return 0;
+    }
     if (!tiers.empty()) opt.tiers = tv::parse_tier_list(tiers);
     if (seed_opt->count() > 0) opt.seed = seed;
     for (size_t i = 0; i < flags.size(); ++i)

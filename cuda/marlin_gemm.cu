@@ -31,7 +31,6 @@
 #include "cuda/marlin_gemm.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>

@@ -30,9 +30,9 @@ const std::vector<TierSpec>& tier_table() {
        "M 64, N 2048, K 8192 (or every packed weight of the file at M = 1, 16, 64)",
        "verify_asymmetric_parity",
        TierBounds{false, kWrapperMaxUlp, kWrapperMaxRel, kGemmFloorFactor}},
-      {TierId::kE2e, "e2e", true, FileUse::kRequired, false,
-       "not available in this build (arrives with the model-runner issue)",
-       "model perplexity with the Marlin path on vs off (and vs fp16): PPL drift, KLD, top-1",
+      {TierId::kE2e, "e2e", true, FileUse::kRequired, true, "",
+       "model perplexity on --tokens with the Marlin path on vs off and vs fp16 weights: PPL "
+       "drift, KLD, top-1 agreement, dispatch counts (drift report: --drift-json / --drift-md)",
        "verify_e2e", TierBounds{true, 0, 0, 1}},
   };
   return table;

@@ -1,17 +1,20 @@
 #include "libverify/verify_tool.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include "formats/atomic_output.h"
 #include "formats/error.h"
 #include "formats/exit_codes.h"
 #include "formats/tinyloop_file.h"
+#include "libverify/drift_report.h"
 #include "libverify/tier_runners.h"
 #include "libverify/verify_report.h"
 
@@ -63,6 +66,9 @@ int run_tl_verify(const VerifyOptions& o) {
   std::unique_ptr<AtomicOutput> json_out, md_out;
   if (!o.json_path.empty()) json_out = std::make_unique<AtomicOutput>(o.json_path);
   if (!o.md_path.empty()) md_out = std::make_unique<AtomicOutput>(o.md_path);
+  const bool want_e2e = std::find(tiers.begin(), tiers.end(), TierId::kE2e) != tiers.end();
+  if ((!o.drift_json_path.empty() || !o.drift_md_path.empty()) && (!want_e2e || o.e2e.tokens.empty()))
+    throw Error("a drift report needs the e2e tier and --tokens", "", "--drift-json/--drift-md");
   std::unique_ptr<TinyloopReader> reader;
   if (!o.file.empty()) reader = std::make_unique<TinyloopReader>(o.file);
 
@@ -88,8 +94,22 @@ int run_tl_verify(const VerifyOptions& o) {
   ctx.seed = report.seed;
   ctx.small_shapes = o.small_shapes;
   ctx.progress = &err;
+  std::optional<E2eResult> e2e;
   for (size_t i = 0; i < tiers.size(); ++i) {
-    TierResult r = run_tier(tiers[i], bounds[i], ctx);
+    TierResult r;
+    if (tiers[i] == TierId::kE2e && reader && !o.e2e.tokens.empty()) {
+      E2eOptions eo = o.e2e;
+      eo.file = o.file;
+      eo.progress = &err;
+      e2e = run_e2e_tier(eo);
+      r = e2e_tier_result(*e2e);
+    } else if (tiers[i] == TierId::kE2e && reader) {
+      r.id = TierId::kE2e;
+      r.bounds = bounds[i];
+      r.reason = "no --tokens file (the e2e tier scores perplexity on a token file)";
+    } else {
+      r = run_tier(tiers[i], bounds[i], ctx);
+    }
     if (r.status == Status::kSkipped)
       err << "tl-verify: " << tier_spec(r.id).name << ": skipped: " << r.reason << "\n";
     report.tiers.push_back(std::move(r));
@@ -97,6 +117,12 @@ int run_tl_verify(const VerifyOptions& o) {
   report.exit_code = report_exit_code(report);
 
   write_text_report(report, out);
+  if (e2e && e2e->status != Status::kSkipped) {
+    out << "\n";
+    write_drift_text(*e2e, out);
+    if (!o.drift_json_path.empty() || !o.drift_md_path.empty())
+      write_drift_report_files(*e2e, o.drift_json_path, o.drift_md_path);
+  }
   for (const TierResult& t : report.tiers)
     for (const CaseResult& c : t.cases)
       if (c.status == Status::kFailed)

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "libverify/e2e_tier.h"
 #include "libverify/kernel_backend.h"
 #include "libverify/tier_table.h"
 
@@ -25,6 +26,9 @@ struct VerifyOptions {
   std::string json_path, md_path;       // reports (written atomically), empty: none
   std::optional<uint64_t> seed;         // empty: from the clock (printed)
   std::vector<BoundOverride> bounds;    // command-line overrides of the table's defaults
+  // e2e tier: e2e.tokens empty -> the tier is skipped (file, progress filled in by the tool).
+  E2eOptions e2e;
+  std::string drift_json_path, drift_md_path;  // the drift report files, empty: none
 
   std::ostream* out = nullptr;          // results table (stdout when null)
   std::ostream* err = nullptr;          // progress, skip reasons, failures (stderr when null)

@@ -3,7 +3,8 @@
 # compute-sanitizer checks and the kernel benchmark, with logs and JSON under $OUT and a short
 # summary printed last.
 #   bash scripts/device_run.sh [test] [sanitize] [bench-quick] [bench] [verify]
-# Extra benchmark arguments: BENCH_ARGS="--sets 70b --g 128". Each step has a time limit
+# Extra benchmark arguments: BENCH_ARGS="--sets 70b --g 128". SANITIZER_TESTS: a doctest
+# test-case filter for the sanitizer runs (e.g. "marlin*,int4*"). Each step has a time limit
 # (TEST_TIMEOUT, SANITIZER_TIMEOUT, BENCH_TIMEOUT seconds; rc 124 when it ran out) so that the
 # summary still comes back within one `run` call.
 set -uo pipefail
@@ -34,7 +35,7 @@ for step in "${steps[@]}"; do
       for tool in memcheck racecheck; do
         start=$(date +%s)
         TL_TEST_QUICK=1 timeout "${SANITIZER_TIMEOUT:-120}" compute-sanitizer --tool "$tool" \
-          --error-exitcode 9 "$bin/test_cuda" \
+          --error-exitcode 9 "$bin/test_cuda" ${SANITIZER_TESTS:+-tc="$SANITIZER_TESTS"} \
           > "$OUT/$tool.log" 2>&1; rc=$?
         note "$tool (quick subset): rc=$rc $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/$tool.log" | tail -1) $(doctest_line "$OUT/$tool.log") ($(( $(date +%s) - start )) s)"
       done

@@ -29,11 +29,11 @@ ls -A "$TL_TMP" | grep -q '^\.' && fail "temporary file left behind: $(ls -A "$T
 grep -q -- "--max-rel-wrapper" "$TL_TMP/err" || fail "negative bound not named"
 "$V" --no-such-flag 2> /dev/null; [ $? -eq 2 ] || fail "unknown flag not exit 2"
 
-# Tiers that can never run without FILE (pack needs one, e2e is not in this build): 77.
+# Tiers that can never run without FILE (pack and e2e check a file): 77.
 "$V" --tiers pack,e2e --json "$TL_TMP/skip.json" > "$TL_TMP/out" 2> "$TL_TMP/err"; rc=$?
 [ $rc -eq 77 ] || fail "all skipped: exit $rc, expected 77"
 grep -q "pack: skipped: no FILE given" "$TL_TMP/err" || fail "pack skip reason missing"
-grep -q "e2e: skipped: not available in this build" "$TL_TMP/err" || fail "e2e skip reason missing"
+grep -q "e2e: skipped: no FILE given" "$TL_TMP/err" || fail "e2e skip reason missing"
 grep -q '"exit_code": 77' "$TL_TMP/skip.json" || fail "JSON report lacks exit_code 77"
 
 # Default run without FILE: the GPU tiers run (0) or are all skipped with a reason (77).

@@ -27,7 +27,7 @@ TEST_CASE("pack tier passes on a correct pack; GPU tiers skipped with reasons; u
   CHECK(r.out.find("skipped: no Marlin section") != std::string::npos);
   CHECK(r.out.find("failed\n") == std::string::npos);
   CHECK(r.err.find("symmetric: skipped: ") != std::string::npos);
-  CHECK(r.err.find("e2e: skipped: not available in this build") != std::string::npos);
+  CHECK(r.err.find("e2e: skipped: no --tokens file") != std::string::npos);
 }
 
 TEST_CASE("exit 77 when everything requested is skipped") {
