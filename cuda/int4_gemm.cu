@@ -11,6 +11,7 @@
 // per-stream scratch buffer and a second small kernel adds the splits in a fixed order and
 // rounds once to fp16 (deterministic). Dequantization and accumulation are fp32.
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_context.h"
@@ -185,11 +186,17 @@ int int4_gemm(const __half* A, const uint8_t* q, const __half* scale, const __ha
                    (reinterpret_cast<uintptr_t>(scale) & 15) == 0 &&
                    (reinterpret_cast<uintptr_t>(zero) & 15) == 0;
   const dim3 grid(col_blocks, splits, row_blocks);
-  switch (mt) {
-    case 1: launch_int4_vec<1>(vec, grid, stream, A, q, scale, zero, C, partial, M, N, K, group_size, k_per_split); break;
-    case 2: launch_int4_vec<2>(vec, grid, stream, A, q, scale, zero, C, partial, M, N, K, group_size, k_per_split); break;
-    default: launch_int4_vec<4>(vec, grid, stream, A, q, scale, zero, C, partial, M, N, K, group_size, k_per_split); break;
-  }
+  auto launch = [&](auto rows_tag) {
+    constexpr int kMt = decltype(rows_tag)::value;
+    launch_int4_vec<kMt>(vec, grid, stream, A, q, scale, zero, C, partial, M, N, K, group_size,
+                         k_per_split);
+  };
+  if (mt == 1)
+    launch(std::integral_constant<int, 1>{});
+  else if (mt == 2)
+    launch(std::integral_constant<int, 2>{});
+  else
+    launch(std::integral_constant<int, 4>{});
   TL_CHECK_LAUNCH("int4_gemm_kernel");
   if (splits > 1) {
     const size_t count = size_t(M) * N;

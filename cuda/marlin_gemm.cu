@@ -57,8 +57,10 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kMaxMBlocks = 4;
 // Pipeline depth. At M <= 16 the kernel is a weight stream: an H200 moves ~4.3 TB/s over 132
 // SMs with ~1 us of latency, i.e. ~30 KB must be in flight per SM; 6 stages of 8 KB of B keep
-// 40 KB in flight. With more rows the A tile grows and the kernel leans on the tensor cores,
-// so 4 stages (Marlin's choice) suffice and leave shared memory for the reduction.
+// 40 KB in flight. (Measured on the H200: 4, 6 and 10 stages gave the same times, so depth is
+// not what limits this kernel there; see docs/perf.md.) With more rows the A tile grows and
+// the tensor cores matter, so 4 stages (Marlin's choice) leave shared memory for the
+// reduction and keep the largest configuration within sm_86/89's 99 KB.
 #ifndef TL_MARLIN_STAGES_SMALL_M
 #define TL_MARLIN_STAGES_SMALL_M 6
 #endif
