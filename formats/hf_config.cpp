@@ -60,7 +60,11 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& fil
     return c;
   }
 
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+  auto default_rope = [](const nlohmann::json& r) {  // {"rope_type": "default", ...} is plain RoPE
+    return r.is_object() && ((r.contains("rope_type") && r["rope_type"] == "default") ||
+                             (r.contains("type") && r["type"] == "default"));
+  };
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null() && !default_rope(j["rope_scaling"]))
     throw Error("rope_scaling " + j["rope_scaling"].dump() + " is not supported (the TinyLoop block uses plain RoPE)",
                 file, "rope_scaling");
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")
@@ -78,6 +82,15 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& fil
   // HF's defaults per family: rms_norm_eps 1e-6 (Llama/Mistral/Qwen2 configs), rope_theta 1e4.
   c.norm_eps = get_num(j, "rms_norm_eps", 1e-6, file);
   c.rope_theta = get_num(j, "rope_theta", 10000.0, file);
+  // transformers >= 5 writes RoPE as rope_parameters {rope_type, rope_theta}; only "default"
+  // (plain RoPE) is the TinyLoop block's.
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    const nlohmann::json& rp = j["rope_parameters"];
+    if (rp.contains("rope_type") && rp["rope_type"] != "default")
+      throw Error("rope_parameters " + rp.dump() + " is not supported (the TinyLoop block uses plain RoPE)", file,
+                  "rope_parameters");
+    c.rope_theta = get_num(rp, "rope_theta", c.rope_theta, file);
+  }
   const int64_t max_seq = 2048;
   c.max_seq = get_int(j, "max_position_embeddings", file, &max_seq);
   c.tie_embeddings = get_bool(j, "tie_word_embeddings", false, file);

@@ -2,7 +2,8 @@
 # Runs on the GPU machine (through the `run` tool, carrying .device): the CUDA tests, the
 # compute-sanitizer checks and the kernel benchmark, with logs and JSON under $OUT and a short
 # summary printed last.
-#   bash scripts/device_run.sh [test] [sanitize] [bench-quick] [bench] [verify]
+#   bash scripts/device_run.sh [test] [sanitize] [bench-quick] [bench] [verify] [tiers] [faults]
+#                              [demo] [crosscheck] [sanitize-model]
 # Extra benchmark arguments: BENCH_ARGS="--sets 70b --g 128". SANITIZER_TESTS: a doctest
 # test-case filter for the sanitizer runs (e.g. "marlin*,int4*"). Each step has a time limit
 # (TEST_TIMEOUT, SANITIZER_TIMEOUT, BENCH_TIMEOUT seconds; rc 124 when it ran out) so that the
@@ -57,6 +58,38 @@ for step in "${steps[@]}"; do
       else
         note "test_verify: not staged"
       fi
+      ;;
+    tiers)  # tl-verify's synthetic tiers on random data (every GPU tier, fixed seed)
+      start=$(date +%s)
+      "$bin/tl-verify" --seed 20261129 --json "$OUT/verify_synthetic.json" --md "$OUT/verify_synthetic.md" \
+        > "$OUT/verify_synthetic.log" 2>&1; rc=$?
+      note "tl-verify synthetic: rc=$rc $(grep '^summary' "$OUT/verify_synthetic.log") ($(( $(date +%s) - start )) s)"
+      ;;
+    faults)  # planted packing faults must fail the GPU tiers
+      start=$(date +%s)
+      TL_VERIFY=$bin/tl-verify TL_FIXTURE=$bin/make_verify_fixture TL_MARLIN_PACK=$bin/marlin-pack \
+        TL_TMP=/tmp/faults bash tests/verify/planted_faults_gpu.sh > "$OUT/faults.log" 2>&1; rc=$?
+      note "planted faults (GPU tiers): rc=$rc $(tail -1 "$OUT/faults.log") ($(( $(date +%s) - start )) s)"
+      ;;
+    demo)  # make demo's pipeline with the carried tools; every tier and the drift report
+      start=$(date +%s)
+      TL_BIN_DIR=$bin bash scripts/demo.sh /tmp/demo-build > "$OUT/demo.log" 2>&1; rc=$?
+      cp /tmp/demo-build/demo/*.md /tmp/demo-build/demo/*.json "$OUT/" 2>/dev/null
+      note "demo: rc=$rc ($(( $(date +%s) - start )) s)"
+      while IFS= read -r line; do note "  $line"; done < <(tail -6 "$OUT/demo.log")
+      ;;
+    crosscheck)  # our runner vs HF transformers' LlamaForCausalLM
+      start=$(date +%s)
+      timeout 240 python3 tools/hf_llama_crosscheck.py --tl-verify "$bin/tl-verify" --out /tmp/hfx \
+        > "$OUT/crosscheck.log" 2>&1; rc=$?
+      note "hf crosscheck: rc=$rc ($(( $(date +%s) - start )) s)"
+      while IFS= read -r line; do note "  $line"; done < <(tail -4 "$OUT/crosscheck.log")
+      ;;
+    sanitize-model)  # memcheck on the model runner's GPU tests
+      start=$(date +%s)
+      timeout "${SANITIZER_TIMEOUT:-120}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$bin/test_cuda" -tc="model gpu*" > "$OUT/memcheck_model.log" 2>&1; rc=$?
+      note "memcheck (model gpu tests): rc=$rc $(grep -E "ERROR SUMMARY" "$OUT/memcheck_model.log" | tail -1) ($(( $(date +%s) - start )) s)"
       ;;
     *) note "unknown step $step" ;;
   esac
