@@ -33,9 +33,13 @@ namespace tl::test {
 // terms, not the result), so the ULP test measures |out - ref| in ULPs of
 // max(|ref|, rms(ref)): "scaled ULP".
 constexpr double kMaxUlpExactWeights = 1.0;    // rounding of an almost exact fp32 sum: <= 1 ULP
-// 0.5 + ~3 (weights) + margin; measured maxima on the H200 reach 4.35 (per-column asymmetric,
-// 655k outputs: each column has only 16 distinct weights, so their rounding errors repeat).
-constexpr double kMaxUlpRoundedWeights = 5.0;
+// 0.5 + ~3 (weights) for independent errors; but per column the rounding errors repeat (a
+// column has only 16 distinct weights, each rounded once), so the sum of K terms carries up to
+// 16 correlated errors and the extreme over ~10^6 outputs grows past the 5-sigma estimate.
+// Measured maxima on the H200: 4.35 and 5.63 (per-column asymmetric, M = 100, K = 128,
+// N = 8192); bound 8, the same as tl-verify's wrapper bound (libverify/tolerances.h). A real
+// fault (a wrong group, scale or delta) is off by hundreds of ULPs.
+constexpr double kMaxUlpRoundedWeights = 8.0;
 // The asymmetric paths compute A ((q - 8) s + delta) with delta = fp16(zero + 8 scale) as
 // stored: against A W_hat (exact zero) the stored delta's rounding adds an error of the same
 // size as the weights' (per-column: one delta for all K, so it does not average out): the 5
