@@ -10,6 +10,7 @@ namespace tl {
 // Throws tl::Error(path, "...: expected <what>") unless `path` is a non-empty regular file.
 void require_regular_file(const std::string& path, const std::string& what);
 bool is_directory(const std::string& path);
+bool is_regular_file(const std::string& path);
 bool path_exists(const std::string& path);
 uint64_t file_size(const std::string& path);  // 0 if missing
 

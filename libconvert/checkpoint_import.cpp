@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "formats/error.h"
+#include "formats/file_check.h"
 #include "formats/half.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
@@ -17,15 +18,6 @@
 namespace tl {
 
 namespace {
-
-bool is_dir(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-bool is_file(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
 
 const char* kDefaultSelection = R"(^(pre|loop)\.[0-9]+\.(attn_qkv|attn_out|mlp_gate|mlp_up|mlp_down)$)";
 
@@ -220,15 +212,15 @@ CheckpointImport::CheckpointImport(const std::string& path, const std::string& o
   } catch (const std::regex_error& e) {
     throw Error("--only: not a valid regular expression: " + only + " (" + e.what() + ")");
   }
-  if (is_dir(path)) {
-    if (is_file(path + "/config.json")) {
+  if (is_directory(path)) {
+    if (is_regular_file(path + "/config.json")) {
       m.kind = CheckpointKind::kHfFolder;
       m.open_hf(sel);
     } else {
       m.kind = CheckpointKind::kSafetensors;  // a folder of shards without config.json
       m.open_safetensors(sel, !only.empty());
     }
-  } else if (!is_file(path)) {
+  } else if (!is_regular_file(path)) {
     throw Error("no such file or folder", path);
   } else if (is_hdf5_file(path)) {
     m.kind = CheckpointKind::kTinyloop;

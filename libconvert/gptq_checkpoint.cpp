@@ -10,21 +10,12 @@
 #include <sys/stat.h>
 
 #include "formats/error.h"
+#include "formats/file_check.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
 
 namespace tl {
 namespace {
-
-bool is_dir(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool is_file(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
@@ -60,9 +51,9 @@ std::vector<T> copy_as(const Tensor& t) {
 }  // namespace
 
 bool is_gptq_checkpoint(const std::string& dir) {
-  if (!is_dir(dir)) return false;
-  if (is_file(dir + "/quantize_config.json")) return true;
-  if (!is_file(dir + "/config.json")) return false;
+  if (!is_directory(dir)) return false;
+  if (is_regular_file(dir + "/quantize_config.json")) return true;
+  if (!is_regular_file(dir + "/config.json")) return false;
   try {
     const nlohmann::json j = read_json(dir + "/config.json");
     return j.contains("quantization_config") && j["quantization_config"].is_object() &&
@@ -112,9 +103,9 @@ GptqCheckpointConfig gptq_config_from_json(const nlohmann::json& q, const std::s
 
 GptqCheckpointConfig read_gptq_config(const std::string& dir) {
   const std::string qc = dir + "/quantize_config.json";
-  if (is_file(qc)) return gptq_config_from_json(read_json(qc), qc);
+  if (is_regular_file(qc)) return gptq_config_from_json(read_json(qc), qc);
   const std::string cfg = dir + "/config.json";
-  if (is_file(cfg)) {
+  if (is_regular_file(cfg)) {
     const nlohmann::json j = read_json(cfg);
     if (j.contains("quantization_config"))
       return gptq_config_from_json(j["quantization_config"], cfg + ": quantization_config");
@@ -228,10 +219,10 @@ struct GptqCheckpoint::Impl {
 };
 
 GptqCheckpoint::GptqCheckpoint(const std::string& dir) {
-  if (!is_dir(dir)) throw Error("not a folder", dir);
+  if (!is_directory(dir)) throw Error("not a folder", dir);
   impl_ = std::make_unique<Impl>(dir);
   const std::string cfg = dir + "/config.json";
-  if (is_file(cfg)) {
+  if (is_regular_file(cfg)) {
     try {
       impl_->model = read_hf_config(cfg);
       impl_->has_model = true;

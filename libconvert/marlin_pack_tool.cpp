@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/error.h"
+#include "formats/file_check.h"
 #include "formats/tinyloop_file.h"
 #include "libconvert/gptq_checkpoint.h"
 #include "libconvert/marlin_layout.h"
@@ -50,11 +51,6 @@ std::string section_difference(const MarlinSection& have, const MarlinSection& w
   if (d.empty()) d = first(have.s, want.s, N, "s");
   if (d.empty()) d = first(have.delta, want.delta, N, "delta");
   return d;
-}
-
-bool is_directory(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 class Progress {
