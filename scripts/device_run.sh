@@ -3,7 +3,7 @@
 # compute-sanitizer checks and the kernel benchmark, with logs and JSON under $OUT and a short
 # summary printed last.
 #   bash scripts/device_run.sh [test] [sanitize] [bench-quick] [bench] [verify] [tiers] [faults]
-#                              [demo] [crosscheck] [sanitize-model]
+#                              [demo] [crosscheck] [hfcalib] [sanitize-model]
 # Extra benchmark arguments: BENCH_ARGS="--sets 70b --g 128". SANITIZER_TESTS: a doctest
 # test-case filter for the sanitizer runs (e.g. "marlin*,int4*"). Each step has a time limit
 # (TEST_TIMEOUT, SANITIZER_TIMEOUT, BENCH_TIMEOUT seconds; rc 124 when it ran out) so that the
@@ -84,6 +84,16 @@ for step in "${steps[@]}"; do
         > "$OUT/crosscheck.log" 2>&1; rc=$?
       note "hf crosscheck: rc=$rc ($(( $(date +%s) - start )) s)"
       while IFS= read -r line; do note "  $line"; done < <(tail -4 "$OUT/crosscheck.log")
+      ;;
+    hfcalib)  # tools/hf_calibrate.py on the cross-check's HF model -> gptq-quantize --calib -> pack -> verify
+      start=$(date +%s)
+      { python3 tools/hf_calibrate.py /tmp/hfx/llama-random --tokens /tmp/hfx/tokens.u32 --seq 96 \
+          -o /tmp/hfx/calib.h5 &&
+        "$bin/gptq-quantize" /tmp/hfx/llama-random --calib /tmp/hfx/calib.h5 -o /tmp/hfx/q.tinyloop &&
+        "$bin/marlin-pack" /tmp/hfx/llama-random/../q.tinyloop -o /tmp/hfx/qm.tinyloop --quiet &&
+        "$bin/tl-verify" /tmp/hfx/qm.tinyloop --tiers pack,wrapper; } > "$OUT/hfcalib.log" 2>&1; rc=$?
+      note "hf calibrate -> gptq -> pack -> verify: rc=$rc ($(( $(date +%s) - start )) s)"
+      while IFS= read -r line; do note "  $line"; done < <(grep -E "Hessians|quantized|^summary" "$OUT/hfcalib.log")
       ;;
     sanitize-model)  # memcheck on the model runner's GPU tests
       start=$(date +%s)
