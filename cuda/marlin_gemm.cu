@@ -31,6 +31,7 @@
 #include "cuda/marlin_gemm.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -218,8 +219,13 @@ struct Tile {
   static_assert(2 * (kN / 8) <= kThreads, "one thread per scale chunk");
 };
 
-template <int MB, int KB, int NB, int STAGES>
-__global__ void __launch_bounds__(kThreads, 1) marlin_kernel(const Params p) {
+// OCC: resident blocks per SM the kernel is compiled for (register budget 65536 / (256 OCC)).
+// At M <= 16 one block per SM leaves each scheduler 2 warps to hide the shared-load ->
+// dequant -> mma chain and the per-k-tile barrier; deeper pipelines did not help (docs/perf.md),
+// more warps did: 2 blocks per SM (6 stages each, <= 128 registers) stream the large layers
+// 7-13 % faster on the H200. See small_m_occ() for when the host asks for it.
+template <int MB, int KB, int NB, int STAGES, int OCC>
+__global__ void __launch_bounds__(kThreads, OCC) marlin_kernel(const Params p) {
   using T = Tile<MB, KB, NB, STAGES>;
   extern __shared__ int4 smem_int4[];
   char* const smem = reinterpret_cast<char*>(smem_int4);
@@ -290,7 +296,8 @@ __global__ void __launch_bounds__(kThreads, 1) marlin_kernel(const Params p) {
       if (a_on[i]) cp_async16(a_dst + a_smem[i], a_next + a_glob[i]);
     int4* b_dst = reinterpret_cast<int4*>(stage + T::kABytes) + threadIdx.x;
 #pragma unroll
-    for (int i = 0; i < kBIters; ++i) cp_async16_stream(b_dst + i * kThreads, b_next + b_glob[i], policy);
+    for (int i = 0; i < kBIters; ++i)
+      cp_async16_stream(b_dst + i * kThreads, b_next + b_glob[i], policy);
     if (s_copier)  // a k-tile never straddles a group (groupsize % TK == 0)
       cp_async16(reinterpret_cast<__half*>(stage + T::kABytes + T::kBBytes) + s_smem, s_next);
     a_next += T::kK;
@@ -478,9 +485,38 @@ __global__ void __launch_bounds__(kThreads, 1) marlin_kernel(const Params p) {
       const int which = (blk * p.iters >= slice * k_tiles) ? 0 : 1;
       return p.slots + size_t(2 * blk + which) * T::kSlotF4;
     };
-    bool write = warp < T::kN64;  // warps of k-group 0 hold the block's sums
-    if (nparts > 1) {
-      if (write) {
+    // Writes the 4 sums of tile element-quad idx (the index of a float4 in a slot, which is
+    // also (n64 * MB + mb) * 256 + f * 32 + lane of the warp that holds it in registers):
+    // columns 8f + 2 (lane % 4) + {0, 1} of rows lane/4 and lane/4 + 8 of m16 block mb.
+    auto store_quad = [&](int idx, float4 v) {
+      const int q_lane = idx % 32, q_f = (idx / 32) % 8, q_mb = (idx / 256) % MB,
+                q_n64 = idx / (256 * MB);
+      const int col = slice * T::kN + q_n64 * 64 + 8 * q_f + 2 * (q_lane % 4);
+      float s0 = 1.f, s1 = 1.f;
+      if (!grouped && !asym) {  // per-column symmetric: q - 8 was exact, scale the sums now
+        s0 = __half2float(p.s[per_column_scale_index(col)]);
+        s1 = __half2float(p.s[per_column_scale_index(col + 1)]);
+      }
+      const int row = q_mb * 16 + q_lane / 4;
+      if (row < p.M)
+        *reinterpret_cast<half2*>(p.C + size_t(row) * p.N + col) =
+            __floats2half2_rn(v.x * s0, v.y * s1);
+      if (row + 8 < p.M)
+        *reinterpret_cast<half2*>(p.C + size_t(row + 8) * p.N + col) =
+            __floats2half2_rn(v.z * s0, v.w * s1);
+    };
+    const bool holder = warp < T::kN64;  // warps of k-group 0 hold the block's sums
+    if (nparts == 1) {
+      if (holder) {
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+          for (int f = 0; f < 8; ++f)
+            store_quad((n64 * MB + mb) * 256 + f * 32 + lane,
+                       make_float4(acc[mb][f][0], acc[mb][f][1], acc[mb][f][2], acc[mb][f][3]));
+      }
+    } else {
+      if (holder) {
         float4* mine = slot_of(blockIdx.x);
 #pragma unroll
         for (int mb = 0; mb < MB; ++mb)
@@ -493,67 +529,48 @@ __global__ void __launch_bounds__(kThreads, 1) marlin_kernel(const Params p) {
       __syncthreads();
       if (threadIdx.x == 0) s_last = atomicAdd(&p.counters[slice], 1) == nparts - 1;
       __syncthreads();
-      write = write && s_last;
-      if (write) {
+      if (s_last) {
         __threadfence();
         // Sum all parts (this block's own included, read back from its slot) in block order,
-        // whichever block arrived last: the output does not depend on arrival order.
+        // whichever block arrived last: the output does not depend on arrival order. All 256
+        // threads share the work, and the loads of 4 parts are issued before any add, so the
+        // tail costs ~nparts / 4 L2 round trips instead of nparts (it is serial: every other
+        // block of this n-tile has finished, nothing overlaps it).
+        constexpr int kQuadsPerThread = T::kSlotF4 / kThreads;
+        static_assert(T::kSlotF4 % kThreads == 0, "slot quads split evenly over the block");
+        // At most 2 quads x 4 parts in registers at a time (the 64 x 256 tiles have 16 quads
+        // per thread; holding them all would spill).
+        constexpr int kChunk = kQuadsPerThread < 2 ? kQuadsPerThread : 2;
+        for (int i0 = 0; i0 < kQuadsPerThread; i0 += kChunk) {
+          float4 sum[kChunk];
 #pragma unroll
-        for (int mb = 0; mb < MB; ++mb)
+          for (int i = 0; i < kChunk; ++i) sum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+          const int base = threadIdx.x + i0 * kThreads;
+          const float4* part0 = slot_of(first_blk);
+          for (int q = 0; q < nparts; q += 4) {
+            float4 v[4][kChunk];
 #pragma unroll
-          for (int f = 0; f < 8; ++f)
+            for (int u = 0; u < 4; ++u) {
+              const float4* part = q + u < nparts ? slot_of(first_blk + q + u) : part0;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mb][f][e] = 0.f;
-        for (int q = 0; q < nparts; ++q) {
-          const float4* part = slot_of(first_blk + q);
-#pragma unroll
-          for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-            for (int f = 0; f < 8; ++f) {
-              const float4 v = __ldcg(&part[(n64 * MB + mb) * 8 * 32 + f * 32 + lane]);
-              acc[mb][f][0] += v.x;
-              acc[mb][f][1] += v.y;
-              acc[mb][f][2] += v.z;
-              acc[mb][f][3] += v.w;
+              for (int i = 0; i < kChunk; ++i) v[u][i] = __ldcg(&part[base + i * kThreads]);
             }
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+              if (q + u < nparts)
+#pragma unroll
+                for (int i = 0; i < kChunk; ++i) {
+                  sum[i].x += v[u][i].x;
+                  sum[i].y += v[u][i].y;
+                  sum[i].z += v[u][i].z;
+                  sum[i].w += v[u][i].w;
+                }
+          }
+#pragma unroll
+          for (int i = 0; i < kChunk; ++i) store_quad(base + i * kThreads, sum[i]);
         }
+        if (threadIdx.x == 0) atomicExch(&p.counters[slice], 0);  // leave it zeroed
       }
-      if (threadIdx.x == 0 && s_last) atomicExch(&p.counters[slice], 0);  // leave it zeroed
-    }
-    if (write) {
-      // Thread holds columns 8f + 2 (lane % 4) + {0, 1} of rows lane/4 and lane/4 + 8.
-      float colscale[8][2];
-      if (!grouped && !asym) {
-        // Per-column scales, permuted so that lane % 4 reads its 16 scales in two int4.
-        const int4 s0 = *reinterpret_cast<const int4*>(p.s + col0 + 8 * (lane % 4));
-        const int4 s1 = *reinterpret_cast<const int4*>(p.s + col0 + 32 + 8 * (lane % 4));
-        const __half* h0 = reinterpret_cast<const __half*>(&s0);
-        const __half* h1 = reinterpret_cast<const __half*>(&s1);
-#pragma unroll
-        for (int f = 0; f < 4; ++f)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            colscale[f][e] = __half2float(h0[2 * f + e]);
-            colscale[f + 4][e] = __half2float(h1[2 * f + e]);
-          }
-      } else {
-#pragma unroll
-        for (int f = 0; f < 8; ++f) colscale[f][0] = colscale[f][1] = 1.f;
-      }
-#pragma unroll
-      for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-        for (int f = 0; f < 8; ++f)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = mb * 16 + lane / 4 + 8 * h;
-            if (row < p.M) {
-              const int col = col0 + 8 * f + 2 * (lane % 4);
-              const half2 v = __floats2half2_rn(acc[mb][f][2 * h] * colscale[f][0],
-                                                acc[mb][f][2 * h + 1] * colscale[f][1]);
-              *reinterpret_cast<half2*>(p.C + size_t(row) * p.N + col) = v;
-            }
-          }
     }
     __syncthreads();  // shared memory and s_last are reused by the next segment
     it = seg_end;
@@ -583,17 +600,35 @@ struct Launch {
   void (*kernel)(Params);
   int smem_bytes;
   int slot_f4;
+  int occ;  // blocks per SM the kernel was compiled for
 };
 
-template <int MB, int KB, int NB>
+template <int MB, int KB, int NB, int OCC = 1>
 Launch make_launch() {
+  // Small M with two blocks per SM: 6 stages (75 KB) still fit twice in 228 KB.
   constexpr int kStages = MB == 1 ? kStagesSmallM : kStagesLargeM;
   using T = Tile<MB, KB, NB, kStages>;
-  return Launch{marlin_kernel<MB, KB, NB, kStages>, T::kSmemBytes, T::kSlotF4};
+  return Launch{marlin_kernel<MB, KB, NB, kStages, OCC>, T::kSmemBytes, T::kSlotF4, OCC};
 }
 
-// The instantiated kernels: 4 + 3 (the 64 x 256 shape only serves more than 16 rows).
-Launch pick_launch(int mb, TileShape shape) {
+// Blocks per SM at M <= 16. Two blocks help once each SM streams many tiles (measured on the
+// H200: 7-13 % less time on layers with >= ~30 k-tiles per SM) and hurt a little on small layers,
+// where the extra blocks only add partial sums to the cross-block reduction (docs/perf.md).
+// Three blocks (4 stages, 80 registers) were slower everywhere. TL_MARLIN_SMALL_M_OCC (1 or 2)
+// forces a value for tuning runs.
+constexpr int kTwoBlocksMinTilesPerSm = 28;
+int small_m_occ(int tiles, int sms) {
+  static const int forced = [] {
+    const char* e = std::getenv("TL_MARLIN_SMALL_M_OCC");
+    return e ? std::atoi(e) : 0;
+  }();
+  if (forced == 1 || forced == 2) return forced;
+  return tiles >= kTwoBlocksMinTilesPerSm * sms ? 2 : 1;
+}
+
+// The instantiated kernels: 4 + 1 (two blocks per SM at M <= 16) + 3 (the 64 x 256 shape
+// only serves more than 16 rows).
+Launch pick_launch(int mb, TileShape shape, int tiles, int sms) {
   if (shape.kb == kLargeM.kb && shape.nb == kLargeM.nb) {
     switch (mb) {
       case 2: return make_launch<2, kLargeM.kb, kLargeM.nb>();
@@ -602,23 +637,33 @@ Launch pick_launch(int mb, TileShape shape) {
     }
   }
   switch (mb) {
-    case 1: return make_launch<1, kSmallM.kb, kSmallM.nb>();
+    case 1:
+      return small_m_occ(tiles, sms) == 2 ? make_launch<1, kSmallM.kb, kSmallM.nb, 2>()
+                                          : make_launch<1, kSmallM.kb, kSmallM.nb, 1>();
     case 2: return make_launch<2, kSmallM.kb, kSmallM.nb>();
     case 3: return make_launch<3, kSmallM.kb, kSmallM.nb>();
     default: return make_launch<4, kSmallM.kb, kSmallM.nb>();
   }
 }
 
-// cudaFuncSetAttribute is per device: remember which devices each kernel was opened for.
-int allow_smem(const Launch& l, int device) {
+// cudaFuncSetAttribute is per device: remember which devices each kernel was opened for, and
+// how many of its blocks one SM holds there (fewer than compiled for where shared memory per SM
+// is smaller, e.g. sm_86 / sm_89: the grid then shrinks instead of queueing a second wave).
+int open_kernel(const Launch& l, int device, int* resident) {
   static std::mutex mutex;
-  static std::map<std::pair<void*, int>, bool> done;
+  static std::map<std::pair<void*, int>, int> done;
   std::lock_guard<std::mutex> lock(mutex);
   auto key = std::make_pair(reinterpret_cast<void*>(l.kernel), device);
-  if (done.count(key)) return kOk;
-  TL_CUDA_CHECK(cudaFuncSetAttribute(l.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     l.smem_bytes));
-  done[key] = true;
+  auto it = done.find(key);
+  if (it == done.end()) {
+    TL_CUDA_CHECK(cudaFuncSetAttribute(l.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       l.smem_bytes));
+    int n = 0;
+    TL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, l.kernel, kThreads,
+                                                                l.smem_bytes));
+    it = done.emplace(key, std::max(1, std::min(n, l.occ))).first;
+  }
+  *resident = it->second;
   return kOk;
 }
 
@@ -648,16 +693,17 @@ int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half
   TL_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                        device));
 
-  // Slots for the largest slice (the first); later slices need no more.
-  const int rows0 = std::min(M, kMaxMBlocks * 16);
-  size_t slot_bytes = 0;
-  {
-    const int mb = (rows0 + 15) / 16;
-    const TileShape shape = pick_shape(rows0, N);
-    const Launch l = pick_launch(mb, shape);
+  // Slots for the largest need of any slice: only the first and the last can differ.
+  auto slot_need = [&](int rows) {
+    const int mb = (rows + 15) / 16;
+    const TileShape shape = pick_shape(rows, N);
     const int tiles = (K / (shape.kb * 16)) * (N / (shape.nb * 16));
-    slot_bytes = size_t(2) * std::min(sms, tiles) * l.slot_f4 * sizeof(float4);
-  }
+    const Launch l = pick_launch(mb, shape, tiles, sms);
+    return size_t(2) * std::min(l.occ * sms, tiles) * l.slot_f4 * sizeof(float4);
+  };
+  const int slice_rows = kMaxMBlocks * 16;
+  const int last_rows = M % slice_rows ? M % slice_rows : std::min(M, slice_rows);
+  const size_t slot_bytes = std::max(slot_need(std::min(M, slice_rows)), slot_need(last_rows));
   void* slots = nullptr;
   if (int rc = detail::stream_scratch(device, stream, slot_bytes, &slots)) return rc;
 
@@ -665,12 +711,13 @@ int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half
     const int rows = std::min(M - row0, kMaxMBlocks * 16);
     const int mb = (rows + 15) / 16;
     const TileShape shape = pick_shape(rows, N);
-    const Launch l = pick_launch(mb, shape);
-    if (l.smem_bytes > smem_optin) return kNoConfig;
-    if (int rc = allow_smem(l, device)) return rc;
-
     const int tiles = (K / (shape.kb * 16)) * (N / (shape.nb * 16));
-    int blocks = std::min(sms, tiles);
+    const Launch l = pick_launch(mb, shape, tiles, sms);
+    if (l.smem_bytes > smem_optin) return kNoConfig;
+    int resident = 1;
+    if (int rc = open_kernel(l, device, &resident)) return rc;
+
+    int blocks = std::min(resident * sms, tiles);
     const int iters = (tiles + blocks - 1) / blocks;
     blocks = (tiles + iters - 1) / iters;  // no empty stripes
 
