@@ -18,6 +18,7 @@
 #include "formats/h5_write.h"
 #include "formats/safetensors.h"
 #include "formats/tinyloop_file.h"
+#include "tests/formats/fixtures.h"
 
 using namespace tl;
 
@@ -34,29 +35,10 @@ Tensor randn(const std::string& name, DType dt, std::vector<int64_t> shape, floa
   return Tensor::from_float(name, std::move(shape), v.data(), dt);
 }
 
+// The formats tests' random quantized weight and Marlin section (tests/formats/fixtures.h).
 QuantWeight quant(const std::string& name, int64_t K, int64_t N, int64_t gs, bool marlin) {
-  QuantWeight w;
-  w.name = name;
-  w.K = K;
-  w.N = N;
-  w.group_size = gs;
-  std::uniform_int_distribution<int> code(0, 15);
-  std::uniform_real_distribution<float> lg(-10.f, -5.f);
-  for (int64_t i = 0; i < K * N; ++i) w.q.push_back(uint8_t(code(rng)));
-  for (int64_t i = 0; i < w.groups() * N; ++i) {
-    w.scale.push_back(float_to_half(std::exp2(lg(rng))));
-    w.zero.push_back(float_to_half(-float(code(rng)) * half_to_float(w.scale.back())));
-  }
-  w.provenance = {{"method", "gptq"}, {"damp", 0.01}, {"block_size", 128}, {"act_order", false}, {"loss", 1.25}};
-  if (marlin) {
-    MarlinSection m;
-    m.groupsize = gs == K ? -1 : gs;
-    for (int64_t i = 0; i < K / 16 * 2 * N; ++i) m.B.push_back(int32_t(rng()));
-    m.s = w.scale;
-    for (size_t i = 0; i < w.scale.size(); ++i)
-      m.delta.push_back(float_to_half(half_to_float(w.zero[i]) + 8.f * half_to_float(w.scale[i])));
-    w.marlin = std::move(m);
-  }
+  QuantWeight w = test::random_quant(name, K, N, gs, rng);
+  if (marlin) w.marlin = test::random_marlin(w, rng);
   return w;
 }
 
