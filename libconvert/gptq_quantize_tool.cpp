@@ -393,7 +393,7 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
     std::unique_ptr<CalibWriter> save;
     if (!opt.save_calib.empty()) save = std::make_unique<CalibWriter>(opt.save_calib);
     std::vector<std::optional<QuantWeight>> done(linears.size());
-    const TokenCalibration tc = calibrate_sequential(
+    calibrate_sequential(
         mw, tokens, opt.calib_seq, opt.calib_samples, selected,
         [&](std::map<std::string, Hessian>& hessians, ModelWeights& w) {
           std::vector<const Hessian*> hs;
@@ -419,7 +419,6 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
       out.write_quant(*done[i]);
     }
     if (save) save->commit();
-    (void)tc;
   }
   progress.end();
   if (first_error) std::rethrow_exception(first_error);

@@ -206,6 +206,20 @@ TierResult run_tier(TierId id, const TierBounds& bounds, const RunContext& ctx) 
     r.reason = "no FILE given (this tier checks a .tinyloop file)";
     return r;
   }
+  // e2e probes the GPU itself, after checking its inputs (bad tokens are exit 2 even here).
+  if (id == TierId::kE2e) {
+    if (!ctx.e2e || ctx.e2e->tokens.empty()) {
+      r.reason = "no --tokens file (the e2e tier scores perplexity on a token file)";
+      return r;
+    }
+    E2eOptions eo = *ctx.e2e;
+    eo.file = ctx.file_path;
+    eo.progress = ctx.progress;
+    E2eResult e = run_e2e_tier(eo);
+    r = e2e_tier_result(e);
+    if (ctx.e2e_result) *ctx.e2e_result = std::move(e);
+    return r;
+  }
   if (spec.needs_gpu && !ctx.backend) {
     r.reason = ctx.gpu_skip_reason;
     return r;

@@ -95,21 +95,11 @@ int run_tl_verify(const VerifyOptions& o) {
   ctx.small_shapes = o.small_shapes;
   ctx.progress = &err;
   std::optional<E2eResult> e2e;
+  ctx.file_path = o.file;
+  ctx.e2e = &o.e2e;
+  ctx.e2e_result = &e2e;
   for (size_t i = 0; i < tiers.size(); ++i) {
-    TierResult r;
-    if (tiers[i] == TierId::kE2e && reader && !o.e2e.tokens.empty()) {
-      E2eOptions eo = o.e2e;
-      eo.file = o.file;
-      eo.progress = &err;
-      e2e = run_e2e_tier(eo);
-      r = e2e_tier_result(*e2e);
-    } else if (tiers[i] == TierId::kE2e && reader) {
-      r.id = TierId::kE2e;
-      r.bounds = bounds[i];
-      r.reason = "no --tokens file (the e2e tier scores perplexity on a token file)";
-    } else {
-      r = run_tier(tiers[i], bounds[i], ctx);
-    }
+    TierResult r = run_tier(tiers[i], bounds[i], ctx);
     if (r.status == Status::kSkipped)
       err << "tl-verify: " << tier_spec(r.id).name << ": skipped: " << r.reason << "\n";
     report.tiers.push_back(std::move(r));
