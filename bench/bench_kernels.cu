@@ -8,8 +8,8 @@
 // is then billed to the kernel being timed.
 // Prints a table and a summary, writes JSON. Exit 77 without a suitable GPU.
 //
-//   bench_kernels [--quick] [--sets 7b,70b] [--m 1,16] [--g 128,-1] [--json FILE] [--reps N]
-//                 [--native-max-m M]
+//   bench_kernels [--quick] [--sets 7b,70b] [--layers qkv,o,gate_up,down] [--m 1,16]
+//                 [--g 128,-1] [--json FILE] [--reps N] [--native-max-m M]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -67,6 +67,7 @@ const Layer kLayers[] = {
 
 struct Options {
   std::vector<std::string> sets{"7b", "70b"};
+  std::vector<std::string> layers{"qkv", "o", "gate_up", "down"};
   std::vector<int> ms{1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
   std::vector<int> gs{128, -1};
   std::string json = "bench_kernels.json";
@@ -102,6 +103,8 @@ Options parse(int argc, char** argv) {
       o.ms = {1, 16, 64, 256};
     } else if (a == "--sets") {
       o.sets = split(value());
+    } else if (a == "--layers") {
+      o.layers = split(value());
     } else if (a == "--m") {
       o.ms.clear();
       for (const auto& v : split(value())) o.ms.push_back(std::atoi(v.c_str()));
@@ -241,6 +244,7 @@ int main(int argc, char** argv) {
 
   for (const Layer& L : kLayers) {
     if (std::find(opt.sets.begin(), opt.sets.end(), L.set) == opt.sets.end()) continue;
+    if (std::find(opt.layers.begin(), opt.layers.end(), L.name) == opt.layers.end()) continue;
     const std::string key = std::string(L.set) + "/" + L.name;
     for (int g : opt.gs) {
       const int gsz = g < 0 ? L.K : g, G = L.K / gsz;

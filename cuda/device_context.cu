@@ -1,10 +1,12 @@
 // Per-device SM counts and the per-(device, stream) scratch; see device_context.h.
 #include "cuda/device_context.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <thread>
 #include <tuple>
+#include <utility>
 
 #include "cuda/cuda_check.h"
 
@@ -68,6 +70,24 @@ int stream_scratch(int device, cudaStream_t stream, size_t bytes, void** ptr) {
     buf.bytes = grown;
   }
   *ptr = buf.ptr;
+  return kOk;
+}
+
+int open_kernel(const void* kernel, int device, int smem_bytes, int threads, int want,
+                int* resident) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> opened;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(kernel, device);
+  auto it = opened.find(key);
+  if (it == opened.end()) {
+    TL_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    int n = 0;
+    TL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem_bytes));
+    it = opened.emplace(key, std::max(1, std::min(n, want))).first;
+  }
+  *resident = it->second;
   return kOk;
 }
 

@@ -22,4 +22,12 @@ int current_device_sms(int* device, int* sms);
 // Thread-safe (one mutex). Returns kOk or kCudaError; *ptr is 256-byte aligned.
 int stream_scratch(int device, cudaStream_t stream, size_t bytes, void** ptr);
 
+// Prepares `kernel` for launches with `smem_bytes` of dynamic shared memory on `device`
+// (cudaFuncSetAttribute is per device; done once per (kernel, device)) and returns in *resident
+// how many of its blocks of `threads` one SM holds there, capped at `want` (the count it was
+// compiled for): fewer where shared memory per SM is smaller (sm_86 / sm_89), so a launcher
+// shrinks its grid instead of queueing a second wave. Thread-safe. Returns kOk or kCudaError.
+int open_kernel(const void* kernel, int device, int smem_bytes, int threads, int want,
+                int* resident);
+
 }  // namespace tl::cuda::detail

@@ -39,10 +39,13 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_context.h"
+#include "cuda/marlin_device.cuh"
 #include "cuda/tl_kernels.h"
 
 namespace tl::cuda {
 namespace {
+
+using namespace marlin_dev;
 
 // ---------------------------------------------------------------------------------------------
 // Tuning constants.
@@ -71,112 +74,6 @@ constexpr int kMaxMBlocks = 4;
 constexpr int kStagesSmallM = TL_MARLIN_STAGES_SMALL_M;
 constexpr int kStagesLargeM = TL_MARLIN_STAGES_LARGE_M;
 constexpr int kTileAlign = 128;  // N % 128 == 0 and K % 128 == 0 (the smallest tile edge)
-
-// ---------------------------------------------------------------------------------------------
-// PTX helpers. All valid on sm_80, sm_86, sm_89 and sm_90 (PTX ISA 7.4+); nothing here is
-// sm_90a-only, so the same source runs on Ampere, Ada and Hopper.
-// ---------------------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ half2 as_half2(uint32_t u) {
-  half2 h;
-  memcpy(&h, &u, 4);
-  return h;
-}
-__device__ __forceinline__ uint32_t as_u32(half2 h) {
-  uint32_t u;
-  memcpy(&u, &h, 4);
-  return u;
-}
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(smem)), "l"(gmem));
-}
-
-// Weights are read exactly once per GEMM: mark them evict-first so that streaming 100+ MB of
-// B does not push A (read by every block) and the partial-sum slots out of L2.
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-__device__ __forceinline__ void cp_async16_stream(void* smem, const void* gmem, uint64_t policy) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(
-                   smem_u32(smem)),
-               "l"(gmem), "l"(policy));
-}
-
-// The "memory" clobbers keep the compiler from moving shared-memory reads of a stage across
-// the points where its copies are committed / known complete.
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-// One ldmatrix.x4 loads the whole 16x16 A fragment of a warp (4 8x8 matrices) in one
-// instruction, already in the register order mma.m16n8k16 expects.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(smem)));
-}
-
-// D += A * B, fp16 inputs, fp32 accumulators. Not volatile: a pure function the compiler may
-// schedule freely around the shared-memory loads.
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// (a & b) | c in one instruction: extract two nibbles and OR in an fp16 exponent.
-__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-  return r;
-}
-
-// Dequantize one packed word into the 4 B-fragment registers of two n8 fragments, values q - 8.
-// The packer puts nibbles (0,4), (1,5), (2,6), (3,7) on the (k, k+1) register pairs:
-//   out[0] = rows (k, k+1),   frag 0     out[1] = rows (k+8, k+9), frag 0
-//   out[2] = rows (k, k+1),   frag 1     out[3] = rows (k+8, k+9), frag 1
-// Trick: OR-ing a nibble q into the mantissa of fp16 1024.0 (0x6400) gives exactly 1024 + q,
-// so one lop3 makes two fp16 values at once and one half2 subtract (1032 = 1024 + 8) yields
-// q - 8. The high nibble of a byte lands at mantissa bit 4 (1024 + 16 q): one fma with 1/16
-// and -(64 + 8) fixes it. No int->float conversions, 2 instructions per register.
-__device__ __forceinline__ void dequant_word(uint32_t q, half2 (&out)[4]) {
-  constexpr uint32_t kLowNibbles = 0x000f000f;
-  constexpr uint32_t kHighNibbles = 0x00f000f0;
-  constexpr uint32_t kExp1024 = 0x64006400;
-  const half2 k1032 = as_half2(0x64086408);       // 1032.0
-  const half2 kSixteenth = as_half2(0x2c002c00);  // 1 / 16
-  const half2 kMinus72 = as_half2(0xd480d480);    // -72.0
-  const uint32_t lo0 = and_or(q, kLowNibbles, kExp1024);
-  const uint32_t hi0 = and_or(q, kHighNibbles, kExp1024);
-  q >>= 8;
-  const uint32_t lo1 = and_or(q, kLowNibbles, kExp1024);
-  const uint32_t hi1 = and_or(q, kHighNibbles, kExp1024);
-  out[0] = __hsub2(as_half2(lo0), k1032);
-  out[1] = __hfma2(as_half2(hi0), kSixteenth, kMinus72);
-  out[2] = __hsub2(as_half2(lo1), k1032);
-  out[3] = __hfma2(as_half2(hi1), kSixteenth, kMinus72);
-}
-
-// Index of column n (natural order) in Marlin's per-column scale permutation (rows of 32:
-// s_packed[8a + c] = s[2a + {0,1,8,9,16,17,24,25}[c]]).
-__device__ __forceinline__ int per_column_scale_index(int n) {
-  const int x = n & 31;
-  return (n - x) + 8 * ((x & 7) >> 1) + 2 * (x >> 3) + (x & 1);
-}
 
 // ---------------------------------------------------------------------------------------------
 // The kernel.
@@ -646,32 +543,18 @@ Launch pick_launch(int mb, TileShape shape, int tiles, int sms) {
   }
 }
 
-// cudaFuncSetAttribute is per device: remember which devices each kernel was opened for, and
-// how many of its blocks one SM holds there (fewer than compiled for where shared memory per SM
-// is smaller, e.g. sm_86 / sm_89: the grid then shrinks instead of queueing a second wave).
-int open_kernel(const Launch& l, int device, int* resident) {
-  static std::mutex mutex;
-  static std::map<std::pair<void*, int>, int> done;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto key = std::make_pair(reinterpret_cast<void*>(l.kernel), device);
-  auto it = done.find(key);
-  if (it == done.end()) {
-    TL_CUDA_CHECK(cudaFuncSetAttribute(l.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       l.smem_bytes));
-    int n = 0;
-    TL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, l.kernel, kThreads,
-                                                                l.smem_bytes));
-    it = done.emplace(key, std::max(1, std::min(n, l.occ))).first;
-  }
-  *resident = it->second;
-  return kOk;
+// TL_MARLIN_SMALL_M=tile runs M <= 16 on the tiled kernel too (for comparisons).
+bool use_small_m_kernel() {
+  static const bool tiled = [] {
+    const char* e = std::getenv("TL_MARLIN_SMALL_M");
+    return e && std::strcmp(e, "tile") == 0;
+  }();
+  return !tiled;
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
-
-size_t marlin_workspace_ints(int N) { return N > 0 ? size_t(N + kTileAlign - 1) / kTileAlign : 0; }
 
 namespace detail {
 
@@ -686,6 +569,10 @@ int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half
     return kShapeUnsupported;
   if (groupsize == K) groupsize = -1;
   if (groupsize != -1 && groupsize != 128) return kNoConfig;
+  if (M <= kSmallMMaxRows && use_small_m_kernel()) {
+    const int rc = marlin_small_m(A, B, s, delta, C, workspace, M, N, K, groupsize, stream);
+    if (rc != kNoConfig) return rc;  // else: too little shared memory, the tiled kernel runs
+  }
 
   int device = 0, sms = 0;
   if (int rc = detail::current_device_sms(&device, &sms)) return rc;
@@ -715,7 +602,9 @@ int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half
     const Launch l = pick_launch(mb, shape, tiles, sms);
     if (l.smem_bytes > smem_optin) return kNoConfig;
     int resident = 1;
-    if (int rc = open_kernel(l, device, &resident)) return rc;
+    if (int rc = detail::open_kernel(reinterpret_cast<const void*>(l.kernel), device,
+                                     l.smem_bytes, kThreads, l.occ, &resident))
+      return rc;
 
     int blocks = std::min(resident * sms, tiles);
     const int iters = (tiles + blocks - 1) / blocks;

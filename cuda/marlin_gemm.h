@@ -17,4 +17,11 @@ int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half
                 __half* C, int* workspace, int M, int N, int K, int groupsize,
                 cudaStream_t stream);
 
+// The streaming kernel for decode sizes (marlin_small_m.cu), same contract, M in [1, 16];
+// marlin_gemm calls it for M <= kSmallMMaxRows after validating the arguments.
+constexpr int kSmallMMaxRows = 16;
+int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __half* delta,
+                   __half* C, int* workspace, int M, int N, int K, int groupsize,
+                   cudaStream_t stream);
+
 }  // namespace tl::cuda::detail

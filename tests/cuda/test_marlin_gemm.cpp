@@ -28,13 +28,13 @@ std::vector<ShapeCases> marlin_shapes() {
     return {{128, 128, {1, 17}}, {256, 384, {7, 64, 100}}, {1024, 512, {1, 16}}};
   return {
       {128, 128, all_m},
-      {256, 384, all_m},          // N % 256 != 0: the 128x128 tile also serves M > 16
+      {256, 384, {1, 7, 9, 16, 17, 64, 100, 256, 1024}},  // N % 256 != 0: the 128x128 tile also serves M > 16
       {384, 640, all_m},
       {1024, 512, {1, 16, 17, 64, 100, 1024}},
       {4096, 4096, {1, 7, 17, 256}},
       {11008, 256, {1, 64}},      // Llama-2-7B's K (86 k-tiles of 128)
       {128, 8192, {1, 100}},      // one k-tile: every block owns whole n-tiles
-      {8192, 128, {1, 16, 17}},   // one n-tile: many blocks reduce into one tile
+      {8192, 128, {1, 9, 16, 17}},  // one n-tile: many blocks reduce into one tile
       {8192, 8192, {1, 64, 1024}},
   };
 }
