@@ -1,4 +1,6 @@
-// Marlin-format INT4 x FP16 tensor-core GEMM: C[M, N] = A[M, K] * W[K, N].
+// Marlin-format INT4 x FP16 tensor-core GEMM: C[M, N] = A[M, K] * W[K, N]. The entry point for
+// every M; 1..16 rows go to the decode kernel in marlin_small_m.cu, the tiled kernel here serves
+// the rest (and M <= 16 where the decode kernel does not fit, or TL_MARLIN_SMALL_M=tile).
 //
 // Written for tinyloop-tools from the published Marlin design (Frantar et al., "MARLIN:
 // Mixed-Precision Auto-Regressive Parallel Inference on Large Language Models") and the layout

@@ -1,29 +1,34 @@
-// Marlin-format INT4 x FP16 GEMM for 1..16 rows (decode): C[M, N] = A[M, K] * W[K, N].
+// Marlin-format INT4 x FP16 GEMM for 1..16 rows (decode): C[M, N] = A[M, K] * W[K, N], on the
+// exact bytes marlin-pack writes (the same operands and results as the tiled kernel in
+// marlin_gemm.cu, which serves M > 16).
 //
-// At M <= 16 a GEMM is a weight stream: the tensor cores idle, the time is what it takes to
-// move K*N/2 bytes of codes from HBM. The tiled kernel (marlin_gemm.cu, Marlin's structure:
-// a shared-memory pipeline with a block barrier per k-tile) streamed ~15 GB/s per SM on the
-// H200, half of what cuBLAS reads, because every warp waited at every barrier for the slowest
-// copy of the block. This kernel drops the barriers from the main loop:
-//   * every warp streams its own k-tiles of B straight from global memory into registers: in
-//     Marlin's layout one k16 row of a 64-column tile is 512 contiguous bytes and lane l's
-//     16 bytes are exactly the B fragment lane l needs, so no shared-memory staging is needed;
-//   * a register ring keeps the next R k16 rows of the warp's stream in flight while it
-//     multiplies the current row, across tile and n-tile boundaries (R = 8: one whole k-tile,
-//     8 KB per warp, ~64 KB per SM in flight);
+// At M <= 16 a GEMM is a weight stream and, on the H200, a race between the weight bytes and
+// the instructions that turn them into tensor-core work. The tiled kernel (Marlin's structure:
+// a shared-memory pipeline and a block barrier per k-tile) streamed ~15 GB/s per SM, half of
+// what cuBLAS reads, with every warp waiting at every barrier for the slowest copy. This one:
+//   * no barrier while streaming: each warp owns a contiguous stripe of "units" (128 columns x
+//     128 k, one scale group) and loads its codes straight into registers: in Marlin's layout
+//     lane l's 16 bytes of a k16 row are exactly lane l's B fragment, so nothing is staged;
+//   * a register ring keeps the next R k16 rows of the stripe in flight while the warp
+//     multiplies the current one, across unit and slice boundaries (R = 8 at M <= 8: a whole
+//     unit, 8 KB per warp, 64 KB per SM);
 //   * the product is computed transposed, C^T = W^T A^T: the dequantized codes of two adjacent
-//     n8 fragments are exactly an m16n8k16 A operand (16 columns x 16 k), and A^T's 8 rows are
-//     the n8 operand. At M <= 8 that is one mma per 16 columns instead of two, with 4
-//     accumulators per 16 columns; 9..16 rows take a second mma on rows 8..15;
-//   * A (tiny, L2-resident) is read by each warp with 32-bit loads in the fragment order, rows
-//     past M predicated off (at M = 1 four lanes load);
-//   * grouped scales (and the asymmetric wrapper's deltas) of the next k-tile load with it.
-// Partitioning is the tiled kernel's "striped" one: the (n-tile, k-tile) space cut into one
-// equal stripe per block (so every SM streams the same bytes whatever N / 128 is), the tiles
-// of a stripe dealt to the 8 warps round-robin within each n-tile. At the end of an n-tile
-// (a "segment") the warps reduce in shared memory (the only barriers), and blocks that share
-// an n-tile combine through fp32 slots and an arrival counter: the last to arrive sums the
-// slots in block order and writes fp16 once (deterministic, no block waits for another).
+//     n8 fragments are exactly an m16n8k16 A operand, and A's rows are the n8 operand. At
+//     M <= 8 that is one mma per 16 columns x 16 k (half the mma of the untransposed form);
+//   * scales are applied in fp32 once per unit, not to every fragment: the fragments hold the
+//     bare codes (1024 + q, one lop3 per register, or q - 8), an extra mma per k16 step sums
+//     the activations for the offset and for the asymmetric deltas (see "The products");
+//   * rows of A past M are clamped to row M - 1 instead of predicated: each A row only feeds
+//     its own output column of C^T, and those columns are never stored;
+//   * partials: a slice (128 columns) wholly inside a warp's stripe is written from registers;
+//     the warp parks the partial of a slice it shares in shared memory; after one barrier at
+//     the end the block sums them in warp order, and blocks sharing a slice combine through
+//     fp32 slots and an arrival counter: the last to arrive sums the slots in block order and
+//     writes fp16 once (deterministic; no block waits for another; the device-scope fence is
+//     paid once per block, after its loads have drained).
+// Measured on the H200 (docs/perf.md): 3.2 TB/s of codes on the 70B MLP layers at M <= 8,
+// 1.50x / 2.20x cuBLAS over the 7B / 70B sets at M <= 16; docs/kernels.md has the design notes
+// and what was tried (a shared-memory ring with 12 warps per SM, balanced row stripes).
 #include <algorithm>
 
 #include "cuda/cuda_check.h"
@@ -121,9 +126,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) marlin_small_m_kernel(const Sm
   };
 
   // ---- Scales and deltas of this lane's 16 columns 64 h + 8 f + gid, factor f' = 8 h + f.
-  // Grouped: loaded when a unit
-  // starts, used when it ends (the unit's own streaming hides the latency); per-column
-  // asymmetric: loaded once per slice. Per-column symmetric needs none here: its exact
+  // Grouped: loaded when a unit starts, used when it ends (the unit's own streaming hides the
+  // latency); per-column asymmetric: loaded once per slice. Per-column symmetric needs none here: its exact
   // integer sums are scaled when C is written. ----
   int4 s_grp[2];          // grouped: the unit's scales, permuted (half f': factor f')
   __half s_col[16] = {};  // per-column asymmetric: the slice's scales
@@ -431,7 +435,7 @@ int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __h
   if (int rc = open_kernel(reinterpret_cast<const void*>(l.kernel), device, l.max_smem_bytes,
                            l.warps * 32, 1, &resident))
     return rc;
-  // Warp stripes: every warp streams the same number of units (+-1) whatever N / 64 is.
+  // Warp stripes of ceil(units / warps) units, one block per SM (fewer for small problems).
   const int units = (K / kTileK) * (N / kSliceN);
   const int warps = std::min(resident * sms * l.warps, units);
   const int per_warp = (units + warps - 1) / warps;

@@ -30,8 +30,8 @@ int int4_gemm(const __half* A, const uint8_t* q, const __half* scale, const __ha
 
 // Symmetric Marlin-format tensor-core GEMM: C = A * W_marlin, W_marlin[k, n] = (q - 8) * s,
 // B int32 [K/16, 2N] and s fp16 [G, N] exactly as marlin-pack writes them. groupsize -1 (per
-// column) or 128; groupsize == K is taken as -1. Any M >= 1 (rows are processed in slices of
-// 64); N % 128 == 0, K % 128 == 0; A, B, s, C 16-byte aligned (else rc 1); another groupsize,
+// column) or 128; groupsize == K is taken as -1. Any M >= 1 (M <= 16: the decode kernel, one
+// launch; more rows: the tiled kernel, in slices of 64); N % 128 == 0, K % 128 == 0; A, B, s, C 16-byte aligned (else rc 1); another groupsize,
 // or a GPU whose shared memory fits no tile configuration: rc 2.
 // `workspace`: marlin_workspace_ints(N) ints, zeroed once at allocation (the kernel leaves it
 // zeroed); one workspace must not be used by two launches running concurrently. The kernel

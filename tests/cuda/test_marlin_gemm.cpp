@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cuda/tl_kernels.h"
+#include "formats/half.h"
 #include "gpu_test_util.h"
 #include "quant_case.h"
 
@@ -123,6 +124,21 @@ TEST_CASE("marlin: symmetric GEMM, fused wrapper and GEMM + correction pair vs f
         CAPTURE(c.name());
         check_case(c);
       }
+}
+
+TEST_CASE("marlin: activations far from zero mean") {
+  // The decode kernel (M <= 16) keeps half of each fragment at 1024 + q and takes away
+  // 1032 * (sum of the activations) per 128-row group in fp32: with activations of one sign
+  // that sum is large next to the result and the subtraction cancels. Activations uniform in
+  // [3, 5] (mean 4, spread 1) must still meet the same bounds as zero-mean ones.
+  uint64_t stream = 5000;
+  for (int64_t gs : {int64_t(128), int64_t(-1)})
+    for (int64_t M : {int64_t(1), int64_t(8), int64_t(16)}) {
+      QuantCase c = make_quant_case(M, 8192, 256, gs < 0 ? 8192 : gs, ++stream);
+      for (half_bits& a : c.A) a = float_to_half(half_to_float(a) + 4.0f);
+      CAPTURE(c.name());
+      check_case(c);
+    }
 }
 
 TEST_CASE("marlin: group size equal to K is per-column") {
