@@ -64,8 +64,8 @@ struct SmallParams {
 
 // MB8: n8 blocks of A rows (1: M <= 8, 2: M <= 16). R: k16 rows in flight per warp (divides 8).
 // kWarps: warps per block (one block per SM). kGrouped: scales per 128-row group, i.e. per
-// unit (else one per column).
-template <int MB8, int R, int kWarps, bool kGrouped>
+// unit (else one per column). kAsym: with deltas (the asymmetric wrapper).
+template <int MB8, int R, int kWarps, bool kGrouped, bool kAsym>
 __global__ void __launch_bounds__(kWarps * 32, 1) marlin_small_m_kernel(const SmallParams p) {
   constexpr int kThreads = kWarps * 32;
   static_assert(kRowsPerUnit % R == 0, "a ring slot always holds the same row of a unit");
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) marlin_small_m_kernel(const Sm
   const int block_units = kWarps * p.per_warp;
   const int u_begin = min((blockIdx.x * kWarps + warp) * p.per_warp, units);
   const int u_end = min(u_begin + p.per_warp, units);
-  const bool asym = p.delta != nullptr;
+  constexpr bool asym = kAsym;
   const int b_row = p.N / 2;  // int4 per k16 row of B
   const int M = p.M;
   if (lane < 2) tag[warp][lane] = -1;
@@ -93,8 +93,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) marlin_small_m_kernel(const Sm
     const __half* s;  // grouped: this lane's 16-byte word of the unit's scales, half 0 (+ 64)
     const __half* d;  // grouped asymmetric: delta of column 64 h + 8 f + gid is d[64 h + 8 f]
   };
-  auto src_of = [&](int u) {
-    const int c = u / k_tiles, kt = u - c * k_tiles;
+  auto src_of = [&](int c, int kt) {
     const size_t group_row = size_t(kGrouped ? kt : 0) * p.N + size_t(c) * kSliceN;
     Src r;
     r.b = p.B + size_t(kt) * kRowsPerUnit * b_row + c * (kSliceN / 2) + lane;
@@ -127,8 +126,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) marlin_small_m_kernel(const Sm
 
   // ---- Scales and deltas of this lane's 16 columns 64 h + 8 f + gid, factor f' = 8 h + f.
   // Grouped: loaded when a unit starts, used when it ends (the unit's own streaming hides the
-  // latency); per-column asymmetric: loaded once per slice. Per-column symmetric needs none here: its exact
-  // integer sums are scaled when C is written. ----
+  // latency); per-column asymmetric: loaded when a slice starts, used when it ends. Per-column
+  // symmetric needs none here: its exact integer sums are scaled when C is written. ----
   int4 s_grp[2];          // grouped: the unit's scales, permuted (half f': factor f')
   __half s_col[16] = {};  // per-column asymmetric: the slice's scales
   __half d_raw[16];       // asymmetric: the unit's (grouped) or the slice's (per column) deltas
@@ -140,16 +139,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1) marlin_small_m_kernel(const Sm
       for (int f = 0; f < 16; ++f) d_raw[f] = src.d[(f / 8) * 64 + 8 * (f % 8)];
     }
   };
-  auto scale_of = [&](int f) {
-    if constexpr (kGrouped)
-      return __half2float(reinterpret_cast<const __half*>(s_grp)[f]);
-    else
-      return __half2float(s_col[f]);
+  auto scale_of = [&](int f) {  // grouped
+    return __half2float(reinterpret_cast<const __half*>(s_grp)[f]);
   };
 
   // ---- The products. The transposed mma C^T = W^T A^T: part[b8][w] holds, for columns
-  // n = 16 w + gid (+ 8 for elements 2, 3; w = 4 h + word) and rows r = 8 b8 + 2 tig (+ 1 for elements 1, 3),
-  // this unit's sum over k of w'_k a_k, with w' = q - 8 exactly (rows k + 8 of each k16 step;
+  // n = 16 w + gid (+ 8 for elements 2, 3; w = 4 h + word) and rows r = 8 b8 + 2 tig (+ 1 for
+  // elements 1, 3), this unit's sum over k of w'_k a_k, with w' = q - 8 exactly (rows k + 8 of each k16 step;
   // all rows in per-column mode) or w' = 1024 + q (rows k of each k16 step, grouped mode: the
   // fragment is then the bare bit pattern, no subtract). One more mma per k16 step multiplies
   // the same A^T fragment by a constant W^T whose rows 0..7 hold 1032 at k (0 at k + 8) and
@@ -164,8 +160,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1) marlin_small_m_kernel(const Sm
   float acc[MB8][8][4];   // the slice's sums: scaled (grouped, asymmetric) or not
   float part[MB8][8][4];  // this unit's sums of w' a
   float cx[MB8][4];       // this unit's offset and group sums (see above)
+  float xs[MB8][2];       // per-column asymmetric: the slice's sums of a (rows 2 tig, + 1)
   constexpr bool kOffset = kGrouped;
-  const bool need_cx = kOffset || asym;
+  constexpr bool need_cx = kOffset || asym;
   const uint32_t kConstW[4] = {kOffset ? 0x64086408u : 0u, 0x3c003c00u, 0u, 0x3c003c00u};
   auto mma_row = [&](int slot) {
 #pragma unroll
@@ -181,7 +178,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) marlin_small_m_kernel(const Sm
       for (int b8 = 0; b8 < MB8; ++b8)
         mma_16816(part[b8][w], a, xa[slot][b8][0], xa[slot][b8][1]);
     }
-    if (need_cx) {
+    if constexpr (need_cx) {
 #pragma unroll
       for (int b8 = 0; b8 < MB8; ++b8) mma_16816(cx[b8], kConstW, xa[slot][b8][0], xa[slot][b8][1]);
     }
@@ -211,11 +208,39 @@ __global__ void __launch_bounds__(kWarps * 32, 1) marlin_small_m_kernel(const Sm
         for (int e = 0; e < 4; ++e) {
           const int f = 2 * w + e / 2;  // factor of column 16 w + gid (+ 8)
           const float t = kOffset ? part[b8][w][e] - cx[b8][e % 2] : part[b8][w][e];
-          float v = kGrouped || asym ? scale_of(f) * t : t;
-          if (asym) v = fmaf(__half2float(d_raw[f]), cx[b8][2 + e % 2], v);
-          acc[b8][w][e] += v;
+          float& a = acc[b8][w][e];
+          if constexpr (kGrouped) {
+            a = fmaf(scale_of(f), t, a);
+            if constexpr (asym) a = fmaf(__half2float(d_raw[f]), cx[b8][2 + e % 2], a);
+          } else {
+            a += t;  // per column: the slice's scale and delta come once, in finish_slice
+          }
         }
+    if constexpr (!kGrouped && asym) {
+#pragma unroll
+      for (int b8 = 0; b8 < MB8; ++b8) {
+        xs[b8][0] += cx[b8][2];
+        xs[b8][1] += cx[b8][3];
+      }
+    }
     clear_unit();
+  };
+  // Per-column asymmetric: acc = s * (sum of (q - 8) a) + delta * (sum of a), once per slice.
+  auto finish_slice = [&]() {
+    if constexpr (!kGrouped && asym) {
+#pragma unroll
+      for (int b8 = 0; b8 < MB8; ++b8) {
+#pragma unroll
+        for (int w = 0; w < 8; ++w)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int f = 2 * w + e / 2;
+            acc[b8][w][e] = fmaf(__half2float(s_col[f]), acc[b8][w][e],
+                                 __half2float(d_raw[f]) * xs[b8][e % 2]);
+          }
+        xs[b8][0] = xs[b8][1] = 0.f;
+      }
+    }
   };
 
   // ---- Output helpers. ----
@@ -261,19 +286,22 @@ __global__ void __launch_bounds__(kWarps * 32, 1) marlin_small_m_kernel(const Sm
     if (lane == 0) tag[warp][which] = c;
   };
 
-  // ---- The stream: this warp's units in order, R rows always in flight. ----
+  // ---- The stream: this warp's units in order, R rows always in flight. Unit u is
+  // (slice c, k-tile kt), u = c * k_tiles + kt, advanced without a division. ----
+  int c = u_begin / k_tiles, kt = u_begin % k_tiles;
   Src cs{};
   if (u_begin < u_end) {
-    cs = src_of(u_begin);
+    cs = src_of(c, kt);
 #pragma unroll
     for (int j = 0; j < R; ++j) load_row(cs, j, j);
   }
   clear(acc);
   clear_unit();
+#pragma unroll
+  for (int b8 = 0; b8 < MB8; ++b8) xs[b8][0] = xs[b8][1] = 0.f;
   for (int u = u_begin; u < u_end; ++u) {
-    const int c = u / k_tiles;
-    if constexpr (!kGrouped) {
-      if (asym && (u == u_begin || u % k_tiles == 0)) {  // per-column asymmetric: new slice
+    if constexpr (!kGrouped && asym) {
+      if (u == u_begin || kt == 0) {  // per-column asymmetric: a new slice's factors
 #pragma unroll
         for (int f = 0; f < 16; ++f) {
           const int n = c * kSliceN + (f / 8) * 64 + 8 * (f % 8) + gid;
@@ -283,7 +311,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1) marlin_small_m_kernel(const Sm
       }
     }
     const bool more = u + 1 < u_end;
-    const Src ns = more ? src_of(u + 1) : cs;
+    const bool slice_ends = !more || kt + 1 == k_tiles;
+    const int next_c = kt + 1 == k_tiles ? c + 1 : c, next_kt = kt + 1 == k_tiles ? 0 : kt + 1;
+    const Src ns = more ? src_of(next_c, next_kt) : cs;
     if constexpr (kGrouped) fetch_group_factors(cs);
     // Multiply the unit's 8 rows, refilling each slot with the row R places further in this
     // warp's stream; the stripe's last unit refills nothing (two unrolled copies of the loop,
@@ -303,7 +333,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) marlin_small_m_kernel(const Sm
     else
       rows(false);
     fold_unit();
-    if (!more || (u + 1) % k_tiles == 0) {  // the slice ends here for this warp
+    if (slice_ends) {  // the slice ends here for this warp
+      finish_slice();
       const int first = c * k_tiles;
       if (first >= u_begin && first + k_tiles <= u_end)
         store_from_registers(c);
@@ -312,6 +343,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) marlin_small_m_kernel(const Sm
       clear(acc);
     }
     cs = ns;
+    c = next_c;
+    kt = next_kt;
   }
   __syncthreads();  // every warp's partials are parked; nothing is in flight any more
 
@@ -401,16 +434,20 @@ struct SmallLaunch {
 int smem_bytes(int warps, int M) { return warps * 2 * M * kRedStride * int(sizeof(float)); }
 
 template <int MB8, int R, int kWarps>
-SmallLaunch make_small_launch(bool grouped) {
+SmallLaunch make_small_launch(bool grouped, bool asym) {
   const int smem = smem_bytes(kWarps, 8 * MB8);
-  return grouped ? SmallLaunch{marlin_small_m_kernel<MB8, R, kWarps, true>, kWarps, smem}
-                 : SmallLaunch{marlin_small_m_kernel<MB8, R, kWarps, false>, kWarps, smem};
+  auto kernel = grouped ? (asym ? marlin_small_m_kernel<MB8, R, kWarps, true, true>
+                                : marlin_small_m_kernel<MB8, R, kWarps, true, false>)
+                        : (asym ? marlin_small_m_kernel<MB8, R, kWarps, false, true>
+                                : marlin_small_m_kernel<MB8, R, kWarps, false, false>);
+  return SmallLaunch{kernel, kWarps, smem};
 }
 
 // 8 warps per SM with up to 255 registers each: at M <= 8 a whole unit (8 KB) in flight per
 // warp, 64 KB per SM; at 9..16 rows the second set of accumulators leaves room for half a unit.
-SmallLaunch pick_small_launch(int M, bool grouped) {
-  return M <= 8 ? make_small_launch<1, 8, 8>(grouped) : make_small_launch<2, 4, 8>(grouped);
+SmallLaunch pick_small_launch(int M, bool grouped, bool asym) {
+  return M <= 8 ? make_small_launch<1, 8, 8>(grouped, asym)
+                : make_small_launch<2, 4, 8>(grouped, asym);
 }
 
 }  // namespace
@@ -429,7 +466,7 @@ int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __h
   int smem_optin = 0;
   TL_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                        device));
-  const SmallLaunch l = pick_small_launch(M, groupsize > 0);
+  const SmallLaunch l = pick_small_launch(M, groupsize > 0, delta != nullptr);
   if (l.max_smem_bytes > smem_optin) return kNoConfig;  // e.g. 9..16 rows on sm_86 / sm_89
   int resident = 1;
   if (int rc = open_kernel(reinterpret_cast<const void*>(l.kernel), device, l.max_smem_bytes,
