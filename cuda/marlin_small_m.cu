@@ -26,8 +26,8 @@
 //     fp32 slots and an arrival counter: the last to arrive sums the slots in block order and
 //     writes fp16 once (deterministic; no block waits for another; the device-scope fence is
 //     paid once per block, after its loads have drained).
-// Measured on the H200 (docs/perf.md): 3.2 TB/s of codes on the 70B MLP layers at M <= 8,
-// 1.50x / 2.20x cuBLAS over the 7B / 70B sets at M <= 16; docs/kernels.md has the design notes
+// Measured on the H200 (docs/perf.md): ~3.4 TB/s of codes on the 70B MLP layers at M <= 8,
+// 1.54x / 2.31x cuBLAS over the 7B / 70B sets at M <= 16; docs/kernels.md has the design notes
 // and what was tried (a shared-memory ring with 12 warps per SM, balanced row stripes).
 #include <algorithm>
 
