@@ -92,29 +92,10 @@ __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
 // so one lop3 makes two fp16 values at once and one half2 subtract (1032 = 1024 + 8) yields
 // q - 8. The high nibble of a byte lands at mantissa bit 4 (1024 + 16 q): one fma with 1/16
 // and -(64 + 8) fixes it. No int->float conversions, 2 instructions per register.
-__device__ __forceinline__ void dequant_word(uint32_t q, half2 (&out)[4]) {
-  constexpr uint32_t kLowNibbles = 0x000f000f;
-  constexpr uint32_t kHighNibbles = 0x00f000f0;
-  constexpr uint32_t kExp1024 = 0x64006400;
-  const half2 k1032 = as_half2(0x64086408);       // 1032.0
-  const half2 kSixteenth = as_half2(0x2c002c00);  // 1 / 16
-  const half2 kMinus72 = as_half2(0xd480d480);    // -72.0
-  const uint32_t lo0 = and_or(q, kLowNibbles, kExp1024);
-  const uint32_t hi0 = and_or(q, kHighNibbles, kExp1024);
-  q >>= 8;
-  const uint32_t lo1 = and_or(q, kLowNibbles, kExp1024);
-  const uint32_t hi1 = and_or(q, kHighNibbles, kExp1024);
-  out[0] = __hsub2(as_half2(lo0), k1032);
-  out[1] = __hfma2(as_half2(hi0), kSixteenth, kMinus72);
-  out[2] = __hsub2(as_half2(lo1), k1032);
-  out[3] = __hfma2(as_half2(hi1), kSixteenth, kMinus72);
-}
-
-// The same word for the decode kernel, which applies scales in fp32 after the tensor cores
-// (so the fragments need no scale multiply): out[1], out[3] (rows k+8, k+9) are q - 8 exactly
-// as above; out[0], out[2] (rows k, k+1) are either q - 8 too (kExact: one half2 subtract
-// each) or left at 1024 + q, saving the subtracts; the caller then removes 1032 * (the sum of
-// the matching activations) once per tile (see marlin_small_m.cu for why that is accurate).
+// kExact: all four registers hold q - 8. Otherwise out[0], out[2] (rows k, k+1) are left at
+// 1024 + q, saving the two subtracts, for the decode kernel, which applies scales in fp32 after
+// the tensor cores and removes 1032 * (the sum of the matching activations) once per tile (see
+// marlin_small_m.cu for why that is accurate).
 template <bool kExact>
 __device__ __forceinline__ void dequant_word_unscaled(uint32_t q, uint32_t (&out)[4]) {
   constexpr uint32_t kLowNibbles = 0x000f000f;
@@ -132,6 +113,14 @@ __device__ __forceinline__ void dequant_word_unscaled(uint32_t q, uint32_t (&out
   out[1] = as_u32(__hfma2(as_half2(hi0), kSixteenth, kMinus72));
   out[2] = kExact ? as_u32(__hsub2(as_half2(lo1), k1032)) : lo1;
   out[3] = as_u32(__hfma2(as_half2(hi1), kSixteenth, kMinus72));
+}
+
+// The tiled kernel's form: half2 values q - 8.
+__device__ __forceinline__ void dequant_word(uint32_t q, half2 (&out)[4]) {
+  uint32_t u[4];
+  dequant_word_unscaled<true>(q, u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out[i] = as_half2(u[i]);
 }
 
 // Index of column n (natural order) in Marlin's per-column scale permutation (rows of 32:
