@@ -193,6 +193,18 @@ std::string fmt_float(float v) {
   return buf;
 }
 
+// Where permuted element i of a [G, N] scale array comes from in the natural one: per column,
+// rows of 32 with out[8a + c] = s[2a + {0,1,8,9,16,17,24,25}[c]]; grouped, rows of 64 with
+// out[8a + b] = s[a + 8b]. Both directions of the permutation use it.
+int64_t scale_source(int64_t i, bool per_column) {
+  if (per_column) {
+    const int64_t row = i & ~int64_t(31), j = i & 31;
+    return row + 2 * (j / 8) + kScaleSingle[j % 8];
+  }
+  const int64_t row = i & ~int64_t(63), j = i & 63;
+  return row + j / 8 + 8 * (j % 8);
+}
+
 }  // namespace
 
 MarlinGate marlin_gate(int64_t K, int64_t N, int64_t group_size) {
@@ -277,31 +289,13 @@ void marlin_unpack_codes(const int32_t* B, int64_t K, int64_t N, uint8_t* q) {
 void marlin_permute_scales(const half_bits* s, int64_t G, int64_t N, bool per_column,
                            half_bits* out) {
   check_scale_shape(G, N, per_column);
-  const int64_t total = G * N;
-  if (per_column) {
-    for (int64_t r = 0; r < total; r += 32)
-      for (int a = 0; a < 4; ++a)
-        for (int c = 0; c < 8; ++c) out[r + 8 * a + c] = s[r + 2 * a + kScaleSingle[c]];
-  } else {
-    for (int64_t r = 0; r < total; r += 64)
-      for (int a = 0; a < 8; ++a)
-        for (int b = 0; b < 8; ++b) out[r + 8 * a + b] = s[r + a + 8 * b];
-  }
+  for (int64_t i = 0; i < G * N; ++i) out[i] = s[scale_source(i, per_column)];
 }
 
 void marlin_unpermute_scales(const half_bits* s_packed, int64_t G, int64_t N, bool per_column,
                              half_bits* out) {
   check_scale_shape(G, N, per_column);
-  const int64_t total = G * N;
-  if (per_column) {
-    for (int64_t r = 0; r < total; r += 32)
-      for (int a = 0; a < 4; ++a)
-        for (int c = 0; c < 8; ++c) out[r + 2 * a + kScaleSingle[c]] = s_packed[r + 8 * a + c];
-  } else {
-    for (int64_t r = 0; r < total; r += 64)
-      for (int a = 0; a < 8; ++a)
-        for (int b = 0; b < 8; ++b) out[r + a + 8 * b] = s_packed[r + 8 * a + b];
-  }
+  for (int64_t i = 0; i < G * N; ++i) out[scale_source(i, per_column)] = s_packed[i];
 }
 
 void marlin_delta(const half_bits* scale, const half_bits* zero, int64_t count, half_bits* delta) {
