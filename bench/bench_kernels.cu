@@ -26,6 +26,7 @@
 
 #include "bench/bench_data.cuh"
 #include "cuda/cublas_gemm.h"
+#include "cuda/marlin_gemm.h"
 #include "cuda/tl_kernels.h"
 
 namespace {
@@ -238,9 +239,9 @@ int main(int argc, char** argv) {
   std::vector<Record> records;
   std::map<std::pair<std::string, int>, double> cublas_us;  // (layer key, M) -> us
   uint64_t seed = uint64_t(now);
-  std::printf("\n%-4s %-8s %-12s %5s %4s | %9s | %9s %6s | %9s %6s | %8s | %9s %6s | %7s %7s\n", "set",
+  std::printf("\n%-4s %-8s %-12s %5s %4s | %9s | %9s %6s | %9s %6s | %8s | %9s %6s | %7s %7s | %s\n", "set",
               "layer", "KxN", "M", "g", "cuBLAS us", "marlin us", "x", "asym us", "x", "pair us",
-              "native us", "x", "TFLOP/s", "GB/s");
+              "native us", "x", "TFLOP/s", "GB/s", "decode grid");
 
   for (const Layer& L : kLayers) {
     if (std::find(opt.sets.begin(), opt.sets.end(), L.set) == opt.sets.end()) continue;
@@ -340,9 +341,17 @@ int main(int argc, char** argv) {
         add("int4_gemm", t_native, double(kn) / 2 + 4.0 * gn);
         char kxn[24];
         std::snprintf(kxn, sizeof kxn, "%dx%d", L.K, L.N);
-        std::printf("%-4s %-8s %-12s %5d %4d | %9.1f | %9.1f %6.2f | %9.1f %6.2f | %8.1f | %9.1f %6.2f | %7.1f %7.0f\n",
+        // The decode kernel's grid: blocks x warps : units per warp stripe, cluster size or
+        // flat (blocks combine through global slots).
+        char grid[48] = "";
+        tl::cuda::detail::SmallMGrid sg{};
+        if (M <= tl::cuda::detail::kSmallMMaxRows &&
+            tl::cuda::detail::marlin_small_m_grid(M, L.N, L.K, g, false, &sg) == 0)
+          std::snprintf(grid, sizeof grid, "%dx%d:%d %s%.0d", sg.blocks, sg.warps_per_block,
+                        sg.per_warp, sg.cluster ? "cluster " : "flat", sg.cluster);
+        std::printf("%-4s %-8s %-12s %5d %4d | %9.1f | %9.1f %6.2f | %9.1f %6.2f | %8.1f | %9.1f %6.2f | %7.1f %7.0f | %s\n",
                     L.set, L.name, kxn, M, g, t_cublas, t_marlin, t_cublas / t_marlin, t_asym, t_cublas / t_asym,
-                    t_pair, t_native, t_cublas / t_native, flop / t_marlin * 1e-6, int4_bytes / t_marlin * 1e-3);
+                    t_pair, t_native, t_cublas / t_native, flop / t_marlin * 1e-6, int4_bytes / t_marlin * 1e-3, grid);
         std::fflush(stdout);
       }
       for (void* p : {(void*)B, (void*)scale, (void*)s_perm, (void*)zero, (void*)delta, (void*)w_hat,

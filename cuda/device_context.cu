@@ -91,4 +91,38 @@ int open_kernel(const void* kernel, int device, int smem_bytes, int threads, int
   return kOk;
 }
 
+int max_active_clusters(const void* kernel, int device, int smem_bytes, int threads, int cluster,
+                        int* count) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int>, int> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(kernel, device, cluster);
+  auto it = known.find(key);
+  if (it == known.end()) {
+    int major = 0, n = 0;
+    TL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    if (major >= 9) {
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = unsigned(cluster);
+      attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(unsigned(cluster));
+      config.blockDim = dim3(unsigned(threads));
+      config.dynamicSmemBytes = size_t(smem_bytes);
+      config.attrs = &attr;
+      config.numAttrs = 1;
+      // A query the driver refuses (e.g. a configuration it cannot place) means no clusters:
+      // the caller then uses its cluster-free path.
+      if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
+        (void)cudaGetLastError();
+        n = 0;
+      }
+    }
+    it = known.emplace(key, n).first;
+  }
+  *count = it->second;
+  return kOk;
+}
+
 }  // namespace tl::cuda::detail

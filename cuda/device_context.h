@@ -30,4 +30,12 @@ int stream_scratch(int device, cudaStream_t stream, size_t bytes, void** ptr);
 int open_kernel(const void* kernel, int device, int smem_bytes, int threads, int want,
                 int* resident);
 
+// How many clusters of `cluster` blocks of `kernel` (opened with open_kernel for the same
+// smem_bytes and threads) can run at once on `device` (cudaOccupancyMaxActiveClusters: a
+// cluster's blocks share one GPC, so this is not sms / cluster). 0 where clusters do not exist
+// (before sm_90), cannot be placed or the query fails. Cached per (kernel, device, cluster). Thread-safe.
+// Returns kOk or kCudaError.
+int max_active_clusters(const void* kernel, int device, int smem_bytes, int threads, int cluster,
+                        int* count);
+
 }  // namespace tl::cuda::detail

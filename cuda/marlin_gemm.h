@@ -24,4 +24,12 @@ int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __h
                    __half* C, int* workspace, int M, int N, int K, int groupsize,
                    cudaStream_t stream);
 
+// How marlin_small_m shares a problem out on the current device, for reports: blocks of
+// warps_per_block warps, warp stripes of per_warp units (128 columns x 128 k), and the cluster
+// size (0: blocks combine shared slices through global slots). Same return codes.
+struct SmallMGrid {
+  int blocks, warps_per_block, per_warp, cluster;
+};
+int marlin_small_m_grid(int M, int N, int K, int groupsize, bool asym, SmallMGrid* out);
+
 }  // namespace tl::cuda::detail

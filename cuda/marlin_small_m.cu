@@ -22,14 +22,22 @@
 //     its own output column of C^T, and those columns are never stored;
 //   * partials: a slice (128 columns) wholly inside a warp's stripe is written from registers;
 //     the warp parks the partial of a slice it shares in shared memory; after one barrier at
-//     the end the block sums them in warp order, and blocks sharing a slice combine through
-//     fp32 slots and an arrival counter: the last to arrive sums the slots in block order and
-//     writes fp16 once (deterministic; no block waits for another; the device-scope fence is
-//     paid once per block, after its loads have drained).
+//     the end the block sums them in warp order. Blocks sharing a slice combine either inside
+//     a thread-block cluster (sm_90: a cluster owns whole slices, the blocks read each other's
+//     sums through distributed shared memory after a cluster barrier) or through fp32 slots
+//     and an arrival counter (the last block to arrive sums the slots in block order and
+//     writes fp16 once; no block waits for another). Both are deterministic;
+//   * the epilogue is the kernel's critical path after the stream (the last block to finish
+//     ends the kernel): all its loads are issued before they are summed, 16 bytes each.
 // Measured on the H200 (docs/perf.md): ~3.4 TB/s of codes on the 70B MLP layers at M <= 8,
-// 1.54x / 2.31x cuBLAS over the 7B / 70B sets at M <= 16; docs/kernels.md has the design notes
+// 1.75x / 2.52x cuBLAS over the 7B / 70B sets at M <= 16; docs/kernels.md has the design notes
 // and what was tried (a shared-memory ring with 12 warps per SM, balanced row stripes).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include <cooperative_groups.h>
+#include <cuda/atomic>
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_context.h"
@@ -59,17 +67,22 @@ struct SmallParams {
   int* counters;        // [N / 128] arrival counters, zero on entry and on exit
   float* slots;         // [2 * gridDim.x][kSlotFloats]
   int M, N, K;
-  int per_warp;  // units per warp stripe
+  int per_warp;        // units per warp stripe
+  int cluster;         // blocks per cluster (sm_90): they share slices through DSMEM; 0: slots
+  int cluster_slices;  // slices per cluster (the last cluster may have fewer)
 };
 
 // MB8: n8 blocks of A rows (1: M <= 8, 2: M <= 16). R: k16 rows in flight per warp (divides 8).
-// kWarps: warps per block (one block per SM). kGrouped: scales per 128-row group, i.e. per
-// unit (else one per column). kAsym: with deltas (the asymmetric wrapper).
+// kWarps: warps per block (8 / kWarps blocks per SM). kGrouped: scales per 128-row group, i.e.
+// per unit (else one per column). kAsym: with deltas (the asymmetric wrapper).
 template <int MB8, int R, int kWarps, bool kGrouped, bool kAsym>
-__global__ void __launch_bounds__(kWarps * 32, 1) marlin_small_m_kernel(const SmallParams p) {
+__global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
+    marlin_small_m_kernel(const SmallParams p) {
   constexpr int kThreads = kWarps * 32;
   static_assert(kRowsPerUnit % R == 0, "a ring slot always holds the same row of a unit");
-  extern __shared__ float red[];  // [kWarps][2][M][kRedStride]: each warp's two partials
+  // [kWarps][2][M][kRedStride]: each warp's two partials, then [2][M][kSliceN]: the block's
+  // partials of its first / last slice when blocks combine through DSMEM (cluster mode).
+  extern __shared__ float red[];
   __shared__ int tag[kWarps][2];  // the slice of each partial, -1: none
   __shared__ int s_last[2];
 
@@ -78,8 +91,14 @@ __global__ void __launch_bounds__(kWarps * 32, 1) marlin_small_m_kernel(const Sm
   const int k_tiles = p.K / kTileK;
   const int units = k_tiles * (p.N / kSliceN);
   const int block_units = kWarps * p.per_warp;
-  const int u_begin = min((blockIdx.x * kWarps + warp) * p.per_warp, units);
-  const int u_end = min(u_begin + p.per_warp, units);
+  // The units this block's group shares out: a cluster's whole slices, or all of them. Warps
+  // take stripes of per_warp units in order, blocks kWarps stripes.
+  const int rank = p.cluster ? blockIdx.x % p.cluster : blockIdx.x;  // block within the group
+  const int g_begin =
+      p.cluster ? min(blockIdx.x / p.cluster * p.cluster_slices * k_tiles, units) : 0;
+  const int g_end = p.cluster ? min(g_begin + p.cluster_slices * k_tiles, units) : units;
+  const int u_begin = min(g_begin + (rank * kWarps + warp) * p.per_warp, g_end);
+  const int u_end = min(u_begin + p.per_warp, g_end);
   constexpr bool asym = kAsym;
   const int b_row = p.N / 2;  // int4 per k16 row of B
   const int M = p.M;
@@ -248,11 +267,6 @@ __global__ void __launch_bounds__(kWarps * 32, 1) marlin_small_m_kernel(const Sm
     if (!kGrouped && !asym) v *= __half2float(p.s[per_column_scale_index(n)]);
     return v;
   };
-  auto store_pair = [&](int c, int row, int col, float2 v) {
-    const int n = c * kSliceN + col;
-    *reinterpret_cast<half2*>(p.C + size_t(row) * p.N + n) =
-        __floats2half2_rn(out_value(n, v.x), out_value(n + 1, v.y));
-  };
   // A slice that lies wholly in this warp's stripe: written straight from the registers.
   auto store_from_registers = [&](int c) {
 #pragma unroll
@@ -348,78 +362,163 @@ __global__ void __launch_bounds__(kWarps * 32, 1) marlin_small_m_kernel(const Sm
   }
   __syncthreads();  // every warp's partials are parked; nothing is in flight any more
 
-  // ---- Combine the block: per slice, the parked partials in warp order (deterministic);
-  // a slice wholly inside the block is written, the first / last one (shared with the
-  // neighbouring blocks) goes to this block's slot 0 / 1. ----
-  const int bu0 = blockIdx.x * block_units, bu1 = min(bu0 + block_units, units);
-  if (bu0 >= bu1) return;
-  const int c0 = bu0 / k_tiles, c1 = (bu1 - 1) / k_tiles;
-  const int pairs = M * (kSliceN / 2);
-  auto slot_of = [&](int blk, int c) {  // block blk's partial of slice c
-    const int which = (blk * block_units) / k_tiles == c ? 0 : 1;
+  // ---- The epilogue. It runs once, after the stream, on the kernel's critical path (the
+  // last block to finish it ends the kernel), so every step keeps all of a thread's loads in
+  // flight at once: 4 columns (a quad, 16 bytes) per load, the summands of a quad selected by
+  // predicates, not branches, and summed in a fixed order afterwards (deterministic). Measured
+  // on the H200 (7B down, M = 16): one dependent load per partial had made this tail ~10 us. ----
+  const int bu0 = min(g_begin + rank * block_units, g_end), bu1 = min(bu0 + block_units, g_end);
+  const int c0 = bu0 / k_tiles, c1 = bu0 < bu1 ? (bu1 - 1) / k_tiles : c0 - 1;  // none if empty
+  constexpr int kQuadsPerThread = 8 * MB8 * (kSliceN / 4) / kThreads;  // a slice's quads, max M
+  const int quads = M * (kSliceN / 4);
+  float* const block_slots = red + 2 * kWarps * M * kRedStride;
+  auto quad_at = [&](int e) { return make_int2(e / (kSliceN / 4), 4 * (e % (kSliceN / 4))); };
+  auto add4 = [](float4& a, const float4& b) {
+    a.x += b.x;
+    a.y += b.y;
+    a.z += b.z;
+    a.w += b.w;
+  };
+  auto store_quad = [&](int c, int row, int col, const float4& v) {
+    const int n = c * kSliceN + col;
+    const half2 lo = __floats2half2_rn(out_value(n, v.x), out_value(n + 1, v.y));
+    const half2 hi = __floats2half2_rn(out_value(n + 2, v.z), out_value(n + 3, v.w));
+    uint2 bits;
+    bits.x = *reinterpret_cast<const uint32_t*>(&lo);
+    bits.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(p.C + size_t(row) * p.N + n) = bits;
+  };
+
+  // Combine the block: per slice, the parked partials in warp order. A slice wholly inside
+  // the block is written; its first / last slice (shared with neighbouring blocks) goes to
+  // the block's slot 0 / 1: in shared memory in cluster mode, else in global memory.
+  auto slot_of = [&](int blk, int which) {  // block blk's global slot `which`
     return p.slots + size_t(2 * blk + which) * kSlotFloats;
   };
   bool pending[2] = {false, false};
   for (int c = c0; c <= c1; ++c) {
-    bool parked = false;
-    for (int i = 0; i < 2 * kWarps; ++i) parked |= tag[i / 2][i % 2] == c;
+    unsigned parked = 0;  // bit i: partial i % 2 of warp i / 2 belongs to slice c
+#pragma unroll
+    for (int i = 0; i < 2 * kWarps; ++i) parked |= unsigned(tag[i / 2][i % 2] == c) << i;
     if (!parked) continue;  // written from registers (or not this block's)
     const bool whole = c * k_tiles >= bu0 && (c + 1) * k_tiles <= bu1;
-    for (int e = threadIdx.x; e < pairs; e += kThreads) {
-      const int row = e / (kSliceN / 2), col = 2 * (e % (kSliceN / 2));
-      float2 v = make_float2(0.f, 0.f);
+    const int which = c == c0 ? 0 : 1;
+#pragma unroll
+    for (int j = 0; j < kQuadsPerThread; ++j) {
+      const int e = threadIdx.x + j * kThreads;
+      if (e >= quads) break;
+      const int2 rc = quad_at(e);
+      float4 v[2 * kWarps];
+#pragma unroll
       for (int i = 0; i < 2 * kWarps; ++i)
-        if (tag[i / 2][i % 2] == c) {
-          const float2 x =
-              *reinterpret_cast<const float2*>(red + (i * M + row) * kRedStride + col);
-          v.x += x.x;
-          v.y += x.y;
-        }
+        v[i] = parked >> i & 1u
+                   ? *reinterpret_cast<const float4*>(red + (i * M + rc.x) * kRedStride + rc.y)
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int i = 1; i < 2 * kWarps; ++i) add4(v[0], v[i]);
       if (whole)
-        store_pair(c, row, col, v);
+        store_quad(c, rc.x, rc.y, v[0]);
+      else if (p.cluster)
+        *reinterpret_cast<float4*>(block_slots + (which * M + rc.x) * kSliceN + rc.y) = v[0];
       else
-        __stcg(reinterpret_cast<float2*>(slot_of(blockIdx.x, c) + row * kSliceN + col), v);
+        __stcg(reinterpret_cast<float4*>(slot_of(blockIdx.x, which) + rc.x * kSliceN + rc.y), v[0]);
     }
-    if (!whole) pending[c == c0 ? 0 : 1] = true;
+    if (!whole) pending[which] = true;
   }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Cluster mode: the blocks sharing a slice are one cluster, so their slots are read through
+  // distributed shared memory after a cluster barrier: no global round trip, no arrival
+  // counter, no serial tail in one block. Every thread of the cluster takes (slice, quad)
+  // items and sums the slots in block order. Blocks with no units still arrive at both barriers.
+  if (p.cluster) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // release / acquire at cluster scope: every block's slots are visible
+    constexpr int kMaxCluster = 8;
+    const int slices = (g_end - g_begin) / k_tiles;
+    for (int it = rank * kThreads + threadIdx.x; it < slices * quads; it += p.cluster * kThreads) {
+      const int f0 = (it / quads) * k_tiles;  // the slice's first unit, relative to the group
+      const int b0 = f0 / block_units, b1 = (f0 + k_tiles - 1) / block_units;
+      if (b0 == b1) continue;  // inside one block: written above
+      const int2 rc = quad_at(it % quads);
+      float4 v[kMaxCluster];
+#pragma unroll
+      for (int k = 0; k < kMaxCluster; ++k) {
+        v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (b0 + k <= b1) {
+          // Slot 0 of a block holds the slice if the slice contains the block's first unit:
+          // every block after b0, and b0 when the slice starts with it.
+          const float* slots = cluster.map_shared_rank(block_slots, b0 + k);
+          const int which = k == 0 && f0 != b0 * block_units ? 1 : 0;
+          v[k] = *reinterpret_cast<const float4*>(slots + (which * M + rc.x) * kSliceN + rc.y);
+        }
+      }
+#pragma unroll
+      for (int k = 1; k < kMaxCluster; ++k) add4(v[0], v[k]);
+      store_quad(g_begin / k_tiles + it / quads, rc.x, rc.y, v[0]);
+    }
+    cluster.sync();  // no block leaves while a peer may still read its shared memory
+    return;
+  }
+#endif
   if (!pending[0] && !pending[1]) return;
 
-  // ---- Combine the blocks sharing the first / last slice: the last to arrive sums all
-  // slots in block order and writes C (no block waits for another). Only now, with no loads in
-  // flight, does the block pay for a device-scope fence. ----
-  __threadfence();
+  // Flat mode: combine the blocks sharing the first / last slice through global slots. One
+  // thread per slice arrives on the slice's counter with an acq_rel atomic (the semaphore
+  // pattern: the barrier orders the block's slot stores before it, the release publishes them,
+  // and for the last arrival the acquire makes the other blocks' slots visible to the whole
+  // block after the second barrier); no device-wide fence per thread. The last to arrive sums
+  // the slots in block order and writes C; no block waits for another.
   __syncthreads();
   if (threadIdx.x < 2 && pending[threadIdx.x]) {
     const int c = threadIdx.x == 0 ? c0 : c1;
     const int first_blk = c * k_tiles / block_units;
     const int last_blk = ((c + 1) * k_tiles - 1) / block_units;
-    s_last[threadIdx.x] = atomicAdd(&p.counters[c], 1) == last_blk - first_blk;
+    ::cuda::atomic_ref<int, ::cuda::thread_scope_device> counter(p.counters[c]);
+    const int arrived = counter.fetch_add(1, ::cuda::memory_order_acq_rel);
+    s_last[threadIdx.x] = arrived == last_blk - first_blk;
   }
   __syncthreads();
+  constexpr int kPartsInFlight = 8;
   for (int i = 0; i < 2; ++i) {
     if (!pending[i] || !s_last[i]) continue;
-    __threadfence();
     const int c = i == 0 ? c0 : c1;
     const int first_blk = c * k_tiles / block_units;
     const int nparts = ((c + 1) * k_tiles - 1) / block_units - first_blk + 1;
-    for (int e = threadIdx.x; e < pairs; e += kThreads) {
-      const int row = e / (kSliceN / 2), col = 2 * (e % (kSliceN / 2));
-      const int off = row * kSliceN + col;
-      float2 sum = make_float2(0.f, 0.f);
-      for (int q = 0; q < nparts; q += 4) {  // four loads in flight: this tail is serial
-        float2 v[4];
+    // The first block holds the slice in slot 1 if the slice starts inside it; every later
+    // block holds it in slot 0 (the slice contains its first unit).
+    const int first_which = first_blk * block_units < c * k_tiles ? 1 : 0;
+    float4 sum[kQuadsPerThread];
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
-          v[k] = q + k < nparts
-                     ? __ldcg(reinterpret_cast<const float2*>(slot_of(first_blk + q + k, c) + off))
-                     : make_float2(0.f, 0.f);
+    for (int j = 0; j < kQuadsPerThread; ++j) sum[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int q = 0; q < nparts; q += kPartsInFlight) {
+      float4 v[kQuadsPerThread][kPartsInFlight];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          sum.x += v[k].x;
-          sum.y += v[k].y;
+      for (int j = 0; j < kQuadsPerThread; ++j) {
+        const int e = threadIdx.x + j * kThreads;
+        const int2 rc = quad_at(e);
+#pragma unroll
+        for (int k = 0; k < kPartsInFlight; ++k) {
+          const int part = q + k;
+          const float* slot = slot_of(first_blk + part, part == 0 ? first_which : 0);
+          v[j][k] = e < quads && part < nparts
+                        ? __ldcg(reinterpret_cast<const float4*>(slot + rc.x * kSliceN + rc.y))
+                        : make_float4(0.f, 0.f, 0.f, 0.f);
         }
       }
-      store_pair(c, row, col, sum);
+#pragma unroll
+      for (int j = 0; j < kQuadsPerThread; ++j)
+#pragma unroll
+        for (int k = 0; k < kPartsInFlight; ++k) add4(sum[j], v[j][k]);
+    }
+#pragma unroll
+    for (int j = 0; j < kQuadsPerThread; ++j) {
+      const int e = threadIdx.x + j * kThreads;
+      if (e < quads) {
+        const int2 rc = quad_at(e);
+        store_quad(c, rc.x, rc.y, sum[j]);
+      }
     }
     if (threadIdx.x == 0) atomicExch(&p.counters[c], 0);  // leave it zeroed
   }
@@ -431,7 +530,10 @@ struct SmallLaunch {
   int max_smem_bytes;  // for 8 * MB8 rows; a launch takes what its M needs
 };
 
-int smem_bytes(int warps, int M) { return warps * 2 * M * kRedStride * int(sizeof(float)); }
+// Each warp's two parked partials, then the block's two slots (cluster mode).
+int smem_bytes(int warps, int M) {
+  return (warps * 2 * M * kRedStride + 2 * M * kSliceN) * int(sizeof(float));
+}
 
 template <int MB8, int R, int kWarps>
 SmallLaunch make_small_launch(bool grouped, bool asym) {
@@ -445,9 +547,56 @@ SmallLaunch make_small_launch(bool grouped, bool asym) {
 
 // 8 warps per SM with up to 255 registers each: at M <= 8 a whole unit (8 KB) in flight per
 // warp, 64 KB per SM; at 9..16 rows the second set of accumulators leaves room for half a unit.
+// At M <= 8 the 8 warps are two blocks of 4: a block's end-of-stream barrier then waits for 4
+// stripes, not 8, and one block's epilogue overlaps the other's stream (H200: +2 % over both
+// sets; at 9..16 rows blocks of 8 measured 1-3 % faster, see docs/perf.md).
 SmallLaunch pick_small_launch(int M, bool grouped, bool asym) {
-  return M <= 8 ? make_small_launch<1, 8, 8>(grouped, asym)
+  return M <= 8 ? make_small_launch<1, 8, 4>(grouped, asym)
                 : make_small_launch<2, 4, 8>(grouped, asym);
+}
+
+// How the units are shared out: blocks, the warp stripe and, in cluster mode, the cluster.
+struct SmallGrid {
+  int blocks = 0;
+  int per_warp = 0;
+  int cluster = 0;         // blocks per cluster, 0: one flat group combining through slots
+  int cluster_slices = 0;  // whole slices per cluster
+};
+
+// Flat: warp stripes of ceil(units / warps) units, `resident` blocks per SM (fewer for small
+// problems); blocks sharing a slice combine through global slots and an arrival counter.
+SmallGrid flat_grid(int units, int sms, int resident, int warps_per_block) {
+  const int warps = std::min(resident * sms * warps_per_block, units);
+  SmallGrid g;
+  g.per_warp = (units + warps - 1) / warps;
+  g.blocks = (units + warps_per_block * g.per_warp - 1) / (warps_per_block * g.per_warp);
+  return g;
+}
+
+// Cluster mode (sm_90): each cluster owns whole slices, so every slice that several blocks
+// share is combined inside one cluster through distributed shared memory. Of the cluster sizes
+// 2, 4, 8 the one whose longest warp stripe is shortest (given how many clusters fit at once),
+// the smaller on a tie. The per-warp stripe is the kernel's time, so the flat grid stays when
+// it is strictly shorter. TL_MARLIN_CLUSTER=0 keeps the flat grid (tests cover both).
+int cluster_grid(const SmallLaunch& l, int device, int smem, int slices, int k_tiles,
+                 const SmallGrid& flat, SmallGrid* out) {
+  *out = flat;
+  if (const char* e = std::getenv("TL_MARLIN_CLUSTER"); e && std::strcmp(e, "0") == 0) return kOk;
+  for (int size : {2, 4, 8}) {
+    int fit = 0;
+    if (int rc = detail::max_active_clusters(reinterpret_cast<const void*>(l.kernel), device, smem,
+                                     l.warps * 32, size, &fit))
+      return rc;
+    if (fit == 0) continue;
+    const int per_cluster = (slices + std::min(fit, slices) - 1) / std::min(fit, slices);
+    const int warps = size * l.warps;
+    const int per_warp = (per_cluster * k_tiles + warps - 1) / warps;
+    if (per_warp < out->per_warp || (per_warp == out->per_warp && out->cluster == 0)) {
+      const int clusters = (slices + per_cluster - 1) / per_cluster;
+      *out = SmallGrid{clusters * size, per_warp, size, per_cluster};
+    }
+  }
+  return kOk;
 }
 
 }  // namespace
@@ -456,32 +605,59 @@ size_t marlin_workspace_ints(int N) { return N > 0 ? size_t(N + kSliceN - 1) / k
 
 namespace detail {
 
+namespace {
+
+// The kernel and grid for one problem on the current device (shared by the launcher and the
+// report below). Returns kOk, kNoConfig (shared memory does not fit) or kCudaError.
+struct SmallPlan {
+  SmallLaunch launch;
+  SmallGrid grid;
+  int device = 0;
+};
+int plan_small_m(int M, int N, int K, bool grouped, bool asym, SmallPlan* plan) {
+  int sms = 0;
+  if (int rc = current_device_sms(&plan->device, &sms)) return rc;
+  int smem_optin = 0;
+  TL_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                       plan->device));
+  const SmallLaunch l = pick_small_launch(M, grouped, asym);
+  if (l.max_smem_bytes > smem_optin) return kNoConfig;  // e.g. 9..16 rows on sm_86 / sm_89
+  int resident = 1;
+  if (int rc = open_kernel(reinterpret_cast<const void*>(l.kernel), plan->device,
+                           l.max_smem_bytes, l.warps * 32, 8 / l.warps, &resident))
+    return rc;
+  plan->launch = l;
+  const int k_tiles = K / kTileK, slices = N / kSliceN;
+  return cluster_grid(l, plan->device, l.max_smem_bytes, slices, k_tiles,
+                      flat_grid(k_tiles * slices, sms, resident, l.warps), &plan->grid);
+}
+
+}  // namespace
+
+int marlin_small_m_grid(int M, int N, int K, int groupsize, bool asym, SmallMGrid* out) {
+  if (M < 1 || M > kSmallMMaxRows || N % kSliceN || K % kTileK) return kShapeUnsupported;
+  if (groupsize != -1 && groupsize != kTileK) return kNoConfig;
+  SmallPlan plan;
+  if (int rc = plan_small_m(M, N, K, groupsize > 0, asym, &plan)) return rc;
+  *out = SmallMGrid{plan.grid.blocks, plan.launch.warps, plan.grid.per_warp, plan.grid.cluster};
+  return kOk;
+}
+
 int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __half* delta,
                    __half* C, int* workspace, int M, int N, int K, int groupsize,
                    cudaStream_t stream) {
   if (M < 1 || M > kSmallMMaxRows || N % kSliceN || K % kTileK) return kShapeUnsupported;
   if (groupsize != -1 && groupsize != kTileK) return kNoConfig;
-  int device = 0, sms = 0;
-  if (int rc = current_device_sms(&device, &sms)) return rc;
-  int smem_optin = 0;
-  TL_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                       device));
-  const SmallLaunch l = pick_small_launch(M, groupsize > 0, delta != nullptr);
-  if (l.max_smem_bytes > smem_optin) return kNoConfig;  // e.g. 9..16 rows on sm_86 / sm_89
-  int resident = 1;
-  if (int rc = open_kernel(reinterpret_cast<const void*>(l.kernel), device, l.max_smem_bytes,
-                           l.warps * 32, 1, &resident))
-    return rc;
-  // Warp stripes of ceil(units / warps) units, one block per SM (fewer for small problems).
-  const int units = (K / kTileK) * (N / kSliceN);
-  const int warps = std::min(resident * sms * l.warps, units);
-  const int per_warp = (units + warps - 1) / warps;
-  const int blocks = (units + l.warps * per_warp - 1) / (l.warps * per_warp);
-
+  SmallPlan plan;
+  if (int rc = plan_small_m(M, N, K, groupsize > 0, delta != nullptr, &plan)) return rc;
+  const SmallLaunch& l = plan.launch;
+  const SmallGrid& grid = plan.grid;
   void* slots = nullptr;
-  if (int rc = stream_scratch(device, stream, size_t(2) * blocks * kSlotFloats * sizeof(float),
-                              &slots))
-    return rc;
+  if (grid.cluster == 0) {
+    if (int rc = stream_scratch(plan.device, stream,
+                                size_t(2) * grid.blocks * kSlotFloats * sizeof(float), &slots))
+      return rc;
+  }
   SmallParams p;
   p.A = A;
   p.B = reinterpret_cast<const int4*>(B);
@@ -493,8 +669,21 @@ int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __h
   p.M = M;
   p.N = N;
   p.K = K;
-  p.per_warp = per_warp;
-  l.kernel<<<blocks, l.warps * 32, smem_bytes(l.warps, M), stream>>>(p);
+  p.per_warp = grid.per_warp;
+  p.cluster = grid.cluster;
+  p.cluster_slices = grid.cluster_slices;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = unsigned(std::max(grid.cluster, 1));
+  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(grid.blocks));
+  config.blockDim = dim3(unsigned(l.warps * 32));
+  config.dynamicSmemBytes = size_t(smem_bytes(l.warps, M));
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = grid.cluster ? 1 : 0;
+  TL_CUDA_CHECK(cudaLaunchKernelEx(&config, l.kernel, p));
   TL_CHECK_LAUNCH("marlin_small_m_kernel");
   return kOk;
 }

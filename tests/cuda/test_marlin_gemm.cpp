@@ -4,8 +4,10 @@
 // the workspace staying zeroed and bitwise determinism.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <vector>
 
+#include "cuda/marlin_gemm.h"
 #include "cuda/tl_kernels.h"
 #include "formats/half.h"
 #include "gpu_test_util.h"
@@ -171,6 +173,59 @@ TEST_CASE("marlin: the result is bitwise reproducible") {
     else
       CHECK_MESSAGE(out == first, "run " << run << " differs from run 0");
   }
+}
+
+TEST_CASE("marlin: decode kernel, cluster and flat cross-block reductions") {
+  // On sm_90 the decode kernel (M <= 16) combines slices shared by several blocks inside a
+  // thread-block cluster (distributed shared memory) where that keeps the warp stripes as
+  // short; elsewhere, or with TL_MARLIN_CLUSTER=0, through global slots and arrival counters.
+  // Both must meet the bounds and be bitwise reproducible. The shapes put one slice across
+  // many blocks (8192 x 128), eight slices of 32 units (4096 x 1024), ten short slices
+  // (1024 x 1280) and 101 slices, more than fit in clusters at once, so the last cluster owns
+  // fewer slices than the others (1024 x 12928).
+  struct Shape {
+    int64_t K, N, M;
+  };
+  std::vector<Shape> shapes = {{8192, 128, 1},   {8192, 128, 9},   {8192, 128, 16},
+                               {4096, 1024, 1},  {4096, 1024, 16}, {1024, 1280, 3},
+                               {1024, 12928, 1}, {1024, 12928, 16}};
+  if (quick_mode()) shapes = {{8192, 128, 16}, {4096, 1024, 1}, {1024, 12928, 16}};
+  int device = 0, major = 0;
+  TL_REQUIRE_CUDA(cudaGetDevice(&device));
+  TL_REQUIRE_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  uint64_t stream = 6000;
+  for (const char* mode : {"1", "0"}) {
+    REQUIRE(setenv("TL_MARLIN_CLUSTER", mode, 1) == 0);
+    int clustered = 0;
+    for (const Shape& sh : shapes)
+      for (int64_t gs : {int64_t(128), int64_t(-1)}) {
+        const QuantCase c = make_quant_case(sh.M, sh.K, sh.N, gs < 0 ? sh.K : gs, ++stream);
+        CAPTURE(mode);
+        CAPTURE(c.name());
+        tl::cuda::detail::SmallMGrid grid{};
+        REQUIRE(tl::cuda::detail::marlin_small_m_grid(int(c.M), int(c.N), int(c.K),
+                                                      c.marlin_gs(), true, &grid) == 0);
+        clustered += grid.cluster > 0;
+        check_case(c);
+        Gpu g(c);
+        std::vector<half_bits> first;
+        for (int run = 0; run < 2; ++run) {
+          g.C.poison();
+          TL_REQUIRE_LAUNCH(tl::cuda::marlin_mm_asymmetric(
+              g.A.half(), g.B.get(), g.s.half(), g.delta.half(), g.C.half(), g.workspace.get(),
+              int(c.M), int(c.N), int(c.K), int(c.group_size), nullptr));
+          if (run == 0)
+            first = g.C.download();
+          else
+            CHECK_MESSAGE(g.C.download() == first, "second run differs");
+        }
+      }
+    if (mode[0] == '0' || major < 9)
+      CHECK(clustered == 0);
+    else
+      CHECK_MESSAGE(clustered > 0, "sm_90: no shape ran in cluster mode");
+  }
+  REQUIRE(unsetenv("TL_MARLIN_CLUSTER") == 0);
 }
 
 TEST_CASE("marlin: shape and configuration return codes") {
