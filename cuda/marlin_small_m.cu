@@ -584,8 +584,8 @@ int cluster_grid(const SmallLaunch& l, int device, int smem, int slices, int k_t
   if (const char* e = std::getenv("TL_MARLIN_CLUSTER"); e && std::strcmp(e, "0") == 0) return kOk;
   for (int size : {2, 4, 8}) {
     int fit = 0;
-    if (int rc = detail::max_active_clusters(reinterpret_cast<const void*>(l.kernel), device, smem,
-                                     l.warps * 32, size, &fit))
+    if (int rc = detail::max_active_clusters(reinterpret_cast<const void*>(l.kernel), device,
+                                             smem, l.warps * 32, size, &fit))
       return rc;
     if (fit == 0) continue;
     const int per_cluster = (slices + std::min(fit, slices) - 1) / std::min(fit, slices);
