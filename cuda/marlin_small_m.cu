@@ -35,6 +35,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
 
 #include <cooperative_groups.h>
 #include <cuda/atomic>
@@ -578,10 +582,13 @@ SmallGrid flat_grid(int units, int sms, int resident, int warps_per_block) {
 // 2, 4, 8 the one whose longest warp stripe is shortest (given how many clusters fit at once),
 // the smaller on a tie. The per-warp stripe is the kernel's time, so the flat grid stays when
 // it is strictly shorter. TL_MARLIN_CLUSTER=0 keeps the flat grid (tests cover both).
+bool clusters_enabled() {
+  const char* e = std::getenv("TL_MARLIN_CLUSTER");  // read per call: tests switch it
+  return !(e && std::strcmp(e, "0") == 0);
+}
 int cluster_grid(const SmallLaunch& l, int device, int smem, int slices, int k_tiles,
                  const SmallGrid& flat, SmallGrid* out) {
   *out = flat;
-  if (const char* e = std::getenv("TL_MARLIN_CLUSTER"); e && std::strcmp(e, "0") == 0) return kOk;
   for (int size : {2, 4, 8}) {
     int fit = 0;
     if (int rc = detail::max_active_clusters(reinterpret_cast<const void*>(l.kernel), device,
@@ -614,22 +621,49 @@ struct SmallPlan {
   SmallGrid grid;
   int device = 0;
 };
+// The grid is worked out once per (kernel, device, N, K, clusters on/off) and cached: a
+// decode step launches the same few shapes over and over, and this is on its host path.
 int plan_small_m(int M, int N, int K, bool grouped, bool asym, SmallPlan* plan) {
   int sms = 0;
   if (int rc = current_device_sms(&plan->device, &sms)) return rc;
+  plan->launch = pick_small_launch(M, grouped, asym);
+  const SmallLaunch& l = plan->launch;
+  const bool clusters = clusters_enabled();
+  using Key = std::tuple<const void*, int, int, int, bool>;
+  static std::mutex mutex;
+  static std::map<Key, std::pair<int, SmallGrid>> planned;  // rc, grid
+  const Key key{reinterpret_cast<const void*>(l.kernel), plan->device, N, K, clusters};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = planned.find(key);
+    if (it != planned.end()) {
+      plan->grid = it->second.second;
+      return it->second.first;
+    }
+  }
   int smem_optin = 0;
   TL_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                        plan->device));
-  const SmallLaunch l = pick_small_launch(M, grouped, asym);
-  if (l.max_smem_bytes > smem_optin) return kNoConfig;  // e.g. 9..16 rows on sm_86 / sm_89
-  int resident = 1;
-  if (int rc = open_kernel(reinterpret_cast<const void*>(l.kernel), plan->device,
-                           l.max_smem_bytes, l.warps * 32, 8 / l.warps, &resident))
-    return rc;
-  plan->launch = l;
-  const int k_tiles = K / kTileK, slices = N / kSliceN;
-  return cluster_grid(l, plan->device, l.max_smem_bytes, slices, k_tiles,
-                      flat_grid(k_tiles * slices, sms, resident, l.warps), &plan->grid);
+  int rc = kOk;
+  SmallGrid grid;
+  if (l.max_smem_bytes > smem_optin) {
+    rc = kNoConfig;  // e.g. 9..16 rows on sm_86 / sm_89
+  } else {
+    int resident = 1;
+    if (int e = open_kernel(reinterpret_cast<const void*>(l.kernel), plan->device,
+                            l.max_smem_bytes, l.warps * 32, 8 / l.warps, &resident))
+      return e;  // a CUDA error is not cached
+    const int k_tiles = K / kTileK, slices = N / kSliceN;
+    grid = flat_grid(k_tiles * slices, sms, resident, l.warps);
+    if (clusters) {
+      if (int e = cluster_grid(l, plan->device, l.max_smem_bytes, slices, k_tiles, grid, &grid))
+        return e;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  planned.emplace(key, std::make_pair(rc, grid));
+  plan->grid = grid;
+  return rc;
 }
 
 }  // namespace
