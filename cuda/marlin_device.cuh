@@ -84,41 +84,46 @@ __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
   return r;
 }
 
-// Dequantize one packed word into the 4 B-fragment registers of two n8 fragments, values q - 8.
+// Dequantize one packed word into the 4 B-fragment registers of two n8 fragments.
 // The packer puts nibbles (0,4), (1,5), (2,6), (3,7) on the (k, k+1) register pairs:
 //   out[0] = rows (k, k+1),   frag 0     out[1] = rows (k+8, k+9), frag 0
 //   out[2] = rows (k, k+1),   frag 1     out[3] = rows (k+8, k+9), frag 1
-// Trick: OR-ing a nibble q into the mantissa of fp16 1024.0 (0x6400) gives exactly 1024 + q,
-// so one lop3 makes two fp16 values at once and one half2 subtract (1032 = 1024 + 8) yields
-// q - 8. The high nibble of a byte lands at mantissa bit 4 (1024 + 16 q): one fma with 1/16
-// and -(64 + 8) fixes it. No int->float conversions, 2 instructions per register.
-// kExact: all four registers hold q - 8. Otherwise out[0], out[2] (rows k, k+1) are left at
-// 1024 + q, saving the two subtracts, for the decode kernel, which applies scales in fp32 after
-// the tensor cores and removes 1032 * (the sum of the matching activations) once per tile (see
-// marlin_small_m.cu for why that is accurate).
-template <bool kExact>
-__device__ __forceinline__ void dequant_word_unscaled(uint32_t q, uint32_t (&out)[4]) {
+// Trick: OR-ing a nibble q into the low mantissa bits of fp16 1024.0 (0x6400) gives exactly
+// 1024 + q, so one lop3 makes two fp16 values at once. The high nibble of a byte sits 4 bits
+// up, at mantissa weight 16: OR-ed into fp16 64.0 (0x5400), whose mantissa step is 1/16, it
+// gives exactly 64 + q. No int->float conversions, no shifts but one per word.
+// Biased form (the decode kernel): one lop3 per register, out[0], out[2] = 1024 + q and
+// out[1], out[3] = 64 + q; the decode kernel takes 1032 resp. 72 times the activations' sums
+// away once per unit with one more mma (see marlin_small_m.cu for why that is accurate).
+__device__ __forceinline__ void dequant_word_biased(uint32_t q, uint32_t (&out)[4]) {
   constexpr uint32_t kLowNibbles = 0x000f000f;
   constexpr uint32_t kHighNibbles = 0x00f000f0;
   constexpr uint32_t kExp1024 = 0x64006400;
-  const half2 k1032 = as_half2(0x64086408);
-  const half2 kSixteenth = as_half2(0x2c002c00);
-  const half2 kMinus72 = as_half2(0xd480d480);
-  const uint32_t lo0 = and_or(q, kLowNibbles, kExp1024);
-  const uint32_t hi0 = and_or(q, kHighNibbles, kExp1024);
+  constexpr uint32_t kExp64 = 0x54005400;
+  out[0] = and_or(q, kLowNibbles, kExp1024);
+  out[1] = and_or(q, kHighNibbles, kExp64);
   q >>= 8;
-  const uint32_t lo1 = and_or(q, kLowNibbles, kExp1024);
-  const uint32_t hi1 = and_or(q, kHighNibbles, kExp1024);
-  out[0] = kExact ? as_u32(__hsub2(as_half2(lo0), k1032)) : lo0;
-  out[1] = as_u32(__hfma2(as_half2(hi0), kSixteenth, kMinus72));
-  out[2] = kExact ? as_u32(__hsub2(as_half2(lo1), k1032)) : lo1;
-  out[3] = as_u32(__hfma2(as_half2(hi1), kSixteenth, kMinus72));
+  out[2] = and_or(q, kLowNibbles, kExp1024);
+  out[3] = and_or(q, kHighNibbles, kExp64);
+}
+
+// Exact form: all four registers hold q - 8, one half2 subtract more per register
+// (1032 = 1024 + 8, 72 = 64 + 8).
+__device__ __forceinline__ void dequant_word_exact(uint32_t q, uint32_t (&out)[4]) {
+  const half2 k1032 = as_half2(0x64086408);
+  const half2 k72 = as_half2(0x54805480);
+  uint32_t b[4];
+  dequant_word_biased(q, b);
+  out[0] = as_u32(__hsub2(as_half2(b[0]), k1032));
+  out[1] = as_u32(__hsub2(as_half2(b[1]), k72));
+  out[2] = as_u32(__hsub2(as_half2(b[2]), k1032));
+  out[3] = as_u32(__hsub2(as_half2(b[3]), k72));
 }
 
 // The tiled kernel's form: half2 values q - 8.
 __device__ __forceinline__ void dequant_word(uint32_t q, half2 (&out)[4]) {
   uint32_t u[4];
-  dequant_word_unscaled<true>(q, u);
+  dequant_word_exact(q, u);
 #pragma unroll
   for (int i = 0; i < 4; ++i) out[i] = as_half2(u[i]);
 }

@@ -148,19 +148,43 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   };
 
   // ---- Scales and deltas of this lane's 16 columns 64 h + 8 f + gid, factor f' = 8 h + f.
-  // Grouped: loaded when a unit starts, used when it ends (the unit's own streaming hides the
-  // latency); per-column asymmetric: loaded when a slice starts, used when it ends. Per-column
-  // symmetric needs none here: its exact integer sums are scaled when C is written. ----
-  int4 s_grp[2];          // grouped: the unit's scales, permuted (half f': factor f')
+  // Grouped: loaded when the unit before starts, used when the unit ends. Loaded only a unit
+  // ahead (at its own start), they had been the stream's main stall: under the weight stream's
+  // queueing a DRAM read outlasts a unit, and the fold waited on the scale load at every unit
+  // (ncu source sampling, 70B gate_up M = 1: 48 % of all stall samples on the first use).
+  // Per-column asymmetric: loaded when a slice starts, used when it ends. Per-column symmetric
+  // needs none here: its exact integer sums are scaled when C is written. ----
+  int4 s_grp[2] = {};     // grouped: the unit's scales, permuted (half f': factor f')
+  int4 s_nxt[2];          // grouped: the next unit's, loaded a unit ahead
   __half s_col[16] = {};  // per-column asymmetric: the slice's scales
   __half d_raw[16];       // asymmetric: the unit's (grouped) or the slice's (per column) deltas
-  auto fetch_group_factors = [&](const Src& src) {
-    s_grp[0] = __ldg(reinterpret_cast<const int4*>(src.s));
-    s_grp[1] = __ldg(reinterpret_cast<const int4*>(src.s + 64));
-    if (asym) {
+  auto fetch_group_factors = [&](const Src& src, int4 (&dst)[2]) {
+    dst[0] = __ldg(reinterpret_cast<const int4*>(src.s));
+    dst[1] = __ldg(reinterpret_cast<const int4*>(src.s + 64));
+  };
+  // Grouped asymmetric: the deltas are in natural column order, 16 scattered halves per lane,
+  // the same for the 4 lanes of a gid. Each of those lanes loads 4 of them (factors tig + 4 i),
+  // a unit ahead like the scales, and the fold gathers all 16 with 8 shuffles: 8 registers
+  // held across the stream instead of 32.
+  __half d_share[4] = {}, d_share_nxt[4];
+  auto fetch_group_deltas = [&](const Src& src, __half (&dst)[4]) {
 #pragma unroll
-      for (int f = 0; f < 16; ++f) d_raw[f] = src.d[(f / 8) * 64 + 8 * (f % 8)];
+    for (int i = 0; i < 4; ++i) {
+      const int f = tig + 4 * i;
+      dst[i] = src.d[(f / 8) * 64 + 8 * (f % 8)];
     }
+  };
+  auto gather_group_deltas = [&]() {
+    const uint32_t mine[2] = {as_u32(__halves2half2(d_share[0], d_share[1])),
+                              as_u32(__halves2half2(d_share[2], d_share[3]))};
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const half2 v = as_half2(__shfl_sync(0xffffffffu, mine[h], (lane & ~3) | t));
+        d_raw[t + 8 * h] = __low2half(v);
+        d_raw[t + 4 + 8 * h] = __high2half(v);
+      }
   };
   auto scale_of = [&](int f) {  // grouped
     return __half2float(reinterpret_cast<const __half*>(s_grp)[f]);
@@ -168,25 +192,31 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
 
   // ---- The products. The transposed mma C^T = W^T A^T: part[b8][w] holds, for columns
   // n = 16 w + gid (+ 8 for elements 2, 3; w = 4 h + word) and rows r = 8 b8 + 2 tig (+ 1 for
-  // elements 1, 3), this unit's sum over k of w'_k a_k, with w' = q - 8 exactly (rows k + 8 of each k16 step;
-  // all rows in per-column mode) or w' = 1024 + q (rows k of each k16 step, grouped mode: the
-  // fragment is then the bare bit pattern, no subtract). One more mma per k16 step multiplies
-  // the same A^T fragment by a constant W^T whose rows 0..7 hold 1032 at k (0 at k + 8) and
-  // rows 8..15 hold 1: cx[b8][0, 1] = 1032 * sum over the k rows of a (the offset to take
-  // away), cx[b8][2, 3] = sum of a over the unit (the group sum the deltas multiply).
-  // Accuracy of the offset form: the products are exact in the tensor core and the fp32 sum
-  // carries |1024 sum a| on top of the result, ~2^8 times the typical |sum (q - 8) a| of a
-  // 128-deep unit, so it keeps ~16 significant bits: ~0.03 fp16 ULP, far inside the 8 ULP
-  // that the grouped path's bound allows (and the fp16 scale multiply of Marlin's own
-  // dequantization rounds more). Per-column symmetric output is held to 1 ULP, so that mode
-  // subtracts exactly instead. ----
+  // elements 1, 3), this unit's sum over k of w'_k a'_k.
+  //   Grouped mode (the offset form): the fragments are the bare bit patterns, one lop3 per
+  //   register: w' = 1024 + q on the k rows of each k16 step and 64 + q on the k + 8 rows
+  //   (dequant_word_biased). One more mma per k16 step multiplies the same A^T fragment by a
+  //   constant W^T whose rows 0..7 hold 1032 at k and 72 at k + 8, rows 8..15 hold 1:
+  //   cx[b8][0, 1] is the offset to take away (1032 * the k rows' sum of a + 72 * the k + 8
+  //   rows'), cx[b8][2, 3] the sum of a over the unit (the group sum the deltas multiply).
+  //   This saves the four fp16 fixes per word that made the codes exactly q - 8.
+  //   Accuracy: the products are exact in the tensor core and the fp32 sum carries
+  //   |1024 sum a| on top of the result, ~2^8 times the typical |sum (q - 8) a| of a 128-deep
+  //   unit, so it keeps ~16 significant bits: ~0.03 fp16 ULP, far inside the 8 ULP that the
+  //   grouped path's bound allows (and the fp16 scale multiply of Marlin's own dequantization
+  //   rounds more).
+  //   Per-column mode: w' = q - 8 exactly (symmetric output is held to 1 ULP); cx only
+  //   holds the group sums (asymmetric). ----
   float acc[MB8][8][4];   // the slice's sums: scaled (grouped, asymmetric) or not
   float part[MB8][8][4];  // this unit's sums of w' a
   float cx[MB8][4];       // this unit's offset and group sums (see above)
   float xs[MB8][2];       // per-column asymmetric: the slice's sums of a (rows 2 tig, + 1)
   constexpr bool kOffset = kGrouped;
   constexpr bool need_cx = kOffset || asym;
-  const uint32_t kConstW[4] = {kOffset ? 0x64086408u : 0u, 0x3c003c00u, 0u, 0x3c003c00u};
+  // {rows 0..7 at k, rows 8..15 at k, rows 0..7 at k + 8, rows 8..15 at k + 8}: 1032, 1, 72,
+  // 1 in the offset form (fp16, all exact), else 0, 1, 0, 1.
+  const uint32_t kConstW[4] = {kOffset ? 0x64086408u : 0u, 0x3c003c00u,
+                               kOffset ? 0x54805480u : 0u, 0x3c003c00u};
   auto mma_row = [&](int slot) {
 #pragma unroll
     for (int w = 0; w < 8; ++w) {
@@ -195,7 +225,10 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
       // d = {frag0 k, frag0 k+8, frag1 k, frag1 k+8} (columns 16 w + gid, + 8); the A
       // operand of W^T wants rows gid, gid + 8 at k, then at k + 8: {d0, d2, d1, d3}.
       uint32_t d[4];
-      dequant_word_unscaled<!kOffset>(word, d);
+      if constexpr (kOffset)
+        dequant_word_biased(word, d);
+      else
+        dequant_word_exact(word, d);
       const uint32_t a[4] = {d[0], d[2], d[1], d[3]};
 #pragma unroll
       for (int b8 = 0; b8 < MB8; ++b8)
@@ -203,7 +236,8 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
     }
     if constexpr (need_cx) {
 #pragma unroll
-      for (int b8 = 0; b8 < MB8; ++b8) mma_16816(cx[b8], kConstW, xa[slot][b8][0], xa[slot][b8][1]);
+      for (int b8 = 0; b8 < MB8; ++b8)
+        mma_16816(cx[b8], kConstW, xa[slot][b8][0], xa[slot][b8][1]);
     }
   };
   auto clear = [&](float (&v)[MB8][8][4]) {
@@ -223,6 +257,7 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   };
   // acc += scale * (part - offset) + delta * group sum, per element, in fp32.
   auto fold_unit = [&]() {
+    if constexpr (kGrouped && asym) gather_group_deltas();
 #pragma unroll
     for (int b8 = 0; b8 < MB8; ++b8)
 #pragma unroll
@@ -312,6 +347,8 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
     cs = src_of(c, kt);
 #pragma unroll
     for (int j = 0; j < R; ++j) load_row(cs, j, j);
+    if constexpr (kGrouped) fetch_group_factors(cs, s_grp);
+    if constexpr (kGrouped && asym) fetch_group_deltas(cs, d_share);
   }
   clear(acc);
   clear_unit();
@@ -332,7 +369,10 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
     const bool slice_ends = !more || kt + 1 == k_tiles;
     const int next_c = kt + 1 == k_tiles ? c + 1 : c, next_kt = kt + 1 == k_tiles ? 0 : kt + 1;
     const Src ns = more ? src_of(next_c, next_kt) : cs;
-    if constexpr (kGrouped) fetch_group_factors(cs);
+    if constexpr (kGrouped) {
+      if (more) fetch_group_factors(ns, s_nxt);
+      if (asym && more) fetch_group_deltas(ns, d_share_nxt);
+    }
     // Multiply the unit's 8 rows, refilling each slot with the row R places further in this
     // warp's stream; the stripe's last unit refills nothing (two unrolled copies of the loop,
     // so neither has a branch per row).
@@ -359,6 +399,12 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
       else
         park(c, first < u_begin ? 0 : 1);
       clear(acc);
+    }
+    if constexpr (kGrouped) {
+      s_grp[0] = s_nxt[0];
+      s_grp[1] = s_nxt[1];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) d_share[i] = d_share_nxt[i];
     }
     cs = ns;
     c = next_c;

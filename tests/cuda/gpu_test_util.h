@@ -58,7 +58,7 @@ constexpr double kU32 = 5.9604644775390625e-08;  // 2^-24
     const cudaError_t tl_err_ = (call);                                                   \
     if (tl_err_ != cudaSuccess)                                                           \
       FAIL(#call << " failed at " << __FILE__ << ":" << __LINE__ << ": "                  \
-                 << cudaGetErrorString(tl_err_));                                         \
+                 << std::string(cudaGetErrorString(tl_err_)));                                   \
   } while (0)
 
 // A launcher rc must be 0 and the kernel must have finished without a fault.
