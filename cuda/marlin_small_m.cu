@@ -135,16 +135,18 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   for (int b8 = 0; b8 < MB8; ++b8) x_row[b8] = size_t(min(8 * b8 + gid, M - 1)) * p.K;
   int4 bq[R][2];           // codes of one k16 row of the unit: two 64-column halves
   uint32_t xa[R][MB8][2];  // A^T fragments of the same row (k and k + 8 pairs)
+  // A first: its loads hit L2 and are issued ahead of the row's weight loads (DRAM) so that
+  // they do not queue behind them (H200: 7B layers ~0.1 us faster, 70B unchanged).
   auto load_row = [&](const Src& src, int j, int slot) {
-    const int4* b = src.b + size_t(j) * b_row;
-    bq[slot][0] = ldg_stream16(b);
-    bq[slot][1] = ldg_stream16(b + 32);
 #pragma unroll
     for (int b8 = 0; b8 < MB8; ++b8) {
       const __half* x = src.a + x_row[b8] + 16 * j;
       xa[slot][b8][0] = ldg_u32(x);
       xa[slot][b8][1] = ldg_u32(x + 8);
     }
+    const int4* b = src.b + size_t(j) * b_row;
+    bq[slot][0] = ldg_stream16(b);
+    bq[slot][1] = ldg_stream16(b + 32);
   };
 
   // ---- Scales and deltas of this lane's 16 columns 64 h + 8 f + gid, factor f' = 8 h + f.
