@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   // queueing a DRAM read outlasts a unit, and the fold waited on the scale load at every unit
   // (ncu source sampling, 70B gate_up M = 1: 48 % of all stall samples on the first use).
   // Per-column asymmetric: loaded when a slice starts, used when it ends. Per-column symmetric
-  // needs none here: its exact integer sums are scaled when C is written. ----
+  // needs none here: its sums are scaled when C is written. ----
   int4 s_grp[2] = {};     // grouped: the unit's scales, permuted (half f': factor f')
   int4 s_nxt[2];          // grouped: the next unit's, loaded a unit ahead
   __half s_col[16] = {};  // per-column asymmetric: the slice's scales
@@ -194,31 +194,26 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
 
   // ---- The products. The transposed mma C^T = W^T A^T: part[b8][w] holds, for columns
   // n = 16 w + gid (+ 8 for elements 2, 3; w = 4 h + word) and rows r = 8 b8 + 2 tig (+ 1 for
-  // elements 1, 3), this unit's sum over k of w'_k a'_k.
-  //   Grouped mode (the offset form): the fragments are the bare bit patterns, one lop3 per
-  //   register: w' = 1024 + q on the k rows of each k16 step and 64 + q on the k + 8 rows
-  //   (dequant_word_biased). One more mma per k16 step multiplies the same A^T fragment by a
-  //   constant W^T whose rows 0..7 hold 1032 at k and 72 at k + 8, rows 8..15 hold 1:
-  //   cx[b8][0, 1] is the offset to take away (1032 * the k rows' sum of a + 72 * the k + 8
-  //   rows'), cx[b8][2, 3] the sum of a over the unit (the group sum the deltas multiply).
-  //   This saves the four fp16 fixes per word that made the codes exactly q - 8.
-  //   Accuracy: the products are exact in the tensor core and the fp32 sum carries
-  //   |1024 sum a| on top of the result, ~2^8 times the typical |sum (q - 8) a| of a 128-deep
-  //   unit, so it keeps ~16 significant bits: ~0.03 fp16 ULP, far inside the 8 ULP that the
-  //   grouped path's bound allows (and the fp16 scale multiply of Marlin's own dequantization
-  //   rounds more).
-  //   Per-column mode: w' = q - 8 exactly (symmetric output is held to 1 ULP); cx only
-  //   holds the group sums (asymmetric). ----
+  // elements 1, 3), this unit's sum over k of w'_k a_k, in the offset form: the fragments are
+  // the bare bit patterns, one lop3 per register: w' = 1024 + q on the k rows of each k16 step
+  // and 64 + q on the k + 8 rows (dequant_word_biased). One more mma per k16 step multiplies
+  // the same A^T fragment by a constant W^T whose rows 0..7 hold 1032 at k and 72 at k + 8,
+  // rows 8..15 hold 1: cx[b8][0, 1] is the offset to take away (1032 * the k rows' sum of a
+  // + 72 * the k + 8 rows'), cx[b8][2, 3] the sum of a over the unit (the group sum the deltas
+  // multiply). This saves the four fp16 fixes per word that made the codes exactly q - 8.
+  // Accuracy: the products are exact in the tensor core and the fp32 sum carries |1024 sum a|
+  // on top of the result, ~2^8 times the typical |sum (q - 8) a| of a 128-deep unit, so it
+  // keeps ~16 significant bits: ~0.03 fp16 ULP per unit, inside the 8 ULP of the grouped
+  // bound (Marlin's own fp16 scale multiply rounds more) and inside the 1 ULP that per-column
+  // symmetric output is held to (an fp16 rounding of 0.5 ULP plus these; the tests include
+  // activations far from zero mean, where the offset is largest). ----
   float acc[MB8][8][4];   // the slice's sums: scaled (grouped, asymmetric) or not
   float part[MB8][8][4];  // this unit's sums of w' a
   float cx[MB8][4];       // this unit's offset and group sums (see above)
   float xs[MB8][2];       // per-column asymmetric: the slice's sums of a (rows 2 tig, + 1)
-  constexpr bool kOffset = kGrouped;
-  constexpr bool need_cx = kOffset || asym;
   // {rows 0..7 at k, rows 8..15 at k, rows 0..7 at k + 8, rows 8..15 at k + 8}: 1032, 1, 72,
-  // 1 in the offset form (fp16, all exact), else 0, 1, 0, 1.
-  const uint32_t kConstW[4] = {kOffset ? 0x64086408u : 0u, 0x3c003c00u,
-                               kOffset ? 0x54805480u : 0u, 0x3c003c00u};
+  // 1 (fp16, all exact).
+  const uint32_t kConstW[4] = {0x64086408u, 0x3c003c00u, 0x54805480u, 0x3c003c00u};
   auto mma_row = [&](int slot) {
 #pragma unroll
     for (int w = 0; w < 8; ++w) {
@@ -227,20 +222,14 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
       // d = {frag0 k, frag0 k+8, frag1 k, frag1 k+8} (columns 16 w + gid, + 8); the A
       // operand of W^T wants rows gid, gid + 8 at k, then at k + 8: {d0, d2, d1, d3}.
       uint32_t d[4];
-      if constexpr (kOffset)
-        dequant_word_biased(word, d);
-      else
-        dequant_word_exact(word, d);
+      dequant_word_biased(word, d);
       const uint32_t a[4] = {d[0], d[2], d[1], d[3]};
 #pragma unroll
       for (int b8 = 0; b8 < MB8; ++b8)
         mma_16816(part[b8][w], a, xa[slot][b8][0], xa[slot][b8][1]);
     }
-    if constexpr (need_cx) {
 #pragma unroll
-      for (int b8 = 0; b8 < MB8; ++b8)
-        mma_16816(cx[b8], kConstW, xa[slot][b8][0], xa[slot][b8][1]);
-    }
+    for (int b8 = 0; b8 < MB8; ++b8) mma_16816(cx[b8], kConstW, xa[slot][b8][0], xa[slot][b8][1]);
   };
   auto clear = [&](float (&v)[MB8][8][4]) {
 #pragma unroll
@@ -267,7 +256,7 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int f = 2 * w + e / 2;  // factor of column 16 w + gid (+ 8)
-          const float t = kOffset ? part[b8][w][e] - cx[b8][e % 2] : part[b8][w][e];
+          const float t = part[b8][w][e] - cx[b8][e % 2];
           float& a = acc[b8][w][e];
           if constexpr (kGrouped) {
             a = fmaf(scale_of(f), t, a);
@@ -304,7 +293,7 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   };
 
   // ---- Output helpers. ----
-  auto out_value = [&](int n, float v) {  // per-column symmetric: the exact sums scaled here
+  auto out_value = [&](int n, float v) {  // per-column symmetric: the sums scaled here
     if (!kGrouped && !asym) v *= __half2float(p.s[per_column_scale_index(n)]);
     return v;
   };
