@@ -16,8 +16,10 @@
 //     n8 fragments are exactly an m16n8k16 A operand, and A's rows are the n8 operand. At
 //     M <= 8 that is one mma per 16 columns x 16 k (half the mma of the untransposed form);
 //   * scales are applied in fp32 once per unit, not to every fragment: the fragments hold the
-//     bare codes (1024 + q, one lop3 per register, or q - 8), an extra mma per k16 step sums
+//     bare codes (1024 + q or 64 + q, one lop3 per register), an extra mma per k16 step sums
 //     the activations for the offset and for the asymmetric deltas (see "The products");
+//   * a unit's scales and deltas are loaded when the unit before it starts: a DRAM read
+//     outlasts a unit under the stream's queueing;
 //   * rows of A past M are clamped to row M - 1 instead of predicated: each A row only feeds
 //     its own output column of C^T, and those columns are never stored;
 //   * partials: a slice (128 columns) wholly inside a warp's stripe is written from registers;
@@ -29,9 +31,10 @@
 //     writes fp16 once; no block waits for another). Both are deterministic;
 //   * the epilogue is the kernel's critical path after the stream (the last block to finish
 //     ends the kernel): all its loads are issued before they are summed, 16 bytes each.
-// Measured on the H200 (docs/perf.md): ~3.4 TB/s of codes on the 70B MLP layers at M <= 8,
-// 1.75x / 2.52x cuBLAS over the 7B / 70B sets at M <= 16; docs/kernels.md has the design notes
-// and what was tried (a shared-memory ring with 12 warps per SM, balanced row stripes).
+// Measured on the H200 (docs/perf.md): ~3.6 TB/s of codes on the 70B MLP layers at M <= 8,
+// 1.83-1.87x / 2.63-2.65x cuBLAS over the 7B / 70B sets at M <= 16, g = 128; docs/kernels.md
+// has the design notes and what was tried (shared-memory rings filled by cp.async or bulk
+// copies, L2 prefetch, balanced row stripes).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
