@@ -153,8 +153,8 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   };
 
   // ---- Scales and deltas of this lane's 16 columns 64 h + 8 f + gid, factor f' = 8 h + f.
-  // Grouped: loaded when the unit before starts, used when the unit ends. Loaded only a unit
-  // ahead (at its own start), they had been the stream's main stall: under the weight stream's
+  // Grouped: loaded when the unit before starts, used when the unit ends. Loaded when their
+  // own unit started, they had been the stream's main stall: under the weight stream's
   // queueing a DRAM read outlasts a unit, and the fold waited on the scale load at every unit
   // (ncu source sampling, 70B gate_up M = 1: 48 % of all stall samples on the first use).
   // Per-column asymmetric: loaded when a slice starts, used when it ends. Per-column symmetric
@@ -397,8 +397,10 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
     if constexpr (kGrouped) {
       s_grp[0] = s_nxt[0];
       s_grp[1] = s_nxt[1];
+      if constexpr (asym) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) d_share[i] = d_share_nxt[i];
+        for (int i = 0; i < 4; ++i) d_share[i] = d_share_nxt[i];
+      }
     }
     cs = ns;
     c = next_c;
