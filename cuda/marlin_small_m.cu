@@ -234,13 +234,17 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
 #pragma unroll
     for (int b8 = 0; b8 < MB8; ++b8) mma_16816(cx[b8], kConstW, xa[slot][b8][0], xa[slot][b8][1]);
   };
-  auto clear = [&](float (&v)[MB8][8][4]) {
+  // fn(b8, w, e) for every accumulator element of a [MB8][8][4] set, fully unrolled.
+  auto each_element = [&](auto&& fn) {
 #pragma unroll
     for (int b8 = 0; b8 < MB8; ++b8)
 #pragma unroll
       for (int w = 0; w < 8; ++w)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) v[b8][w][e] = 0.f;
+        for (int e = 0; e < 4; ++e) fn(b8, w, e);
+  };
+  auto clear = [&](float (&v)[MB8][8][4]) {
+    each_element([&](int b8, int w, int e) { v[b8][w][e] = 0.f; });
   };
   auto clear_unit = [&]() {
     clear(part);
@@ -252,22 +256,17 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   // acc += scale * (part - offset) + delta * group sum, per element, in fp32.
   auto fold_unit = [&]() {
     if constexpr (kGrouped && asym) gather_group_deltas();
-#pragma unroll
-    for (int b8 = 0; b8 < MB8; ++b8)
-#pragma unroll
-      for (int w = 0; w < 8; ++w)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int f = 2 * w + e / 2;  // factor of column 16 w + gid (+ 8)
-          const float t = part[b8][w][e] - cx[b8][e % 2];
-          float& a = acc[b8][w][e];
-          if constexpr (kGrouped) {
-            a = fmaf(scale_of(f), t, a);
-            if constexpr (asym) a = fmaf(__half2float(d_raw[f]), cx[b8][2 + e % 2], a);
-          } else {
-            a += t;  // per column: the slice's scale and delta come once, in finish_slice
-          }
-        }
+    each_element([&](int b8, int w, int e) {
+      const int f = 2 * w + e / 2;  // factor of column 16 w + gid (+ 8)
+      const float t = part[b8][w][e] - cx[b8][e % 2];
+      float& a = acc[b8][w][e];
+      if constexpr (kGrouped) {
+        a = fmaf(scale_of(f), t, a);
+        if constexpr (asym) a = fmaf(__half2float(d_raw[f]), cx[b8][2 + e % 2], a);
+      } else {
+        a += t;  // per column: the slice's scale and delta come once, in finish_slice
+      }
+    });
     if constexpr (!kGrouped && asym) {
 #pragma unroll
       for (int b8 = 0; b8 < MB8; ++b8) {
@@ -280,18 +279,13 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   // Per-column asymmetric: acc = s * (sum of (q - 8) a) + delta * (sum of a), once per slice.
   auto finish_slice = [&]() {
     if constexpr (!kGrouped && asym) {
+      each_element([&](int b8, int w, int e) {
+        const int f = 2 * w + e / 2;
+        acc[b8][w][e] = fmaf(__half2float(s_col[f]), acc[b8][w][e],
+                             __half2float(d_raw[f]) * xs[b8][e % 2]);
+      });
 #pragma unroll
-      for (int b8 = 0; b8 < MB8; ++b8) {
-#pragma unroll
-        for (int w = 0; w < 8; ++w)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int f = 2 * w + e / 2;
-            acc[b8][w][e] = fmaf(__half2float(s_col[f]), acc[b8][w][e],
-                                 __half2float(d_raw[f]) * xs[b8][e % 2]);
-          }
-        xs[b8][0] = xs[b8][1] = 0.f;
-      }
+      for (int b8 = 0; b8 < MB8; ++b8) xs[b8][0] = xs[b8][1] = 0.f;
     }
   };
 
@@ -302,15 +296,10 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   };
   // A slice that lies wholly in this warp's stripe: written straight from the registers.
   auto store_from_registers = [&](int c) {
-#pragma unroll
-    for (int b8 = 0; b8 < MB8; ++b8)
-#pragma unroll
-      for (int w = 0; w < 8; ++w)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int n = c * kSliceN + 16 * w + gid + 8 * (e / 2), row = 8 * b8 + 2 * tig + e % 2;
-          if (row < M) p.C[size_t(row) * p.N + n] = __float2half_rn(out_value(n, acc[b8][w][e]));
-        }
+    each_element([&](int b8, int w, int e) {
+      const int n = c * kSliceN + 16 * w + gid + 8 * (e / 2), row = 8 * b8 + 2 * tig + e % 2;
+      if (row < M) p.C[size_t(row) * p.N + n] = __float2half_rn(out_value(n, acc[b8][w][e]));
+    });
   };
   // Otherwise the warp parks it in shared memory (partial 0: the slice the stripe starts in,
   // 1: the one it ends in) for the block to combine at the end; no barrier mid-stream.
