@@ -3,6 +3,7 @@
 #include <string>
 
 #include "apps/tool_main.h"
+#include "formats/memory_budget.h"
 #include "libconvert/gptq_quantize_tool.h"
 
 int main(int argc, char** argv) {
@@ -35,6 +36,9 @@ int main(int argc, char** argv) {
   app.add_flag("--act-order", o.act_order, "quantize rows by decreasing Hessian diagonal (static groups: stays contiguous)");
   app.add_option("--only", o.only, "regex over weight names selecting what to quantize (default: block linears)");
   app.add_option("--threads", o.threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  std::string max_memory;
+  app.add_option("--max-memory", max_memory, "refuse to start when the estimated peak exceeds this (e.g. 16G; "
+                                             "default: the available memory)");
   app.add_flag("--json", o.json, "print a JSON summary on stdout");
   app.add_flag("-q,--quiet", o.quiet, "no progress or summary on stderr");
   try {
@@ -45,6 +49,7 @@ int main(int argc, char** argv) {
   return tl::tool_main("gptq-quantize", [&] {
     tl::parse_group_size(group, &o.group_size);
     tl::zero_mode_from_name(zero, &o.zero_mode);
+    if (!max_memory.empty()) o.max_memory = tl::parse_memory_size(max_memory, "--max-memory");
     return tl::run_gptq_quantize(o);
   });
 }

@@ -9,13 +9,15 @@
 
 #include <CLI/CLI.hpp>
 
-#include "formats/error.h"
-#include "formats/exit_codes.h"
+#include "core/error.h"
+#include "core/exit_codes.h"
+#include "formats/atomic_output.h"
 
 namespace tl {
 
 template <class Body>
 int tool_main(const char* tool, Body&& body) {
+  set_notice_prefix(tool);
   try {
     return body();
   } catch (const tl::Error& e) {

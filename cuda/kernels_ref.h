@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "formats/half.h"
+#include "core/half.h"
 
 namespace tl::cuda {
 

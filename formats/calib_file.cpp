@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "formats/atomic_output.h"
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/file_check.h"
 #include "formats/h5_util.h"
 #include "formats/h5_write.h"

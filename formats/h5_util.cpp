@@ -3,7 +3,7 @@
 #include <mutex>
 #include <type_traits>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/tensor.h"
 
 namespace tl::h5 {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "formats/error.h"
+#include "core/error.h"
 
 namespace tl::h5 {
 

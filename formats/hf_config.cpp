@@ -5,7 +5,7 @@
 
 #include <fstream>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/file_check.h"
 
 namespace tl {

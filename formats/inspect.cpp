@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "formats/calib_file.h"
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/file_check.h"
 #include "formats/h5_util.h"
 #include "formats/h5_write.h"
@@ -348,11 +348,14 @@ nlohmann::json extract_entry(const std::string& path, const std::string& name, c
 int run_inspect(const InspectOptions& o) {
   if (!o.extract.empty()) {
     if (o.output.empty()) throw Error("--extract needs -o OUT.safetensors");
+    check_no_aliases({{"FILE", o.path}}, {{"-o", o.output}});
     const nlohmann::json d = extract_entry(o.path, o.extract, o.output);
-    if (o.json && !o.quiet) std::printf("%s\n", d.dump(2).c_str());
+    // With the arrays going to standard output, the listing goes to stderr.
+    std::FILE* listing = (o.output == "-" || o.output == "/dev/stdout") ? stderr : stdout;
+    if (o.json && !o.quiet) std::fprintf(listing, "%s\n", d.dump(2).c_str());
     if (!o.quiet && !o.json) {
       for (const auto& a : d["arrays"])
-        std::printf("%s  %s  %s\n", a["name"].get<std::string>().c_str(), a["dtype"].get<std::string>().c_str(),
+        std::fprintf(listing, "%s  %s  %s\n", a["name"].get<std::string>().c_str(), a["dtype"].get<std::string>().c_str(),
                     shape_str(a["shape"].get<std::vector<int64_t>>()).c_str());
       std::fprintf(stderr, "wrote %s\n", o.output.c_str());
     }

@@ -1,6 +1,6 @@
 #include "formats/model_config.h"
 
-#include "formats/error.h"
+#include "core/error.h"
 
 namespace tl {
 

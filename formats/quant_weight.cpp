@@ -1,7 +1,7 @@
 // QuantWeight checks and dequantization, the nibble packing of q, and Marlin-section checks.
 #include <cmath>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/tinyloop_schema.h"
 
 namespace tl {

@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/file_check.h"
 
 namespace tl {

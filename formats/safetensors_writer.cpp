@@ -1,13 +1,13 @@
 // safetensors writer: header (entries in the given order, contiguous offsets, padded with
-// spaces to a multiple of 8 so the data section is 8-byte aligned) then the raw bytes, written
-// to a temporary file and renamed into place.
+// spaces to a multiple of 8 so the data section is 8-byte aligned) then the raw bytes, through
+// AtomicOutput (a temporary file renamed into place, or straight into a pipe or device).
 #include <cstdio>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "formats/atomic_output.h"
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/safetensors.h"
 
 namespace tl {
@@ -33,19 +33,15 @@ void write_safetensors(const std::string& path, const std::vector<const Tensor*>
   std::string header = h.dump();
   header.append((8 - header.size() % 8) % 8, ' ');
 
-  AtomicOutput out(path);
-  FILE* f = std::fopen(out.tmp_path().c_str(), "wb");
-  if (!f) throw Error("cannot open the temporary file for writing", path);
-  bool ok = true;
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
-  ok = ok && std::fwrite(len, 1, 8, f) == 8;
-  ok = ok && std::fwrite(header.data(), 1, header.size(), f) == header.size();
-  for (const Tensor* t : tensors)
-    ok = ok && (t->data.empty() || std::fwrite(t->data.data(), 1, t->data.size(), f) == t->data.size());
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) throw Error("write failed (disk full?)", path);
-  out.commit();
+  AtomicOutput out(path, OutputSink::kStream);
+  out.write([&](std::FILE* f) {
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
+    std::fwrite(len, 1, 8, f);
+    std::fwrite(header.data(), 1, header.size(), f);
+    for (const Tensor* t : tensors)
+      if (!t->data.empty()) std::fwrite(t->data.data(), 1, t->data.size(), f);
+  });
 }
 
 }  // namespace tl

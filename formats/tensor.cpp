@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "formats/error.h"
-#include "formats/half.h"
+#include "core/error.h"
+#include "core/half.h"
 
 namespace tl {
 

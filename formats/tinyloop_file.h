@@ -29,7 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "formats/half.h"
+#include "core/half.h"
 #include "formats/model_config.h"
 #include "formats/tensor.h"
 

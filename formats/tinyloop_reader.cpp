@@ -6,7 +6,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/file_check.h"
 #include "formats/h5_write.h"
 #include "formats/tinyloop_schema.h"

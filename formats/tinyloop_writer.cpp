@@ -1,7 +1,7 @@
 // .tinyloop v1 writer: everything goes into a temporary file beside the target (AtomicOutput)
 // and is renamed into place by commit(). The copy_* calls use H5Ocopy / raw attribute copies so
 // datasets and attributes this build does not know (frac4, sign_bit, ...) survive a rewrite.
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/h5_write.h"
 #include "formats/tinyloop_schema.h"
 

@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "formats/atomic_output.h"
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/file_check.h"
 
 namespace tl {
@@ -162,17 +162,10 @@ std::vector<int32_t> read_token_file(const std::string& path, int64_t vocab) {
 }
 
 void write_token_file_u32(const std::string& path, const std::vector<int32_t>& tokens) {
-  AtomicOutput out(path);
-  {
-    std::FILE* f = std::fopen(out.tmp_path().c_str(), "wb");
-    if (!f) throw Error("cannot create", out.tmp_path());
-    std::vector<uint8_t> buf(tokens.size() * 4);
-    for (size_t i = 0; i < tokens.size(); ++i)
-      for (int b = 0; b < 4; ++b) buf[4 * i + b] = uint8_t(uint32_t(tokens[i]) >> (8 * b));
-    const bool ok = std::fwrite(buf.data(), 1, buf.size(), f) == buf.size();
-    if (std::fclose(f) != 0 || !ok) throw Error("write error", out.tmp_path());
-  }
-  out.commit();
+  std::vector<uint8_t> buf(tokens.size() * 4);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    for (int b = 0; b < 4; ++b) buf[4 * i + b] = uint8_t(uint32_t(tokens[i]) >> (8 * b));
+  AtomicOutput(path, OutputSink::kStream).write([&](std::FILE* f) { std::fwrite(buf.data(), 1, buf.size(), f); });
 }
 
 }  // namespace tl

@@ -9,9 +9,9 @@
 #include <optional>
 #include <regex>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/file_check.h"
-#include "formats/half.h"
+#include "core/half.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
 

@@ -1,17 +1,16 @@
 #include "libconvert/gptq.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
-#include <exception>
-#include <mutex>
 #include <numeric>
 #include <thread>
 
 #include <Eigen/Cholesky>
 
-#include "formats/error.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "libconvert/eigen_blocking.h"
 
 // Compiled with -ffp-contract=off (libconvert/CMakeLists.txt): the in-block update
 // `w -= U[j, r] * err` must round the product and the difference separately, as upstream's
@@ -134,30 +133,6 @@ void run_chunk(const Plan& p, int64_t n0, int64_t C, GptqResult* r, ChunkStats* 
   st->loss = loss / 2;
 }
 
-// Runs fn(i) for i in [0, n) on up to `threads` threads; rethrows the first exception.
-template <class Fn>
-void parallel_for(int64_t n, int threads, Fn&& fn) {
-  const int t = int(std::max<int64_t>(1, std::min<int64_t>(threads, n)));
-  if (t == 1) { for (int64_t i = 0; i < n; ++i) fn(i); return; }
-  std::atomic<int64_t> next{0};
-  std::exception_ptr first;
-  std::mutex mu;
-  std::vector<std::thread> pool;
-  for (int w = 0; w < t; ++w) {
-    pool.emplace_back([&] {
-      for (int64_t i; (i = next.fetch_add(1)) < n;) {
-        try { fn(i); } catch (...) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (!first) first = std::current_exception();
-          next.store(n);
-        }
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
-  if (first) std::rethrow_exception(first);
-}
-
 std::string fmt_g(double v) {
   char b[32];
   std::snprintf(b, sizeof b, "%g", v);
@@ -196,21 +171,27 @@ void invert_upper_triangular(Eigen::Ref<MatrixRowF> t, int threads) {
     invert_upper_triangular(A, 1);
     invert_upper_triangular(D, 1);
   }
+  // The two products run in column / row blocks of a fixed width, never one block per thread:
+  // a block boundary moves rows and columns between Eigen's full and remainder micro-kernels,
+  // which sum in different orders, so a split that followed the thread count would make the
+  // result depend on it.
+  constexpr int64_t kSplit = 128;
   MatrixRowF tmp(h, n - h);
-  const int64_t parts = (threads > 1 && n >= 512) ? threads : 1;
-  parallel_for(parts, int(parts), [&](int64_t i) {
-    const int64_t c0 = (n - h) * i / parts, c1 = (n - h) * (i + 1) / parts;
-    tmp.middleCols(c0, c1 - c0).noalias() = A.triangularView<Eigen::Upper>() * B.middleCols(c0, c1 - c0);
+  const int64_t cblocks = (n - h + kSplit - 1) / kSplit, rblocks = (h + kSplit - 1) / kSplit;
+  parallel_for(cblocks, threads, [&](int64_t i) {
+    const int64_t c0 = i * kSplit, c = std::min(kSplit, n - h - c0);
+    tmp.middleCols(c0, c).noalias() = A.triangularView<Eigen::Upper>() * B.middleCols(c0, c);
   });
-  parallel_for(parts, int(parts), [&](int64_t i) {
-    const int64_t r0 = h * i / parts, r1 = h * (i + 1) / parts;
-    B.middleRows(r0, r1 - r0).noalias() = -(tmp.middleRows(r0, r1 - r0) * D.triangularView<Eigen::Upper>());
+  parallel_for(rblocks, threads, [&](int64_t i) {
+    const int64_t r0 = i * kSplit, r = std::min(kSplit, h - r0);
+    B.middleRows(r0, r).noalias() = -(tmp.middleRows(r0, r) * D.triangularView<Eigen::Upper>());
   });
   t.bottomLeftCorner(n - h, h).setZero();
 }
 
 bool gptq_inverse_hessian_factor(const MatrixRowF& H, float damp, MatrixRowF* u, MatrixRowF* v,
                                  int threads) {
+  pin_eigen_blocking();
   const int64_t K = H.rows();
   // Cholesky of the reversed matrix: J (H + damp I) J = L L^T  =>  H + damp I = V V^T with
   // V = J L J upper triangular, and (H + damp I)^-1 = V^-T V^-1 = U^T U with U = V^-1.
@@ -247,6 +228,7 @@ double quadratic_loss(const float* H, const float* E, int64_t K, int64_t N) {
 GptqResult gptq_quantize(const float* W, int64_t K, int64_t N, const float* H,
                          const GptqOptions& opt) {
   if (K <= 0 || N <= 0) throw Error("empty weight", "", opt.name);
+  pin_eigen_blocking();  // the same summation order on every CPU (eigen_blocking.h)
   if (opt.block_size <= 0) throw Error("block size must be positive", "", opt.name);
   Plan p;
   p.W = W;

@@ -40,7 +40,7 @@
 
 #include <Eigen/Core>
 
-#include "formats/half.h"
+#include "core/half.h"
 #include "libconvert/minmax_quantizer.h"
 
 namespace tl {
@@ -98,6 +98,13 @@ bool gptq_inverse_hessian_factor(const MatrixRowF& H, float damp, MatrixRowF* u,
 
 // In-place inverse of an upper-triangular matrix (the strictly lower part is set to 0).
 void invert_upper_triangular(Eigen::Ref<MatrixRowF> t, int threads = 1);
+
+// Peak bytes gptq_quantize allocates for one [K, N] weight (the caller's W and H not counted):
+// H's working copy, the Cholesky input and factor, U and V (5 K^2 floats), the per-chunk
+// copies of W and the codes / parameters / RTN comparison (about 3 K N floats).
+inline uint64_t gptq_peak_bytes(int64_t K, int64_t N) {
+  return uint64_t(K) * uint64_t(K) * 4 * 5 + uint64_t(K) * uint64_t(N) * 4 * 3;
+}
 
 // 0.5 * tr(E^T H E) in double (the quadratic loss GPTQ minimizes), E = W_hat - W [K, N].
 double quadratic_loss(const float* H, const float* E, int64_t K, int64_t N);

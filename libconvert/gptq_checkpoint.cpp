@@ -9,7 +9,7 @@
 #include <set>
 #include <sys/stat.h>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/file_check.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"

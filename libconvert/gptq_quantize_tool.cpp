@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <condition_variable>
 #include <mutex>
 #include <functional>
 #include <map>
@@ -18,11 +19,15 @@
 #include <Eigen/Core>
 #include <nlohmann/json.hpp>
 
+#include "core/parallel.h"
 #include "formats/calib_file.h"
-#include "formats/error.h"
+#include "formats/file_check.h"
+#include "formats/memory_budget.h"
+#include "core/error.h"
 #include "formats/tinyloop_file.h"
 #include "libconvert/checkpoint_import.h"
 #include "formats/token_file.h"
+#include "libconvert/eigen_blocking.h"
 #include "libconvert/gptq.h"
 #include "libconvert/model_weights.h"
 #include "libconvert/token_calibration.h"
@@ -147,6 +152,7 @@ std::optional<std::string> hessian_name(const CalibReader& calib, const ImportEn
 
 // 0.5 tr(E^T H E) in float GEMMs, double accumulation (RTN's loss under --method rtn).
 double hessian_loss(const std::vector<float>& H, const std::vector<float>& E, int64_t K, int64_t N) {
+  pin_eigen_blocking();
   const Eigen::Map<const MatrixRowF> h(H.data(), K, K), e(E.data(), K, N);
   const MatrixRowF he = h * e;
   return 0.5 * he.cwiseProduct(e).cast<double>().sum();
@@ -161,8 +167,9 @@ std::string fmt_loss(double v) {
 
 }  // namespace
 
-int run_gptq_quantize(const GptqQuantizeOptions& opt) {
-  const auto t_start = Clock::now();
+namespace {
+
+void validate_options(const GptqQuantizeOptions& opt) {
   const bool gptq = opt.method == "gptq";
   if (!gptq && opt.method != "rtn") throw Error("--method must be gptq or rtn, got " + opt.method);
   if (gptq && opt.calib.empty() && opt.calib_tokens.empty()) {
@@ -181,27 +188,78 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
   if (!(opt.damp > 0 && opt.damp < 10)) throw Error("--damp must be in (0, 10), a fraction of the mean Hessian diagonal");
   if (opt.block_size <= 0) throw Error("--block-size must be positive");
   if (opt.output.empty()) throw Error("no output path (-o)");
-  {
-    char a[4096], b[4096];
-    if (realpath(opt.input.c_str(), a) && realpath(opt.output.c_str(), b) && std::string(a) == b) {
-      throw Error("the output would overwrite the input; choose another -o path", opt.output);
+  check_no_aliases({{"INPUT", opt.input}, {"--calib", opt.calib}, {"--calib-tokens", opt.calib_tokens}},
+                   {{"-o", opt.output}, {"--save-calib", opt.save_calib}});
+}
+
+// Runs fn(i) for i in [0, n) on `workers` threads; fn's `write` part runs in index order (a
+// worker that finishes weight i waits until 0..i-1 are written), so the file's layout does not
+// depend on which weight finished first. The first exception stops the rest.
+class InOrder {
+ public:
+  struct Aborted : std::exception {};
+  template <class Fn>
+  void run(size_t i, Fn&& write) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return next_ == i || aborted_; });
+    if (aborted_) throw Aborted{};  // another weight failed; parallel_for reports that one
+    try {
+      write();
+    } catch (...) {
+      aborted_ = true;
+      cv_.notify_all();
+      throw;
     }
+    ++next_;
+    cv_.notify_all();
   }
-  const int threads = opt.threads > 0 ? opt.threads : std::max(1, int(std::thread::hardware_concurrency()));
+  void abort() {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_ = true;
+    cv_.notify_all();
+  }
 
-  std::mutex h5_mu;  // every HDF5 call (input .tinyloop, calibration, output) runs under it
-  CheckpointImport in(opt.input, opt.only);
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t next_ = 0;
+  bool aborted_ = false;
+};
+
+// The whole run's state; each step below is one phase of the tool.
+struct Job {
+  explicit Job(const GptqQuantizeOptions& o)
+      : opt(o), gptq(o.method == "gptq"), threads(resolve_threads(o.threads)), in(o.input, o.only) {}
+
+  const GptqQuantizeOptions& opt;
+  const bool gptq;
+  const int threads;
+  CheckpointImport in;
   std::vector<const ImportEntry*> linears;
-  for (const ImportEntry& e : in.entries()) {
-    if (e.kind == ImportEntry::Kind::kLinear) linears.push_back(&e);
-  }
-  if (linears.empty()) {
-    throw Error(opt.only.empty() ? "no linear weight to quantize" : "no linear weight matches --only " + opt.only, opt.input);
+  std::unique_ptr<CalibReader> calib;
+  std::vector<std::string> hnames;            // Hessian name per linear ("" without --calib)
+  std::vector<int32_t> tokens;                // --calib-tokens
+  int64_t calib_windows = 0;
+  std::vector<WeightReport> reports;
+  size_t n_dense = 0, n_copied = 0;
+  std::mutex h5_mu;                           // every HDF5 call (input, calibration, output)
+
+  int workers() const { return int(std::min<size_t>(size_t(threads), linears.size())); }
+  int inner_threads() const { return std::max(1, threads / workers()); }
+
+  void select_linears() {
+    for (const ImportEntry& e : in.entries())
+      if (e.kind == ImportEntry::Kind::kLinear) linears.push_back(&e);
+    if (linears.empty())
+      throw Error(opt.only.empty() ? "no linear weight to quantize" : "no linear weight matches --only " + opt.only,
+                  opt.input);
+    reports.resize(linears.size());
   }
 
-  std::unique_ptr<CalibReader> calib;
-  std::vector<std::string> hnames(linears.size());
-  if (!opt.calib.empty()) {
+  // --calib: every selected weight's Hessian located (all missing ones listed in one error).
+  void open_calibration() {
+    hnames.assign(linears.size(), "");
+    if (opt.calib.empty()) return;
     calib = std::make_unique<CalibReader>(opt.calib);
     std::vector<std::string> missing;
     for (size_t i = 0; i < linears.size(); ++i) {
@@ -217,35 +275,63 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
     }
   }
 
-  TinyloopWriter out(opt.output, std::string("gptq-quantize ") + TL_VERSION);
-  if (const TinyloopReader* src = in.tinyloop()) out.copy_config_and_attributes(*src);
-  else if (in.has_config()) out.write_config(in.config());
+  // --calib-tokens: the tokens (checked against the vocabulary) and the window count.
+  void read_tokens() {
+    if (opt.calib_tokens.empty()) return;
+    if (!in.has_config()) throw Error("--calib-tokens needs the model's config (config.json or /config)", opt.input);
+    tokens = read_token_file(opt.calib_tokens, in.config().vocab);
+    if (int64_t(tokens.size()) < opt.calib_seq)
+      throw Error("calibration needs at least one window of " + std::to_string(opt.calib_seq) + " tokens, got " +
+                      std::to_string(tokens.size()), opt.calib_tokens);
+    calib_windows = std::min<int64_t>(opt.calib_samples > 0 ? opt.calib_samples : INT64_MAX,
+                                      int64_t(tokens.size()) / opt.calib_seq);
+  }
 
-  size_t n_dense = 0, n_copied = 0;
-  for (const ImportEntry& e : in.entries()) {
-    if (e.kind == ImportEntry::Kind::kLinear) continue;
-    if (e.kind == ImportEntry::Kind::kQuantized) {
-      out.copy_entry(*in.tinyloop(), e.name);
-      ++n_copied;
-    } else {
-      out.write_dense(in.read_dense(e));
-      ++n_dense;
+  // Peak memory, before anything large is read (formats/memory_budget.h).
+  void admit() {
+    uint64_t per_weight = 0;
+    for (const ImportEntry* e : linears)
+      per_weight = std::max(per_weight, gptq_peak_bytes(e->K(), e->N()) + uint64_t(e->K()) * uint64_t(e->N()) * 4);
+    if (opt.calib_tokens.empty()) {
+      admit_memory(per_weight * uint64_t(workers()), opt.max_memory,
+                   "quantizing " + std::to_string(workers()) + " weight(s) at a time",
+                   "use --threads 1, or a machine with more memory");
+      return;
+    }
+    uint64_t weights = 0;
+    for (const ImportEntry& e : in.entries()) {
+      uint64_t n = 1;
+      for (int64_t d : e.shape) n *= uint64_t(std::max<int64_t>(d, 0));
+      weights += n * (e.kind == ImportEntry::Kind::kQuantized ? 5 : 4);  // float32 (+ codes)
+    }
+    bool head = false;
+    for (const ImportEntry* e : linears) head = head || e->name == "head";
+    const uint64_t acts = calibration_peak_bytes(in.config(), calib_windows * opt.calib_seq, head);
+    admit_memory(weights + acts + per_weight * uint64_t(workers()), opt.max_memory,
+                 "calibrating on the CPU (" + format_bytes(weights) + " of float32 weights, " + format_bytes(acts) +
+                     " of activations and Hessians for " + std::to_string(calib_windows) + " windows x " +
+                     std::to_string(opt.calib_seq) + " tokens)",
+                 "use fewer --calib-samples or a shorter --calib-seq, or compute the Hessians elsewhere "
+                 "(tools/hf_calibrate.py) and pass --calib");
+  }
+
+  void copy_dense(TinyloopWriter& out) {
+    if (const TinyloopReader* src = in.tinyloop()) out.copy_config_and_attributes(*src);
+    else if (in.has_config()) out.write_config(in.config());
+    for (const ImportEntry& e : in.entries()) {
+      if (e.kind == ImportEntry::Kind::kLinear) continue;
+      if (e.kind == ImportEntry::Kind::kQuantized) {
+        out.copy_entry(*in.tinyloop(), e.name);
+        ++n_copied;
+      } else {
+        out.write_dense(in.read_dense(e));
+        ++n_dense;
+      }
     }
   }
 
-  double total_work = 0;
-  for (const ImportEntry* e : linears) total_work += double(e->N()) * double(e->K()) * double(e->K());
-  Progress progress(opt.tool, linears.size(), total_work, opt.quiet);
-  const int workers = int(std::min<size_t>(size_t(threads), linears.size()));
-  const int inner = std::max(1, threads / workers);
-
-  std::vector<WeightReport> reports(linears.size());
-  std::atomic<bool> failed{false};
-  std::exception_ptr first_error;
-  std::mutex err_mu;
-
-  // Quantizes one weight W [K, N] with Hessian h (empty for RTN without calibration); no I/O.
-  auto quantize_core = [&](size_t i, const std::vector<float>& W, const Hessian& h) {
+  // Quantizes linear i (W [K, N]; h empty for RTN without calibration); no I/O.
+  QuantWeight quantize_one(size_t i, const std::vector<float>& W, const Hessian& h, Progress& progress) {
     const ImportEntry& e = *linears[i];
     const int64_t K = e.K(), N = e.N();
     QuantWeight qw;
@@ -270,7 +356,7 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
       g.act_order = opt.act_order;
       g.static_groups = opt.act_order;  // contiguous groups (see gptq.h step 3)
       g.zero_mode = opt.zero_mode;
-      g.threads = inner;
+      g.threads = inner_threads();
       g.want_rtn_loss = opt.rtn_compare;
       g.name = e.name;
       g.log = [&](const std::string& m) { progress.log(m); };
@@ -314,9 +400,9 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
     rep.group_size = qw.group_size;
     qw.validate(opt.output);
     return qw;
-  };
+  }
 
-  auto log_done = [&](size_t i, const QuantWeight& qw, Clock::time_point t0) {
+  void log_done(size_t i, const QuantWeight& qw, Clock::time_point t0, Progress& progress) {
     const ImportEntry& e = *linears[i];
     const int64_t K = e.K(), N = e.N();
     WeightReport& rep = reports[i];
@@ -326,70 +412,60 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
                   (long long)N, qw.group_size == K ? "row" : std::to_string(qw.group_size).c_str(),
                   fmt_loss(rep.gptq_loss).c_str(), fmt_loss(rep.rtn_loss).c_str(), rep.seconds);
     progress.finished(line, double(N) * double(K) * double(K));
-  };
+  }
 
-  auto work_one = [&](size_t i) {
-    const ImportEntry& e = *linears[i];
-    const auto t0 = Clock::now();
-    progress.started(e.name);
-    std::vector<float> W;
-    if (in.tinyloop()) {
-      std::lock_guard<std::mutex> lock(h5_mu);
-      W = in.read_linear(e);
-    } else {
-      W = in.read_linear(e);
-    }
-    Hessian h;
-    if (calib && !hnames[i].empty()) {
-      std::lock_guard<std::mutex> lock(h5_mu);
-      h = calib->read(hnames[i]);
-    }
-    if (calib && !hnames[i].empty() && h.K != e.K()) {
-      throw Error("Hessian " + hnames[i] + " is " + std::to_string(h.K) + "x" + std::to_string(h.K) +
-                      ", expected " + std::to_string(e.K()) + "x" + std::to_string(e.K()) + " (in_features of " +
-                      e.name + ")",
-                  opt.calib, e.name);
-    }
-    const QuantWeight qw = quantize_core(i, W, h);
-    W = std::vector<float>();
-    {
-      std::lock_guard<std::mutex> lock(h5_mu);
-      out.write_quant(qw);
-    }
-    log_done(i, qw, t0);
-  };
-
-  // Runs fn(0..count-1) on min(workers, count) threads; the first exception stops the rest.
-  auto parallel_for = [&](size_t count, const std::function<void(size_t)>& fn) {
-    std::atomic<size_t> next{0};
-    auto worker = [&] {
-      for (size_t i; !failed.load() && (i = next.fetch_add(1)) < count;) {
-        try {
-          fn(i);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(err_mu);
-          if (!first_error) first_error = std::current_exception();
-          failed.store(true);
+  // Weights one at a time per worker: read -> quantize -> write (in input order).
+  void quantize_streaming(TinyloopWriter& out, Progress& progress) {
+    InOrder order;
+    parallel_for(int64_t(linears.size()), workers(), [&](int64_t ii) {
+      const size_t i = size_t(ii);
+      try {
+        const ImportEntry& e = *linears[i];
+        const auto t0 = Clock::now();
+        progress.started(e.name);
+        std::vector<float> W;
+        if (in.tinyloop()) {
+          std::lock_guard<std::mutex> lock(h5_mu);
+          W = in.read_linear(e);
+        } else {
+          W = in.read_linear(e);
         }
+        Hessian h;
+        if (calib && !hnames[i].empty()) {
+          std::lock_guard<std::mutex> lock(h5_mu);
+          h = calib->read(hnames[i]);
+        }
+        if (calib && !hnames[i].empty() && h.K != e.K()) {
+          throw Error("Hessian " + hnames[i] + " is " + std::to_string(h.K) + "x" + std::to_string(h.K) +
+                          ", expected " + std::to_string(e.K()) + "x" + std::to_string(e.K()) + " (in_features of " +
+                          e.name + ")",
+                      opt.calib, e.name);
+        }
+        const QuantWeight qw = quantize_one(i, W, h, progress);
+        W = std::vector<float>();
+        order.run(i, [&] {
+          std::lock_guard<std::mutex> lock(h5_mu);
+          out.write_quant(qw);
+        });
+        log_done(i, qw, t0, progress);
+      } catch (...) {
+        order.abort();  // wake the workers waiting for their turn
+        throw;
       }
-    };
-    std::vector<std::thread> pool;
-    for (size_t w = 1; w < std::min<size_t>(size_t(workers), count); ++w) pool.emplace_back(worker);
-    worker();
-    for (auto& t : pool) t.join();
-  };
+    });
+  }
 
-  if (opt.calib_tokens.empty()) {
-    parallel_for(linears.size(), work_one);
-  } else {
-    // Sequential calibration on the CPU forward (token_calibration.h): each block's weights are
-    // quantized as soon as its Hessians are complete, and written in file order at the end.
+  // --calib-tokens: GPTQ's sequential mode on the CPU forward (token_calibration.h); each
+  // block's weights are quantized as soon as its Hessians are complete, written at the end.
+  void quantize_sequential(TinyloopWriter& out, Progress& progress) {
     std::map<std::string, size_t> index_of;
     for (size_t i = 0; i < linears.size(); ++i) index_of[linears[i]->name] = i;
     std::set<std::string> selected;
     for (const ImportEntry* e : linears) selected.insert(e->name);
+    progress.log("loading the model as float32 for the CPU forward ...");
+    const auto t_load = Clock::now();
     ModelWeights mw = load_model_weights_any(opt.input, false);
-    const std::vector<int32_t> tokens = read_token_file(opt.calib_tokens, mw.config.vocab);
+    progress.log("model loaded (" + fmt_duration(since(t_load)) + ")");
     std::unique_ptr<CalibWriter> save;
     if (!opt.save_calib.empty()) save = std::make_unique<CalibWriter>(opt.save_calib);
     std::vector<std::optional<QuantWeight>> done(linears.size());
@@ -398,18 +474,17 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
         [&](std::map<std::string, Hessian>& hessians, ModelWeights& w) {
           std::vector<const Hessian*> hs;
           for (const auto& kv : hessians) hs.push_back(&kv.second);
-          parallel_for(hs.size(), [&](size_t t) {
-            const Hessian& h = *hs[t];
+          parallel_for(int64_t(hs.size()), workers(), [&](int64_t t) {
+            const Hessian& h = *hs[size_t(t)];
             const size_t i = index_of.at(h.name);
             const auto t0 = Clock::now();
             progress.started(h.name);
             LinearWeight* l = w.find_linear(h.name);
-            QuantWeight qw = quantize_core(i, l->W, h);
+            QuantWeight qw = quantize_one(i, l->W, h, progress);
             l->W = qw.dequantize();  // the next block is calibrated on W_hat's outputs
-            log_done(i, qw, t0);
+            log_done(i, qw, t0, progress);
             done[i] = std::move(qw);
           });
-          if (first_error) std::rethrow_exception(first_error);
           if (save)
             for (const Hessian* h : hs) save->write(*h);
         },
@@ -420,31 +495,26 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
     }
     if (save) save->commit();
   }
-  progress.end();
-  if (first_error) std::rethrow_exception(first_error);
 
-  out.commit();
-
-  double sum_gptq = 0, sum_rtn = 0;
-  bool have_rtn = true;
-  nlohmann::json jw = nlohmann::json::array();
-  for (const WeightReport& r : reports) {
-    nlohmann::json j = {{"name", r.name}, {"K", r.K}, {"N", r.N}, {"group_size", r.group_size}, {"seconds", r.seconds}};
-    if (gptq) {
-      j["gptq_loss"] = r.gptq_loss;
-      j["damp"] = r.percdamp;
-      j["damp_retries"] = r.damp_retries;
-      j["dead_inputs"] = r.dead;
-      sum_gptq += r.gptq_loss;
+  nlohmann::json summary_json(double wall) const {
+    double sum_gptq = 0, sum_rtn = 0;
+    bool have_rtn = true;
+    nlohmann::json jw = nlohmann::json::array();
+    for (const WeightReport& r : reports) {
+      nlohmann::json j = {{"name", r.name}, {"K", r.K}, {"N", r.N}, {"group_size", r.group_size}, {"seconds", r.seconds}};
+      if (gptq) {
+        j["gptq_loss"] = r.gptq_loss;
+        j["damp"] = r.percdamp;
+        j["damp_retries"] = r.damp_retries;
+        j["dead_inputs"] = r.dead;
+        sum_gptq += r.gptq_loss;
+      }
+      j["rtn_loss"] = r.rtn_loss >= 0 ? nlohmann::json(r.rtn_loss) : nlohmann::json(nullptr);
+      if (r.rtn_loss >= 0) sum_rtn += r.rtn_loss;
+      else have_rtn = false;
+      if (r.nsamples > 0) j["nsamples"] = r.nsamples;
+      jw.push_back(j);
     }
-    j["rtn_loss"] = r.rtn_loss >= 0 ? nlohmann::json(r.rtn_loss) : nlohmann::json(nullptr);
-    if (r.rtn_loss >= 0) sum_rtn += r.rtn_loss;
-    else have_rtn = false;
-    if (r.nsamples > 0) j["nsamples"] = r.nsamples;
-    jw.push_back(j);
-  }
-  const double wall = since(t_start);
-  if (opt.json) {
     nlohmann::json s = {{"tool", "gptq-quantize"},
                         {"version", TL_VERSION},
                         {"input", opt.input},
@@ -465,12 +535,41 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
     if (gptq) totals["gptq_loss"] = sum_gptq;
     totals["rtn_loss"] = have_rtn ? nlohmann::json(sum_rtn) : nlohmann::json(nullptr);
     s["totals"] = totals;
-    std::printf("%s\n", s.dump(2).c_str());
+    return s;
   }
+};
+
+}  // namespace
+
+int run_gptq_quantize(const GptqQuantizeOptions& opt) {
+  const auto t_start = Clock::now();
+  validate_options(opt);
+  pin_eigen_blocking();  // before any worker runs an Eigen product (eigen_blocking.h)
+  Job job(opt);
+  job.select_linears();
+  job.open_calibration();
+  job.read_tokens();
+  job.admit();
+
+  TinyloopWriter out(opt.output, std::string("gptq-quantize ") + TL_VERSION);
+  job.copy_dense(out);
+  double total_work = 0;
+  for (const ImportEntry* e : job.linears) total_work += double(e->N()) * double(e->K()) * double(e->K());
+  Progress progress(opt.tool, job.linears.size(), total_work, opt.quiet);
+  if (opt.calib_tokens.empty()) job.quantize_streaming(out, progress);
+  else job.quantize_sequential(out, progress);
+  progress.end();
+  out.commit();
+
+  const double wall = since(t_start);
+  const nlohmann::json s = job.summary_json(wall);
+  if (opt.json) std::printf("%s\n", s.dump(2).c_str());
   if (!opt.quiet) {
     std::fprintf(stderr, "%s: %zu weight(s) quantized (%s), %zu dense tensor(s) carried over -> %s in %.1fs",
-                 opt.tool, linears.size(), opt.method.c_str(), n_dense + n_copied, opt.output.c_str(), wall);
-    if (gptq && have_rtn) std::fprintf(stderr, "; loss %.4g vs RTN %.4g", sum_gptq, sum_rtn);
+                 opt.tool, job.linears.size(), opt.method.c_str(), job.n_dense + job.n_copied, opt.output.c_str(), wall);
+    const auto& t = s["totals"];
+    if (job.gptq && !t["rtn_loss"].is_null())
+      std::fprintf(stderr, "; loss %.4g vs RTN %.4g", t["gptq_loss"].get<double>(), t["rtn_loss"].get<double>());
     std::fprintf(stderr, "\n");
   }
   return 0;

@@ -7,8 +7,13 @@
 //
 // Streaming: worker threads each take one weight at a time (read -> quantize -> write), so peak
 // memory is a few weights, never the model. Threads: min(threads, weights) workers; each
-// weight's column chunks use threads / workers threads. HDF5 (the .tinyloop input, the
-// calibration file and the output) is used under one lock.
+// weight's column chunks use threads / workers threads. Weights are written in input order
+// whatever finishes first, so the output bytes do not depend on the thread count. HDF5 (the
+// .tinyloop input, the calibration file and the output) is used under one lock.
+//
+// Before any work: every option, every input (outputs may not alias them, docs/format.md) and
+// the memory estimate (--max-memory or the available memory; the sequential --calib-tokens
+// path holds the whole model in float32) are checked.
 //
 // Errors are tl::Error (exit 2 at the tool boundary): gptq without --calib, missing Hessians
 // (all listed), a Hessian of the wrong size, a Hessian that stays not positive definite, bad
@@ -46,6 +51,7 @@ struct GptqQuantizeOptions {
   bool act_order = false;            // with groups: static groups (contiguous, Marlin-compatible)
   ZeroMode zero_mode = ZeroMode::kInt;
   int threads = 0;                   // 0: all cores
+  uint64_t max_memory = 0;           // bytes; 0: the available memory (formats/memory_budget.h)
   bool json = false;                 // summary JSON on stdout
   bool quiet = false;                // no progress or summary on stderr
   bool rtn_compare = true;           // compute RTN's loss for every GPTQ weight (~K^2 N flops)

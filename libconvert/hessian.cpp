@@ -2,12 +2,14 @@
 
 #include <cmath>
 
-#include "formats/error.h"
+#include "core/error.h"
+#include "libconvert/eigen_blocking.h"
 
 namespace tl {
 
 HessianAccumulator::HessianAccumulator(int64_t K) : K_(K), H_(Eigen::MatrixXf::Zero(K, K)) {
   if (K <= 0) throw Error("Hessian: K must be positive");
+  pin_eigen_blocking();
 }
 
 void HessianAccumulator::add_batch(const float* X, int64_t rows, int64_t samples) {

@@ -23,7 +23,7 @@
 #include <immintrin.h>
 #endif
 
-#include "formats/error.h"
+#include "core/error.h"
 
 namespace tl {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/file_check.h"
 #include "formats/tinyloop_file.h"
 #include "libconvert/gptq_checkpoint.h"
@@ -214,6 +214,7 @@ int run_marlin_pack(const MarlinPackOptions& o) {
   if (o.input.empty()) throw Error("missing INPUT");
   if (o.in_place == !o.output.empty())
     throw Error("give exactly one of -o OUTPUT and --in-place");
+  if (!o.in_place) check_no_aliases({{"INPUT", o.input}}, {{"-o", o.output}});
   Job job(o, o.in_place ? o.input : o.output);
   if (!o.only.empty()) {
     try {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "formats/error.h"
+#include "core/error.h"
 
 // Compiled with -ffp-contract=off (libconvert/CMakeLists.txt): `scale * (q - z)` and the
 // subtractions that follow must round exactly like upstream's separate float32 torch ops.

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/half.h"
+#include "core/half.h"
 
 namespace tl {
 

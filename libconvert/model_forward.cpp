@@ -2,7 +2,8 @@
 
 #include <cmath>
 
-#include "formats/error.h"
+#include "core/error.h"
+#include "libconvert/eigen_blocking.h"
 
 namespace tl {
 namespace {
@@ -14,6 +15,7 @@ void linear(const LinearWeight& l, const ActMatrix& X, ActMatrix& Y, const Linea
   if (X.cols() != l.K)
     throw Error("input has " + std::to_string(X.cols()) + " columns, expected K = " + std::to_string(l.K), "", l.name);
   if (hook) hook(l.name, X.data(), X.rows(), X.cols());
+  pin_eigen_blocking();  // the same summation order on every CPU
   Y.noalias() = X * ConstWeightMap(l.W.data(), l.K, l.N);
 }
 

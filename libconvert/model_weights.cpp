@@ -5,7 +5,7 @@
 #include <map>
 #include <random>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "libconvert/checkpoint_import.h"
 
 namespace tl {

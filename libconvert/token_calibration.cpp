@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "libconvert/hessian.h"
 #include "libconvert/model_forward.h"
 
@@ -75,6 +75,15 @@ bool block_has_selected(const BlockWeights& b, const std::set<std::string>& sele
 
 }  // namespace
 
+uint64_t calibration_peak_bytes(const ModelConfig& c, int64_t rows, bool head_selected) {
+  const uint64_t r = uint64_t(rows), D = uint64_t(c.d_model), F = uint64_t(c.ffn);
+  const uint64_t qkv = uint64_t(c.n_heads + 2 * c.n_kv_heads) * uint64_t(c.d_head), att = uint64_t(c.n_heads * c.d_head);
+  const uint64_t acts = r * (3 * D + qkv + att + 2 * F);        // x, x_in, h | qkv | attention | gate, up
+  const uint64_t hess = 2 * (3 * D * D + att * att + F * F);   // qkv, gate, up, out, down; twice
+  const uint64_t logits = head_selected ? r * uint64_t(c.vocab) : 0;
+  return 4 * (acts + hess + logits);
+}
+
 TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t>& tokens,
                                       int64_t seq_len, int64_t max_seq,
                                       const std::set<std::string>& selected,
@@ -90,13 +99,22 @@ TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t
   TokenCalibration tc;
   tc.seq_len = seq_len;
   tc.n_seq = std::min<int64_t>(max_seq > 0 ? max_seq : INT64_MAX, int64_t(tokens.size()) / seq_len);
-  const auto t0 = std::chrono::steady_clock::now();
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  auto t_step = t0;
+  // One line per stage: what ran, its own time and the time since the start.
   auto say = [&](const std::string& what) {
     if (!log) return;
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    char b[64];
-    std::snprintf(b, sizeof b, " (%.1fs)", s);
+    const auto now = Clock::now();
+    char b[80];
+    std::snprintf(b, sizeof b, " (%.1fs; %.1fs in all)", std::chrono::duration<double>(now - t_step).count(),
+                  std::chrono::duration<double>(now - t0).count());
+    t_step = now;
     log(what + b);
+  };
+  // Said before a stage that takes a while, so a long forward is never silent.
+  auto starting = [&](const std::string& what) {
+    if (log) log(what + " ...");
   };
   const ModelConfig& c = w.config;
   ActMatrix x = embed_tokens(w, tokens.data(), tc.n_seq * seq_len);
@@ -108,12 +126,14 @@ TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t
       run_block(c, b, x, seq_len);
       continue;
     }
+    starting(b.prefix + ": forward with the original weights, Hessians");
     HessianSet hs(selected, tc.n_seq);
     ActMatrix x_in = x;
     run_block(c, b, x, seq_len, hs.hook());
     auto hessians = hs.take();
     quantize(hessians, w);
     x = std::move(x_in);
+    starting(b.prefix + ": forward with the quantized weights");
     run_block(c, b, x, seq_len);  // with W_hat: the next block sees quantized outputs
     say(b.prefix + " calibrated and quantized");
   }
@@ -126,6 +146,7 @@ TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t
       for (BlockWeights& b : w.loop) run_block(c, b, xs, seq_len, hook);
   };
   if (loop_selected) {
+    starting("loop blocks: forward over " + std::to_string(c.loops) + " iterations, Hessians");
     HessianSet hs(selected, tc.n_seq);
     ActMatrix x_in = x;
     run_loops(x, hs.hook());
@@ -135,6 +156,7 @@ TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t
     say("loop blocks calibrated over " + std::to_string(c.loops) + " iterations and quantized");
   }
   if (selected.count("head")) {
+    starting("head: forward to the final norm, Hessian");
     run_loops(x, {});
     HessianSet hs(selected, tc.n_seq);
     final_logits(w, x, hs.hook());

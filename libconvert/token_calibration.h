@@ -35,6 +35,12 @@ struct TokenCalibration {
   int64_t n_seq = 0, seq_len = 0;
 };
 
+// Peak bytes of calibrate_sequential beyond the model's float32 weights, for `rows` = windows x
+// seq_len rows: the block input and its saved copy, one block's activations (norm output,
+// q|k|v, attention output, gate and up), one block's Hessians twice (accumulators and the
+// handed-out copies), and with the head selected the [rows, vocab] logits.
+uint64_t calibration_peak_bytes(const ModelConfig& c, int64_t rows, bool head_selected);
+
 // tokens: at least seq_len tokens; the first min(max_seq, tokens / seq_len) windows are used.
 // `selected`: linear weight names to calibrate and quantize; others keep their fp weights.
 // `log`: one line per stage (may be empty). Throws tl::Error for bad arguments.

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "formats/atomic_output.h"
-#include "formats/error.h"
+#include "core/error.h"
 
 namespace tl::verify {
 namespace {
@@ -184,23 +184,6 @@ void write_drift_text(const E2eResult& r, std::ostream& out) {
   out << "e2e: " << verdict(r) << "\n";
 }
 
-void write_drift_report_files(const E2eResult& r, const std::string& json_path, const std::string& md_path) {
-  auto write = [](const std::string& path, const std::string& text) {
-    AtomicOutput out(path);
-    {
-      std::ofstream f(out.tmp_path(), std::ios::binary);
-      f << text;
-      f.flush();
-      if (!f) throw Error("write error", out.tmp_path());
-    }
-    out.commit();
-  };
-  if (!json_path.empty()) write(json_path, drift_report_json(r).dump(2) + "\n");
-  if (!md_path.empty()) {
-    std::ostringstream s;
-    write_drift_markdown(r, s);
-    write(md_path, s.str());
-  }
-}
+void write_drift_json(const E2eResult& r, std::ostream& out) { out << drift_report_json(r).dump(2) << "\n"; }
 
 }  // namespace tl::verify

@@ -20,7 +20,6 @@ namespace tl::verify {
 nlohmann::json drift_report_json(const E2eResult& r);
 void write_drift_markdown(const E2eResult& r, std::ostream& out);
 void write_drift_text(const E2eResult& r, std::ostream& out);
-// Writes either or both files (empty path: not written), each atomically.
-void write_drift_report_files(const E2eResult& r, const std::string& json_path, const std::string& md_path);
+void write_drift_json(const E2eResult& r, std::ostream& out);  // drift_report_json, indented
 
 }  // namespace tl::verify

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "formats/atomic_output.h"
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/token_file.h"
 #include "libconvert/model_forward.h"
 #include "libconvert/model_weights.h"
@@ -158,16 +158,13 @@ void write_npy_f32(const std::string& path, const std::vector<int64_t>& shape, c
   // Pad so that magic (6) + version (2) + length (2) + header is a multiple of 64, ending in '\n'.
   const size_t total = 10 + header.size() + 1;
   header += std::string((64 - total % 64) % 64, ' ') + "\n";
-  AtomicOutput out(path);
-  std::FILE* f = std::fopen(out.tmp_path().c_str(), "wb");
-  if (!f) throw Error("cannot create", out.tmp_path());
   const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(header.size() & 0xff),
                                  (unsigned char)(header.size() >> 8)};
-  bool ok = std::fwrite(pre, 1, 10, f) == 10;
-  ok = ok && std::fwrite(header.data(), 1, header.size(), f) == header.size();
-  ok = ok && std::fwrite(data.data(), 4, data.size(), f) == data.size();
-  if (std::fclose(f) != 0 || !ok) throw Error("write error", out.tmp_path());
-  out.commit();
+  AtomicOutput(path, OutputSink::kStream).write([&](std::FILE* f) {
+    std::fwrite(pre, 1, 10, f);
+    std::fwrite(header.data(), 1, header.size(), f);
+    std::fwrite(data.data(), 4, data.size(), f);
+  });
 }
 
 }  // namespace

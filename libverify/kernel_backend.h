@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "formats/half.h"
+#include "core/half.h"
 
 namespace tl::verify {
 

@@ -1,6 +1,6 @@
 #include "libverify/marlin_section_reader.h"
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/h5_util.h"
 
 namespace tl::verify {

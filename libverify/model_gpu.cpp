@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "formats/error.h"
-#include "formats/half.h"
+#include "core/error.h"
+#include "core/half.h"
 #include "libconvert/model_forward.h"
 
 #if TL_HAVE_CUDA

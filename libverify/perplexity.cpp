@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "formats/error.h"
+#include "core/error.h"
 
 namespace tl::verify {
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "libconvert/marlin_layout.h"
 
 namespace tl::verify {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/half.h"
+#include "core/half.h"
 #include "formats/tinyloop_file.h"
 
 namespace tl::verify {

@@ -9,7 +9,7 @@
 #include <functional>
 #include <vector>
 
-#include "formats/half.h"
+#include "core/half.h"
 #include "formats/tinyloop_file.h"
 
 namespace tl::verify {

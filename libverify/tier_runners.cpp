@@ -5,7 +5,7 @@
 #include <functional>
 #include <iterator>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "libconvert/marlin_layout.h"
 #include "libverify/marlin_section_reader.h"
 #include "libverify/random_weights.h"

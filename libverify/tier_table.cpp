@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "libverify/tolerances.h"
 
 namespace tl::verify {

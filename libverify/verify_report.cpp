@@ -1,6 +1,6 @@
 #include "libverify/verify_report.h"
 
-#include "formats/exit_codes.h"
+#include "core/exit_codes.h"
 
 namespace tl::verify {
 

@@ -11,8 +11,9 @@
 #include <random>
 
 #include "formats/atomic_output.h"
-#include "formats/error.h"
-#include "formats/exit_codes.h"
+#include "formats/file_check.h"
+#include "core/error.h"
+#include "core/exit_codes.h"
 #include "formats/tinyloop_file.h"
 #include "libverify/drift_report.h"
 #include "libverify/tier_runners.h"
@@ -39,36 +40,33 @@ TierBounds bounds_for(TierId id, const VerifyOptions& o) {
   return b;
 }
 
-void write_report_file(const std::string& path, const std::function<void(std::ostream&)>& body,
-                       std::unique_ptr<AtomicOutput>& out) {
-  {
-    std::ofstream f(out->tmp_path(), std::ios::binary | std::ios::trunc);
-    if (!f) throw Error("cannot write the report", path);
-    body(f);
-    f.flush();
-    if (!f) throw Error("cannot write the report (disk full?)", path);
-  }
-  out->commit();
-}
-
 }  // namespace
 
 int run_tl_verify(const VerifyOptions& o) {
-  std::ostream& out = o.out ? *o.out : std::cout;
+  // A report sent to standard output ("-") takes stdout; the results table moves to stderr.
+  const bool report_on_stdout =
+      o.json_path == "-" || o.md_path == "-" || o.drift_json_path == "-" || o.drift_md_path == "-";
+  std::ostream& out = o.out ? *o.out : (report_on_stdout ? std::cerr : std::cout);
   std::ostream& err = o.err ? *o.err : std::cerr;
 
   // Everything that can be bad input is checked before any tier runs.
+  check_no_aliases({{"FILE", o.file}, {"--tokens", o.e2e.tokens}, {"--baseline", o.e2e.baseline}},
+                   {{"--json", o.json_path}, {"--md", o.md_path}, {"--drift-json", o.drift_json_path},
+                    {"--drift-md", o.drift_md_path}});
   std::vector<TierId> tiers = o.tiers;
   if (tiers.empty())
     for (const TierSpec& t : tier_table()) tiers.push_back(t.id);
   std::vector<TierBounds> bounds;
   for (TierId id : tiers) bounds.push_back(bounds_for(id, o));
-  std::unique_ptr<AtomicOutput> json_out, md_out;
-  if (!o.json_path.empty()) json_out = std::make_unique<AtomicOutput>(o.json_path);
-  if (!o.md_path.empty()) md_out = std::make_unique<AtomicOutput>(o.md_path);
   const bool want_e2e = std::find(tiers.begin(), tiers.end(), TierId::kE2e) != tiers.end();
   if ((!o.drift_json_path.empty() || !o.drift_md_path.empty()) && (!want_e2e || o.e2e.tokens.empty()))
     throw Error("a drift report needs the e2e tier and --tokens", "", "--drift-json/--drift-md");
+  // Report targets are checked (folder, kind of file) and reserved before any work.
+  auto reserve = [](const std::string& path) {
+    return path.empty() ? nullptr : std::make_unique<AtomicOutput>(path, OutputSink::kStream);
+  };
+  std::unique_ptr<AtomicOutput> json_out = reserve(o.json_path), md_out = reserve(o.md_path);
+  std::unique_ptr<AtomicOutput> drift_json_out = reserve(o.drift_json_path), drift_md_out = reserve(o.drift_md_path);
   std::unique_ptr<TinyloopReader> reader;
   if (!o.file.empty()) reader = std::make_unique<TinyloopReader>(o.file);
 
@@ -110,19 +108,16 @@ int run_tl_verify(const VerifyOptions& o) {
   if (e2e && e2e->status != Status::kSkipped) {
     out << "\n";
     write_drift_text(*e2e, out);
-    if (!o.drift_json_path.empty() || !o.drift_md_path.empty())
-      write_drift_report_files(*e2e, o.drift_json_path, o.drift_md_path);
+    if (drift_json_out) drift_json_out->write_text([&](std::ostream& f) { write_drift_json(*e2e, f); });
+    if (drift_md_out) drift_md_out->write_text([&](std::ostream& f) { write_drift_markdown(*e2e, f); });
   }
   for (const TierResult& t : report.tiers)
     for (const CaseResult& c : t.cases)
       if (c.status == Status::kFailed)
         err << "tl-verify: FAILED " << tier_spec(t.id).name << ": " << c.label << ": " << c.message
             << "\n";
-  if (json_out)
-    write_report_file(o.json_path, [&](std::ostream& f) { f << report_to_json(report).dump(2) << "\n"; },
-                      json_out);
-  if (md_out)
-    write_report_file(o.md_path, [&](std::ostream& f) { write_markdown_report(report, f); }, md_out);
+  if (json_out) json_out->write_text([&](std::ostream& f) { f << report_to_json(report).dump(2) << "\n"; });
+  if (md_out) md_out->write_text([&](std::ostream& f) { write_markdown_report(report, f); });
   return report.exit_code;
 }
 

@@ -67,7 +67,7 @@ expect_bad "gptq-quantize: nope.safetensors: no such file" nope.safetensors -o o
 expect_bad "junk.bin" junk.bin -o out.tinyloop --method rtn
 expect_bad "nan.weight: weight is not finite at \[0, 0\]" nan.safetensors -o out.tinyloop --method rtn
 expect_bad "no linear weight matches --only zzz" w.safetensors -o out.tinyloop --method rtn --only zzz
-expect_bad "output would overwrite the input" w.safetensors -o w.safetensors --method rtn
+expect_bad "is the same file as the input" w.safetensors -o w.safetensors --method rtn
 expect_bad "not a valid regular expression" w.safetensors -o out.tinyloop --method rtn --only '('
 expect_bad "output" w.safetensors --method rtn
 

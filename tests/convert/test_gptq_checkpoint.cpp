@@ -16,7 +16,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/safetensors.h"
 #include "formats/tinyloop_file.h"
 #include "libconvert/gptq_checkpoint.h"

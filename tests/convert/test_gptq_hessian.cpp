@@ -8,7 +8,7 @@
 #include <Eigen/Cholesky>
 #include <doctest/doctest.h>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "libconvert/gptq.h"
 #include "libconvert/hessian.h"
 #include "test_gptq_golden.h"

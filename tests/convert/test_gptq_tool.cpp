@@ -21,7 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/calib_file.h"
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/safetensors.h"
 #include "formats/tinyloop_file.h"
 #include "libconvert/gptq.h"

@@ -13,8 +13,8 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include "formats/error.h"
-#include "formats/half.h"
+#include "core/error.h"
+#include "core/half.h"
 #include "formats/safetensors.h"
 #include "formats/tinyloop_file.h"
 #include "libconvert/checkpoint_import.h"

@@ -6,7 +6,7 @@
 
 #include <doctest/doctest.h>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "libconvert/marlin_layout.h"
 
 namespace {

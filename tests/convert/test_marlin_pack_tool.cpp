@@ -11,7 +11,7 @@
 
 #include <doctest/doctest.h>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/tinyloop_file.h"
 #include "libconvert/marlin_layout.h"
 #include "libconvert/marlin_pack_tool.h"

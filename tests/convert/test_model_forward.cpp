@@ -9,7 +9,7 @@
 #include <map>
 #include <random>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "libconvert/model_forward.h"
 
 namespace {

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <random>
 
-#include "formats/error.h"
-#include "formats/half.h"
+#include "core/error.h"
+#include "core/half.h"
 #include "libconvert/minmax_quantizer.h"
 #include "libconvert/model_forward.h"
 #include "libconvert/model_weights.h"

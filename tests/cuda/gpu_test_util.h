@@ -15,7 +15,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
-#include "formats/half.h"
+#include "core/half.h"
 
 namespace tl::test {
 

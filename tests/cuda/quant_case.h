@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/half.h"
+#include "core/half.h"
 #include "gpu_test_util.h"
 
 namespace tl::test {

@@ -7,7 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "formats/exit_codes.h"
+#include "core/exit_codes.h"
 #include "gpu_test_util.h"
 
 int main(int argc, char** argv) {

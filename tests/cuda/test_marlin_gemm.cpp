@@ -9,7 +9,7 @@
 
 #include "cuda/marlin_gemm.h"
 #include "cuda/tl_kernels.h"
-#include "formats/half.h"
+#include "core/half.h"
 #include "gpu_test_util.h"
 #include "quant_case.h"
 

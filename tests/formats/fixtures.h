@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "formats/half.h"
+#include "core/half.h"
 #include "formats/tinyloop_file.h"
 
 namespace tl::test {

@@ -7,7 +7,7 @@
 
 #include "fixtures.h"
 #include "formats/calib_file.h"
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/h5_write.h"
 
 using namespace tl;

@@ -4,7 +4,7 @@
 #include <functional>
 
 #include "fixtures.h"
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/hf_config.h"
 
 using namespace tl;

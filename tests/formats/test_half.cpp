@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "formats/half.h"
+#include "core/half.h"
 
 using namespace tl;
 

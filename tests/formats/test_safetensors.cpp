@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "fixtures.h"
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/safetensors.h"
 
 using namespace tl;

@@ -2,7 +2,7 @@
 
 #include <hdf5.h>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/h5_util.h"
 #include "formats/h5_write.h"
 #include "formats/tinyloop_file.h"

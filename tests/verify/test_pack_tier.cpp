@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "libverify/random_weights.h"
 #include "verify/fixture_file.h"
 #include "verify/verify_test_util.h"

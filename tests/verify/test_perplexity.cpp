@@ -6,7 +6,7 @@
 #include <cmath>
 #include <random>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "libverify/perplexity.h"
 
 using namespace tl::verify;

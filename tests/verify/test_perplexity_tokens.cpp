@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/token_file.h"
 
 namespace {

@@ -1,7 +1,7 @@
 // The tier table drives parsing, bound flags and --help.
 #include <doctest/doctest.h>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "libverify/tier_table.h"
 
 using namespace tl::verify;

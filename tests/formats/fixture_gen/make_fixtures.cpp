@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 
 #include "formats/calib_file.h"
-#include "formats/error.h"
+#include "core/error.h"
 #include "formats/h5_write.h"
 #include "formats/safetensors.h"
 #include "formats/tinyloop_file.h"

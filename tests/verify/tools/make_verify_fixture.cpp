@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "formats/error.h"
+#include "core/error.h"
 #include "verify/fixture_file.h"
 
 int main(int argc, char** argv) {
