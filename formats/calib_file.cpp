@@ -98,22 +98,21 @@ Hessian CalibReader::read(const std::string& name) const {
 }
 
 struct CalibWriter::Impl {
-  explicit Impl(const std::string& target) : out(target) {}
+  explicit Impl(const std::string& target) : out(target), file(out.tmp_path(), target) {}
   AtomicOutput out;  // declared first: destroyed after the file handle
-  h5::Handle file;
+  h5::OutputFile file;  // every HDF5 call through file.run() (h5_write.h)
   bool committed = false;
 };
 
 CalibWriter::CalibWriter(const std::string& path) : impl_(std::make_unique<Impl>(path)) {
-  h5::quiet_errors();
-  hid_t f = H5Fcreate(impl_->out.tmp_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (f < 0) throw Error("cannot create the temporary HDF5 file " + impl_->out.tmp_path(), path);
-  impl_->file = h5::Handle(f, H5Fclose);
-  h5::Handle root = h5::open_group(f, "/", path);
-  h5::write_attr(root, "format", kCalibFormat, path);
-  h5::write_attr(root, "format_version", kCalibVersion, path);
-  h5::write_attr(root, "producer_version", TL_VERSION, path);
-  h5::create_group(f, "hessian", path);
+  impl_->file.run([&] {
+    const hid_t f = impl_->file.id();
+    h5::Handle root = h5::open_group(f, "/", path);
+    h5::write_attr(root, "format", kCalibFormat, path);
+    h5::write_attr(root, "format_version", kCalibVersion, path);
+    h5::write_attr(root, "producer_version", TL_VERSION, path);
+    h5::create_group(f, "hessian", path);
+  });
 }
 
 CalibWriter::~CalibWriter() = default;
@@ -128,18 +127,20 @@ void CalibWriter::write(const Hessian& h) {
   if (h.nsamples <= 0) throw Error("expected nsamples > 0", path, h.name);
   for (size_t i = 0; i < h.H.size(); ++i)
     if (!std::isfinite(h.H[i])) throw Error("non-finite value at flat index " + std::to_string(i), path, h.name);
-  h5::Handle g = h5::open_group(impl_->file, "hessian", path);
-  if (h5::exists(g, h.name)) throw Error("Hessian written twice", path, h.name);
-  h5::write_dataset(g, h.name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {h.K, h.K}, h.H.data(), path);
-  h5::Handle d(H5Dopen2(g, h.name.c_str(), H5P_DEFAULT), H5Dclose);
-  h5::write_attr(d, "nsamples", h.nsamples, path);
-  h5::write_attr(d, "K", h.K, path);
+  const bool twice = impl_->file.run([&] { return h5::exists(impl_->file.id(), "/hessian/" + h.name); });
+  if (twice) throw Error("Hessian written twice", path, h.name);
+  impl_->file.run([&] {
+    h5::Handle g = h5::open_group(impl_->file.id(), "hessian", path);
+    h5::write_dataset(g, h.name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {h.K, h.K}, h.H.data(), path);
+    h5::Handle d(H5Dopen2(g, h.name.c_str(), H5P_DEFAULT), H5Dclose);
+    h5::write_attr(d, "nsamples", h.nsamples, path);
+    h5::write_attr(d, "K", h.K, path);
+  });
 }
 
 void CalibWriter::commit() {
   if (impl_->committed) return;
-  if (H5Fflush(impl_->file, H5F_SCOPE_GLOBAL) < 0) throw Error("cannot flush (disk full?)", impl_->out.target());
-  impl_->file.reset();
+  impl_->file.close();
   impl_->out.commit();
   impl_->committed = true;
 }

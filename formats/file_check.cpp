@@ -13,12 +13,25 @@
 
 namespace tl {
 
+std::string special_kind(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return "";
+  if (S_ISFIFO(st.st_mode)) return "a FIFO";
+  if (S_ISCHR(st.st_mode)) return "a character device";
+  if (S_ISBLK(st.st_mode)) return "a block device";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  return "";
+}
+
 void require_regular_file(const std::string& path, const std::string& what) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0)
     throw Error(std::string(std::strerror(errno)) + "; expected " + what, path);
   if (S_ISDIR(st.st_mode)) throw Error("is a directory; expected " + what, path);
-  if (!S_ISREG(st.st_mode)) throw Error("is not a regular file; expected " + what, path);
+  if (!S_ISREG(st.st_mode)) {
+    const std::string kind = special_kind(path);
+    throw Error((kind.empty() ? "is not a regular file" : "is " + kind) + "; expected " + what, path);
+  }
   if (st.st_size == 0) throw Error("empty file; expected " + what, path);
 }
 

@@ -10,6 +10,8 @@ namespace tl {
 
 // Throws tl::Error(path, "...: expected <what>") unless `path` is a non-empty regular file.
 void require_regular_file(const std::string& path, const std::string& what);
+// "a FIFO", "a character device", "a block device", "a socket", or "" (anything else).
+std::string special_kind(const std::string& path);
 bool is_directory(const std::string& path);
 bool is_regular_file(const std::string& path);
 bool path_exists(const std::string& path);

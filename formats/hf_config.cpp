@@ -3,6 +3,7 @@
 // TinyLoop block cannot express (scaled RoPE, a non-SiLU MLP) are refused, not ignored.
 #include "formats/hf_config.h"
 
+#include <cmath>
 #include <fstream>
 
 #include "core/error.h"
@@ -19,13 +20,18 @@ int64_t get_int(const nlohmann::json& j, const char* key, const std::string& fil
     if (fallback) return *fallback;
     throw Error("missing key (expected an integer)", file, key);
   }
-  if (!j[key].is_number_integer()) throw Error("expected an integer, got " + j[key].dump(), file, key);
-  return j[key].get<int64_t>();
+  if (!j[key].is_number_integer() || (j[key].is_number_unsigned() && j[key].get<uint64_t>() > uint64_t(kMaxDim)))
+    throw Error("expected an integer of at most " + std::to_string(kMaxDim) + ", got " + j[key].dump(), file, key);
+  const int64_t v = j[key].get<int64_t>();
+  if (v > kMaxDim || v < -kMaxDim)
+    throw Error("expected an integer of at most " + std::to_string(kMaxDim) + ", got " + j[key].dump(), file, key);
+  return v;
 }
 
 double get_num(const nlohmann::json& j, const char* key, double fallback, const std::string& file) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number()) throw Error("expected a number, got " + j[key].dump(), file, key);
+  if (!j[key].is_number() || !std::isfinite(j[key].get<double>()))
+    throw Error("expected a finite number, got " + j[key].dump(), file, key);
   return j[key].get<double>();
 }
 
@@ -103,6 +109,7 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& fil
     c.n_loop = 0;
     c.loops = 0;
   }
+  // Every integer is bounded by kMaxDim (2^24), so d_head * n_heads fits in int64.
   if (c.n_heads > 0 && c.d_head * c.n_heads != c.d_model && !j.contains("head_dim"))
     throw Error("hidden_size " + std::to_string(c.d_model) + " is not divisible by num_attention_heads " +
                     std::to_string(c.n_heads) + " and head_dim is not given", file, "head_dim");

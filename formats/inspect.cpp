@@ -72,6 +72,7 @@ static nlohmann::json summary_tinyloop(const std::string& path) {
   s["quantized"] = nlohmann::json::array();
   const hid_t f = r.impl()->file;
   for (const std::string& n : r.quant_names()) {
+    r.check_quant(n);  // a malformed layout is exit 2 here too, not a listing of garbage
     const EntryInfo e = r.info(n);
     const int64_t K = e.shape[0], N = e.shape[1];
     nlohmann::json prov = e.attributes;

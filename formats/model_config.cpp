@@ -1,5 +1,8 @@
 #include "formats/model_config.h"
 
+#include <cmath>
+
+#include "core/checked.h"
 #include "core/error.h"
 
 namespace tl {
@@ -9,6 +12,20 @@ void ModelConfig::validate(const std::string& file) const {
     if (!ok) throw Error("expected " + what, file, std::string("config.") + field);
   };
   need(!architecture.empty(), "architecture", "a non-empty architecture name");
+  // Upper bounds first, so no product or sum below (nor a reader's) can overflow.
+  auto at_most = [&](int64_t v, int64_t limit, const char* field) {
+    need(v <= limit, field, std::string(field) + " <= " + std::to_string(limit) + ", got " + std::to_string(v));
+  };
+  at_most(d_model, kMaxDim, "d_model");
+  at_most(n_heads, kMaxDim, "n_heads");
+  at_most(n_kv_heads, kMaxDim, "n_kv_heads");
+  at_most(d_head, kMaxDim, "d_head");
+  at_most(ffn, kMaxDim, "ffn");
+  at_most(vocab, kMaxDim, "vocab");
+  at_most(n_pre, kMaxBlocks, "n_pre");
+  at_most(n_loop, kMaxBlocks, "n_loop");
+  at_most(loops, kMaxBlocks, "loops");
+  at_most(max_seq, kMaxDim, "max_seq");
   need(d_model > 0, "d_model", "d_model > 0, got " + std::to_string(d_model));
   need(n_heads > 0, "n_heads", "n_heads > 0, got " + std::to_string(n_heads));
   need(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "n_kv_heads",
@@ -21,8 +38,8 @@ void ModelConfig::validate(const std::string& file) const {
   need(loops >= 0, "loops", "loops >= 0, got " + std::to_string(loops));
   need(n_loop == 0 || loops > 0, "loops", "loops > 0 when n_loop > 0");
   need(n_pre + n_loop > 0, "n_pre", "at least one block (n_pre + n_loop > 0)");
-  need(norm_eps > 0, "norm_eps", "norm_eps > 0");
-  need(rope_theta > 0, "rope_theta", "rope_theta > 0");
+  need(std::isfinite(norm_eps) && norm_eps > 0, "norm_eps", "a finite norm_eps > 0");
+  need(std::isfinite(rope_theta) && rope_theta > 0, "rope_theta", "a finite rope_theta > 0");
   need(max_seq > 0, "max_seq", "max_seq > 0");
 }
 
@@ -58,8 +75,13 @@ static void field(const nlohmann::json& j, const char* key, T* out, bool require
     *out = v.is_boolean() ? v.get<bool>() : v.get<int64_t>() != 0;
     return;
   } else if constexpr (std::is_integral_v<T>) {
-    if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == double(int64_t(v.get<double>()))))
+    int64_t iv = 0;
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+      throw Error(std::string("field '") + key + "': " + v.dump() + " is out of range", "", "config");
+    if (!v.is_number_integer() && !(v.is_number_float() && exact_int64(v.get<double>(), &iv)))
       throw Error(std::string("field '") + key + "': expected an integer, got " + v.dump(), "", "config");
+    *out = v.is_number_integer() ? T(v.get<int64_t>()) : T(iv);
+    return;
   } else {
     if (!v.is_number()) throw Error(std::string("field '") + key + "': expected a number, got " + v.dump(), "", "config");
   }

@@ -9,6 +9,11 @@
 
 namespace tl {
 
+// Bounds validate() enforces: every extent of a real model is far below them (vocab 256k, FFN
+// 50k, d_model 16k, 126 layers), and products of two of them fit in int64.
+constexpr int64_t kMaxDim = int64_t(1) << 24;
+constexpr int64_t kMaxBlocks = int64_t(1) << 16;
+
 struct ModelConfig {
   std::string architecture = "tinyloop";  // "tinyloop" or the HF model_type ("llama", ...)
   int64_t d_model = 0;

@@ -56,7 +56,7 @@ struct QuantWeight {
   nlohmann::json provenance = nlohmann::json::object();  // method, damp, block_size, loss, ...
   std::optional<MarlinSection> marlin;
 
-  int64_t groups() const { return group_size > 0 ? (K + group_size - 1) / group_size : 0; }
+  int64_t groups() const { return group_size > 0 ? K / group_size + (K % group_size != 0) : 0; }
   // Shape/range checks (codes in [0, 15], scale finite and > 0, zero finite); throws tl::Error.
   void validate(const std::string& file = "") const;
   // W_hat[k, n] = q * scale + zero in float32 (float16 scale/zero widened).
@@ -94,6 +94,11 @@ class TinyloopReader {
   EntryInfo info(const std::string& name) const;
   Tensor read_dense(const std::string& name) const;
   QuantWeight read_quant(const std::string& name, bool with_marlin = true) const;
+  // The checks read_quant makes before reading data -- layout attributes (bits, K, N,
+  // group_size, G), the dtype and shape of q, scale, zero and the Marlin section -- from
+  // metadata alone (marlin-pack runs them on weights it copies unread; with_marlin = false
+  // leaves the Marlin section to the caller, as read_quant(name, false)). Throws tl::Error.
+  void check_quant(const std::string& name, bool with_marlin = true) const;
 
   struct Impl;
   Impl* impl() const { return impl_.get(); }

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "formats/file_check.h"
 #include "formats/h5_write.h"
@@ -15,7 +16,8 @@ namespace tl {
 
 bool is_hdf5_file(const std::string& path) {
   static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (!is_regular_file(path)) return false;  // never open a FIFO or a device: it could block
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return false;
   unsigned char head[8] = {};
   const ssize_t n = ::read(fd, head, 8);
@@ -140,7 +142,7 @@ Tensor TinyloopReader::read_dense(const std::string& name) const {
   if (!schema::dtype_of(di, &t.dtype))
     throw Error("unsupported dtype (expected F64, F32, F16, BF16, I32, I8 or U8)", path, dp);
   t.shape = di.shape;
-  t.data.resize(size_t(t.numel()) * dtype_size(t.dtype));
+  t.data.resize(size_t(h5::checked_numel(di, dtype_size(t.dtype), path, dp)) * dtype_size(t.dtype));
   if (!t.data.empty()) h5::read_into(impl_->file, dp, path, schema::mem_type(t.dtype), t.data.data());
   t.check_finite(path);
   return t;
@@ -151,10 +153,68 @@ static std::vector<half_bits> read_gn(hid_t f, const std::string& p, const std::
   return h5::read_half_bits(f, p, path, nullptr, {G, N});
 }
 
-static void require_int(const h5::DatasetInfo& di, size_t size, bool is_signed, const char* what,
-                        const std::string& path, const std::string& p) {
-  if (di.type_class != H5T_INTEGER || di.type_size != size || di.is_signed != is_signed)
-    throw Error(std::string("expected dtype ") + what, path, p);
+
+// The layout attributes of /quant/<name> and the dtype and shape of every dataset, checked
+// from metadata alone -- nothing is allocated from a declared size before it is checked.
+struct QuantLayout {
+  int bits = 0;
+  int64_t K = 0, N = 0, group_size = 0, G = 0;
+  bool marlin = false;
+};
+
+// `marlin`: also the Marlin section's attributes and datasets (the pack tier reads a section
+// with read_quant(name, false) and checks it itself, naming what is wrong).
+static QuantLayout check_quant_layout(const TinyloopReader::Impl& im, const std::string& name, bool marlin) {
+  const std::string& path = im.path;
+  const hid_t f = im.file;
+  const std::string gp = schema::quant_path(name);
+  if (!h5::is_group(f, gp)) throw Error("missing group (expected a quantized weight)", path, gp);
+  QuantLayout l;
+  const int64_t bits = h5::attr_int(f, gp, "bits", path);
+  l.K = h5::attr_int(f, gp, "K", path);
+  l.N = h5::attr_int(f, gp, "N", path);
+  l.group_size = h5::attr_int(f, gp, "group_size", path);
+  if (bits != 4) throw Error("bits = " + std::to_string(bits) + ": expected 4", path, gp);
+  l.bits = int(bits);
+  if (l.K <= 0 || l.N <= 0 || l.K > kMaxExtent || l.N > kMaxExtent || l.group_size <= 0 || l.group_size > l.K)
+    throw Error("expected 0 < K, N <= 2^31 and 0 < group_size <= K; got K = " + std::to_string(l.K) + ", N = " +
+                    std::to_string(l.N) + ", group_size = " + std::to_string(l.group_size), path, gp);
+  l.G = ceil_div(l.K, l.group_size);
+  if (h5::has_attr(f, gp, "G") && h5::attr_int(f, gp, "G", path) != l.G)
+    throw Error("attribute G = " + std::to_string(h5::attr_int(f, gp, "G", path)) + ": expected ceil(K / group_size) = " +
+                    std::to_string(l.G), path, gp);
+  auto shape_of = [&](const std::string& p, const std::vector<int64_t>& want, const char* dtype, bool half,
+                      size_t int_size, bool int_signed) {
+    const h5::DatasetInfo di = h5::dataset_info(f, p, path);
+    const bool ok = half ? di.is_float16
+                         : (di.type_class == H5T_INTEGER && di.type_size == int_size && di.is_signed == int_signed);
+    if (!ok) throw Error(half ? std::string("expected a float16 dataset") : std::string("expected dtype ") + dtype, path, p);
+    if (di.shape != want) throw Error("expected shape " + shape_str(want) + ", found " + shape_str(di.shape), path, p);
+  };
+  shape_of(gp + "/q", {l.K, (l.N + 1) / 2}, "uint8 (two 4-bit codes per byte)", false, 1, false);
+  shape_of(gp + "/scale", {l.G, l.N}, "float16", true, 0, false);
+  shape_of(gp + "/zero", {l.G, l.N}, "float16", true, 0, false);
+  const std::string mp = gp + "/" + schema::kMarlin;
+  l.marlin = h5::is_group(f, mp);
+  if (l.marlin && marlin) {
+    const int64_t gs = h5::attr_int(f, mp, "groupsize", path);
+    const int64_t want_gs = l.group_size == l.K ? -1 : l.group_size;
+    if (gs != want_gs)
+      throw Error("groupsize " + std::to_string(gs) + ": expected " + std::to_string(want_gs) + " for group_size " +
+                      std::to_string(l.group_size) + " and K = " + std::to_string(l.K), path, mp);
+    const std::string layout = h5::attr_string(f, mp, "layout", path);
+    if (layout != kMarlinLayoutTag)
+      throw Error("layout '" + layout + "': expected '" + kMarlinLayoutTag + "'", path, mp);
+    if (l.K % 16 != 0) throw Error("expected K divisible by 16 for a Marlin section, K = " + std::to_string(l.K), path, mp);
+    shape_of(mp + "/B", {l.K / 16, 2 * l.N}, "int32", false, 4, true);
+    shape_of(mp + "/s", {l.G, l.N}, "float16", true, 0, false);
+    shape_of(mp + "/delta", {l.G, l.N}, "float16", true, 0, false);
+  }
+  return l;
+}
+
+void TinyloopReader::check_quant(const std::string& name, bool with_marlin) const {
+  check_quant_layout(*impl_, name, with_marlin);
 }
 
 QuantWeight TinyloopReader::read_quant(const std::string& name, bool with_marlin) const {
@@ -162,43 +222,30 @@ QuantWeight TinyloopReader::read_quant(const std::string& name, bool with_marlin
   const hid_t f = impl_->file;
   const std::string gp = schema::quant_path(name);
   if (!has_quant(name)) throw Error("missing group (expected a quantized weight)", path, gp);
+  const QuantLayout l = check_quant_layout(*impl_, name, with_marlin);
   QuantWeight w;
   w.name = name;
-  w.bits = int(h5::attr_int(f, gp, "bits", path));
-  w.K = h5::attr_int(f, gp, "K", path);
-  w.N = h5::attr_int(f, gp, "N", path);
-  w.group_size = h5::attr_int(f, gp, "group_size", path);
-  if (w.bits != 4) throw Error("bits = " + std::to_string(w.bits) + ": expected 4", path, gp);
-  if (w.K <= 0 || w.N <= 0 || w.group_size <= 0 || w.group_size > w.K)
-    throw Error("expected K > 0, N > 0, 0 < group_size <= K; got K = " + std::to_string(w.K) + ", N = " +
-                    std::to_string(w.N) + ", group_size = " + std::to_string(w.group_size), path, gp);
-  const int64_t G = w.groups();
-  if (h5::has_attr(f, gp, "G") && h5::attr_int(f, gp, "G", path) != G)
-    throw Error("attribute G = " + std::to_string(h5::attr_int(f, gp, "G", path)) + ": expected ceil(K / group_size) = " +
-                    std::to_string(G), path, gp);
-
-  const std::string qp = gp + "/q";
-  require_int(h5::dataset_info(f, qp, path), 1, false, "uint8 (two 4-bit codes per byte)", path, qp);
-  const std::vector<uint8_t> packed = h5::read<uint8_t>(f, qp, path, nullptr, {w.K, (w.N + 1) / 2});
+  w.bits = l.bits;
+  w.K = l.K;
+  w.N = l.N;
+  w.group_size = l.group_size;
+  const std::vector<uint8_t> packed = h5::read<uint8_t>(f, gp + "/q", path, nullptr, {w.K, (w.N + 1) / 2});
   w.q = schema::unpack_nibbles(packed, w.K, w.N);
-  w.scale = read_gn(f, gp + "/scale", path, G, w.N);
-  w.zero = read_gn(f, gp + "/zero", path, G, w.N);
+  w.scale = read_gn(f, gp + "/scale", path, l.G, w.N);
+  w.zero = read_gn(f, gp + "/zero", path, l.G, w.N);
 
   h5::Handle g = h5::open_group(f, gp, path);
   w.provenance = h5::read_attrs(g, path);
   for (const std::string& a : schema::kQuantLayoutAttrs) w.provenance.erase(a);
 
   const std::string mp = gp + "/" + schema::kMarlin;
-  if (with_marlin && h5::is_group(f, mp)) {
+  if (with_marlin && l.marlin) {
     MarlinSection m;
     m.groupsize = h5::attr_int(f, mp, "groupsize", path);
     m.layout = h5::attr_string(f, mp, "layout", path);
-    if (w.K % 16 != 0) throw Error("expected K divisible by 16 for a Marlin section, K = " + std::to_string(w.K), path, mp);
-    const std::string bp = mp + "/B";
-    require_int(h5::dataset_info(f, bp, path), 4, true, "int32", path, bp);
-    m.B = h5::read<int32_t>(f, bp, path, nullptr, {w.K / 16, 2 * w.N});
-    m.s = read_gn(f, mp + "/s", path, G, w.N);
-    m.delta = read_gn(f, mp + "/delta", path, G, w.N);
+    m.B = h5::read<int32_t>(f, mp + "/B", path, nullptr, {w.K / 16, 2 * w.N});
+    m.s = read_gn(f, mp + "/s", path, l.G, w.N);
+    m.delta = read_gn(f, mp + "/delta", path, l.G, w.N);
     w.marlin = std::move(m);
   }
   w.validate(path);

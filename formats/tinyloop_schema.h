@@ -9,6 +9,7 @@
 
 #include "formats/atomic_output.h"
 #include "formats/h5_util.h"
+#include "formats/h5_write.h"
 #include "formats/tinyloop_file.h"
 
 namespace tl {
@@ -53,9 +54,9 @@ struct TinyloopReader::Impl {
 };
 
 struct TinyloopWriter::Impl {
-  explicit Impl(const std::string& target) : out(target) {}
+  explicit Impl(const std::string& target) : out(target), file(out.tmp_path(), target) {}
   AtomicOutput out;  // declared first: destroyed after the file handle is closed
-  h5::Handle file;
+  h5::OutputFile file;
   std::string producer;
   bool config_written = false;
   bool committed = false;

@@ -213,6 +213,8 @@ CheckpointImport::CheckpointImport(const std::string& path, const std::string& o
     throw Error("--only: not a valid regular expression: " + only + " (" + e.what() + ")");
   }
   if (is_directory(path)) {
+    if (path_exists(path + "/config.json") && !is_regular_file(path + "/config.json"))
+      require_regular_file(path + "/config.json", "the checkpoint's config.json (a JSON file)");
     if (is_regular_file(path + "/config.json")) {
       m.kind = CheckpointKind::kHfFolder;
       m.open_hf(sel);
@@ -221,6 +223,8 @@ CheckpointImport::CheckpointImport(const std::string& path, const std::string& o
       m.open_safetensors(sel, !only.empty());
     }
   } else if (!is_regular_file(path)) {
+    if (!special_kind(path).empty())
+      throw Error("is " + special_kind(path) + "; expected a checkpoint folder, .safetensors or .tinyloop file", path);
     throw Error("no such file or folder", path);
   } else if (is_hdf5_file(path)) {
     m.kind = CheckpointKind::kTinyloop;

@@ -448,6 +448,8 @@ struct Job {
           out.write_quant(qw);
         });
         log_done(i, qw, t0, progress);
+      } catch (const InOrder::Aborted&) {
+        return;  // the worker whose weight failed reports that error
       } catch (...) {
         order.abort();  // wake the workers waiting for their turn
         throw;

@@ -139,6 +139,7 @@ struct Job {
     for (size_t i = 0; i < quant.size(); ++i) {
       const std::string& name = quant[i];
       WeightReport r;
+      in.check_quant(name);  // also for weights copied unread: the output must be a valid file
       const EntryInfo info = in.info(name);
       const MarlinGate gate = marlin_gate(info.shape.at(0), info.shape.at(1), info.group_size);
       if (!selected(name) || !gate.ok) {
@@ -234,10 +235,10 @@ int run_marlin_pack(const MarlinPackOptions& o) {
     if (o.in_place) throw Error("--in-place needs a .tinyloop input; write a GPTQ checkpoint's "
                                 "conversion with -o OUTPUT.tinyloop", o.input);
     kind = "gptq-checkpoint";
-  } else if (is_hdf5_file(o.input)) {
-    kind = "tinyloop";
   } else {
-    throw Error("expected a .tinyloop (HDF5) file or a GPTQ checkpoint folder", o.input);
+    require_regular_file(o.input, "a .tinyloop file or a GPTQ checkpoint folder");  // never opens a FIFO
+    if (!is_hdf5_file(o.input)) throw Error("expected a .tinyloop (HDF5) file or a GPTQ checkpoint folder", o.input);
+    kind = "tinyloop";
   }
 
   {

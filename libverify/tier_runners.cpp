@@ -146,24 +146,11 @@ void run_on_file(TierId id, const TierBounds& b, const RunContext& ctx, TierResu
       r.cases.push_back(std::move(c));
       continue;
     }
-    // The weight's own q/scale/zero are the truth (a broken one is bad input: the reader
-    // throws, exit 2); its section is read as stored, and a section that cannot even be loaded
-    // fails this weight's case.
+    // The weight's own q/scale/zero are the truth, and a section that cannot be read as the
+    // format says (a checksum mismatch, a wrong dtype or shape) is a damaged file: the readers
+    // throw, exit 2. What a readable section says is what the tier checks.
     QuantWeight w = f.read_quant(names[wi], /*with_marlin=*/false);
-    try {
-      w.marlin = sections.read(w);
-    } catch (const Error& e) {
-      CaseResult c;
-      c.label = c.weight = names[wi];
-      c.K = w.K;
-      c.N = w.N;
-      c.group_size = w.group_size;
-      c.status = Status::kFailed;
-      c.message = std::string("Marlin section unreadable: ") + e.what();
-      progress.done(c);
-      r.cases.push_back(std::move(c));
-      continue;
-    }
+    w.marlin = sections.read(w);
     if (!per_m) {
       CaseResult c = check_pack(w);
       progress.done(c);

@@ -68,7 +68,12 @@ int run_tl_verify(const VerifyOptions& o) {
   std::unique_ptr<AtomicOutput> json_out = reserve(o.json_path), md_out = reserve(o.md_path);
   std::unique_ptr<AtomicOutput> drift_json_out = reserve(o.drift_json_path), drift_md_out = reserve(o.drift_md_path);
   std::unique_ptr<TinyloopReader> reader;
-  if (!o.file.empty()) reader = std::make_unique<TinyloopReader>(o.file);
+  if (!o.file.empty()) {
+    reader = std::make_unique<TinyloopReader>(o.file);
+    // Every weight's layout from metadata, so a malformed file is one error line before any
+    // tier runs (its Marlin sections are what the tiers check).
+    for (const std::string& name : reader->quant_names()) reader->check_quant(name, /*with_marlin=*/false);
+  }
 
   VerifyReport report;
   report.file = o.file;

@@ -106,10 +106,12 @@ def main():
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(a.output) + ".tmp-", dir=out_dir)
     os.close(fd)
     try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["format"] = "tinyloop-calib"
+        # HDF5 1.10 format (checksummed metadata: tinyloop-tools refuses files without it) and
+        # fixed-length strings (no unchecksummed global heap), as the project's own writers.
+        with h5py.File(tmp, "w", libver=("v110", "v110")) as f:
+            f.attrs["format"] = np.bytes_("tinyloop-calib")
             f.attrs["format_version"] = np.int64(1)
-            f.attrs["producer"] = "tools/hf_calibrate.py"
+            f.attrs["producer"] = np.bytes_("tools/hf_calibrate.py")
             g = f.create_group("hessian")
             for name, (H, n) in sorted(state.items()):
                 names = [name] + ([name[: -len("gate")] + "up"] if name.endswith(".mlp_gate") else [])

@@ -25,13 +25,13 @@ def write(path, ts):
 write("w.safetensors", tensors)
 write("nan.safetensors", {"nan.weight": np.full((16, 32), np.nan, "<f4")})
 X = rng.standard_normal((256, 32)).astype("<f4")
-with h5py.File("calib.h5", "w") as f:
+with h5py.File("calib.h5", "w", libver=("v110", "v110")) as f:
     f.attrs["format"] = "tinyloop-calib"; f.attrs["format_version"] = 1
     d = f.create_dataset("hessian/a.weight", data=(2 / 256 * X.T @ X).astype("<f4"))
     d.attrs["nsamples"] = 256; d.attrs["K"] = 32
     d = f.create_dataset("hessian/nan.weight", data=np.eye(32, dtype="<f4"))
     d.attrs["nsamples"] = 1; d.attrs["K"] = 32
-with h5py.File("calib_k16.h5", "w") as f:
+with h5py.File("calib_k16.h5", "w", libver=("v110", "v110")) as f:
     f.attrs["format"] = "tinyloop-calib"; f.attrs["format_version"] = 1
     d = f.create_dataset("hessian/a.weight", data=np.eye(16, dtype="<f4"))
     d.attrs["nsamples"] = 1; d.attrs["K"] = 16

@@ -22,7 +22,7 @@ hdr = json.dumps({"proj.weight": {"dtype": "F32", "shape": list(w_pt.shape), "da
 hdr += b" " * (-len(hdr) % 8)
 with open("w.safetensors", "wb") as f:
     f.write(struct.pack("<Q", len(hdr)) + hdr + w_pt.tobytes())
-with h5py.File("calib.h5", "w") as f:
+with h5py.File("calib.h5", "w", libver=("v110", "v110")) as f:
     f.attrs["format"] = "tinyloop-calib"
     f.attrs["format_version"] = 1
     d = f.create_dataset("hessian/proj", data=H.astype("<f4"))  # found via "proj.weight" minus ".weight"

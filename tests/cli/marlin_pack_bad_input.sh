@@ -31,7 +31,7 @@ make_gptq ckok gptq 1 4
 expect_bad "exactly one of -o OUTPUT and --in-place|excludes" "$MP" ckok
 expect_bad "--in-place needs a .tinyloop input" "$MP" ckok --in-place
 expect_bad "bad regular expression" "$MP" ckok -o out.tinyloop --only '('
-expect_bad "no-such-file: expected a .tinyloop" "$MP" no-such-file -o out.tinyloop
+expect_bad "no-such-file: No such file or directory; expected a .tinyloop" "$MP" no-such-file -o out.tinyloop
 echo "not hdf5" > junk.bin
 expect_bad "junk.bin: expected a .tinyloop" "$MP" junk.bin -o out.tinyloop
 mkdir -p plain && expect_bad "a folder must be a GPTQ checkpoint" "$MP" plain -o out.tinyloop

@@ -56,7 +56,7 @@ TEST_CASE("calib: the golden layout (root H + nsamples) is read as \"H\"") {
   const std::string p = dir + "/g.h5";
   std::mt19937 rng(9);
   const Hessian h = random_h("H", 32, rng);
-  hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  hid_t f = tl::h5::create_file(p, p).release();  // HDF5 1.10 format: readers require it
   h5::write_dataset(f, "H", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {32, 32}, h.H.data(), p);
   hid_t root = H5Gopen2(f, "/", H5P_DEFAULT);
   h5::write_attr(root, "nsamples", 8, p);
@@ -81,7 +81,7 @@ TEST_CASE("calib: bad inputs") {
   std::mt19937 rng(10);
   const std::string p = dir + "/c.h5";
   SUBCASE("wrong dtype") {
-    hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t f = tl::h5::create_file(p, p).release();  // HDF5 1.10 format: readers require it
     std::vector<double> H(16, 1.0);
     h5::write_dataset(f, "H", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {4, 4}, H.data(), p);
     hid_t root = H5Gopen2(f, "/", H5P_DEFAULT);
@@ -91,7 +91,7 @@ TEST_CASE("calib: bad inputs") {
     CHECK(msg([&] { CalibReader(p).read("H"); }) == p + ": /H: expected dtype float32");
   }
   SUBCASE("not square") {
-    hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t f = tl::h5::create_file(p, p).release();  // HDF5 1.10 format: readers require it
     std::vector<float> H(12, 1.f);
     h5::write_dataset(f, "H", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {3, 4}, H.data(), p);
     hid_t root = H5Gopen2(f, "/", H5P_DEFAULT);
@@ -101,7 +101,7 @@ TEST_CASE("calib: bad inputs") {
     CHECK(msg([&] { CalibReader(p).read("H"); }).find("square shape [K, K], found [3, 4]") != std::string::npos);
   }
   SUBCASE("some other HDF5 file") {
-    hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t f = tl::h5::create_file(p, p).release();  // HDF5 1.10 format: readers require it
     H5Fclose(f);
     CHECK(msg([&] { CalibReader r(p); }).find("not a calibration file") != std::string::npos);
   }

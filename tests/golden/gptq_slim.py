@@ -14,7 +14,8 @@ What is kept, and why (everything else of the originals is dropped):
                         root attributes K, N, G, group_size, group_size_effective, blocksize,
                         percdamp, damp, actorder, static_groups, nsamples, err_out_gptq,
                         err_out_rtn, gptq_error_sum_losses, upstream_commit, calib_file.
-Datasets are written with shuffle + gzip(9).  Usage: gptq_slim.py SRC_DIR DST_DIR
+Datasets are written with shuffle + gzip(9), in the HDF5 1.10 file format (libver v110:
+checksummed metadata, which the project's readers require).  Usage: gptq_slim.py SRC_DIR DST_DIR
 """
 import glob
 import os
@@ -46,7 +47,7 @@ def main(src, dst):
         for c in cases:
             with h5py.File(c, "r") as f:
                 assert np.array_equal(f["W"][:], W), f"{c}: W differs between case files"
-        with h5py.File(calib, "r") as s, h5py.File(os.path.join(dst, os.path.basename(calib)), "w") as d:
+        with h5py.File(calib, "r") as s, h5py.File(os.path.join(dst, os.path.basename(calib)), "w", libver=("v110", "v110")) as d:
             for k in CALIB_ATTRS:
                 d.attrs[k] = s.attrs[k]
             for k, v in edge.items():
@@ -57,7 +58,7 @@ def main(src, dst):
             if s.attrs["K"] <= 256:
                 put(d, "X", s["X"][:])
         for c in cases:
-            with h5py.File(c, "r") as s, h5py.File(os.path.join(dst, os.path.basename(c)), "w") as d:
+            with h5py.File(c, "r") as s, h5py.File(os.path.join(dst, os.path.basename(c)), "w", libver=("v110", "v110")) as d:
                 for k in CASE_ATTRS:
                     d.attrs[k] = s.attrs[k]
                 d.attrs["slimmed_from"] = os.path.basename(c)
