@@ -173,7 +173,9 @@ void run_guarded(const std::function<void()>& work, const GuardLimits& limits, u
     const uint64_t as = current_address_space() + limits.address_space;
     struct rlimit lim {as, as};
     setrlimit(RLIMIT_AS, &lim);
-    signal(SIGPIPE, SIG_DFL);
+    // The child's crash must be a crash the parent sees, not a test framework's or a
+    // sanitizer's report from inside the child: default dispositions for the fatal signals.
+    for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGPIPE}) signal(sig, SIG_DFL);
     std::string msg;
     int status = 0;
     try {

@@ -27,6 +27,15 @@ std::vector<hsize_t> chunk_shape(const std::vector<int64_t>& shape, size_t elem_
 
 static Handle plist(hid_t cls) { return Handle(H5Pcreate(cls), H5Pclose); }
 
+// Links and attributes stay in their object's header ("compact" storage), which the header's
+// checksum covers. Past HDF5's defaults (8 of each) they would move to a fractal heap whose
+// blocks carry no checksum: a flipped byte there would silently change a name or a value.
+static void compact_storage(hid_t ocpl, bool links) {
+  H5Pset_attr_phase_change(ocpl, 65535, 0);
+  if (links) H5Pset_link_phase_change(ocpl, 65535, 0);
+  H5Pset_obj_track_times(ocpl, false);
+}
+
 // "cannot <what>: <reason from the library's error stack>".
 static std::string failed(const std::string& what) {
   const std::string why = last_error_reason();
@@ -40,7 +49,7 @@ Handle create_file(const std::string& path, const std::string& file) {
     throw Error("cannot select HDF5 1.10 file-format bounds (libhdf5 older than 1.10?)", file);
   // The root group is created from the file-creation list: no times on it either.
   Handle fcpl = plist(H5P_FILE_CREATE);
-  H5Pset_obj_track_times(fcpl, false);
+  compact_storage(fcpl, true);
   hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, fapl);
   if (f < 0) throw Error(failed("create the temporary HDF5 file " + path), file);
   return Handle(f, H5Fclose);
@@ -57,7 +66,7 @@ void close_file(Handle& f, const std::string& file) {
 Handle create_group(hid_t loc, const std::string& name, const std::string& file) {
   quiet_errors();
   Handle gcpl = plist(H5P_GROUP_CREATE);
-  H5Pset_obj_track_times(gcpl, false);
+  compact_storage(gcpl, true);
   Handle g(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, gcpl, H5P_DEFAULT), H5Gclose);
   if (!g.valid()) throw Error(failed("create group"), file, name);
   return g;
@@ -105,7 +114,7 @@ void write_dataset(hid_t loc, const std::string& name, hid_t file_type, hid_t me
                H5Sclose);
   if (!space.valid()) throw Error("bad dataset shape", file, name);
   Handle dcpl = plist(H5P_DATASET_CREATE);
-  H5Pset_obj_track_times(dcpl, false);
+  compact_storage(dcpl, false);
   const std::vector<hsize_t> chunk = chunk_shape(shape, H5Tget_size(file_type));
   if (!chunk.empty()) {
     if (H5Pset_chunk(dcpl, int(chunk.size()), chunk.data()) < 0 || H5Pset_fletcher32(dcpl) < 0)
@@ -298,7 +307,7 @@ static void copy_dataset(hid_t src, hid_t dst_loc, const std::string& name, cons
   if (!type.valid() || !space.valid() || !dcpl.valid()) throw Error("cannot read the dataset's layout", file, shown);
   if (H5Tdetect_class(type, H5T_VLEN) > 0 || (H5Tget_class(type) == H5T_STRING && H5Tis_variable_str(type) > 0))
     throw Error("cannot copy a dataset of variable-length data", file, shown);
-  H5Pset_obj_track_times(dcpl, false);
+  compact_storage(dcpl, false);
   Handle d(H5Dcreate2(dst_loc, name.c_str(), type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose);
   if (!d.valid()) throw Error(failed("create dataset"), file, shown);
   copy_attributes(src, d, {}, file);

@@ -14,6 +14,7 @@
 #include "core/half.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
+#include "libconvert/model_weights.h"
 
 namespace tl {
 
@@ -194,6 +195,7 @@ void CheckpointImport::Impl::open_tinyloop(const std::regex& sel) {
     entries.push_back(e);
   }
   for (const std::string& name : tl->quant_names()) {
+    tl->check_quant(name);  // copied through unread: it must be a valid weight
     ImportEntry e;
     e.name = name;
     e.kind = ImportEntry::Kind::kQuantized;
@@ -232,6 +234,26 @@ CheckpointImport::CheckpointImport(const std::string& path, const std::string& o
   } else {
     m.kind = CheckpointKind::kSafetensors;
     m.open_safetensors(sel, !only.empty());
+  }
+  // Every model entry against the config, before anything is read: a weight that disagrees
+  // would make a file that no forward pass (and no tool after this one) can use.
+  if (m.config) {
+    for (const ImportEntry& e : m.entries) {
+      std::vector<int64_t> want;
+      try {
+        want = expected_entry_shape(*m.config, e.name);
+      } catch (const Error& err) {
+        throw Error(err.what(), path);
+      }
+      if (!want.empty() && e.shape != want) {
+        std::string from;
+        for (const std::string& src : e.sources)
+          if (src != e.name) from += (from.empty() ? " (from " : ", ") + src;
+        throw Error("shape " + shape_str(e.shape) + " disagrees with the config, which gives " + shape_str(want) +
+                        (want.size() == 2 ? " ([K, N]: in, out)" : "") + (from.empty() ? "" : from + ")"),
+                    path, e.name);
+      }
+    }
   }
 }
 

@@ -130,6 +130,9 @@ struct Job {
   void run_tinyloop(TinyloopWriter& out) {
     TinyloopReader in(o.input);
     const std::vector<std::string> quant = in.quant_names();
+    // Every weight's layout from metadata before anything is written or printed: a malformed
+    // weight is one error line, and weights copied unread are valid in the output too.
+    for (const std::string& name : quant) in.check_quant(name);
     Progress progress(o.quiet, quant.size());
     out.copy_config_and_attributes(in);
     for (const std::string& name : in.dense_names()) {
@@ -139,7 +142,6 @@ struct Job {
     for (size_t i = 0; i < quant.size(); ++i) {
       const std::string& name = quant[i];
       WeightReport r;
-      in.check_quant(name);  // also for weights copied unread: the output must be a valid file
       const EntryInfo info = in.info(name);
       const MarlinGate gate = marlin_gate(info.shape.at(0), info.shape.at(1), info.group_size);
       if (!selected(name) || !gate.ok) {

@@ -61,16 +61,20 @@ struct Source {
 };
 
 BlockWeights read_block(const Source& src, const ModelConfig& c, const std::string& prefix) {
-  const int64_t D = c.d_model, dh = c.d_head, H = c.n_heads, Hkv = c.n_kv_heads;
   BlockWeights b;
   b.prefix = prefix;
-  b.attn_norm = src.dense(prefix + ".attn_norm", {D});
-  b.mlp_norm = src.dense(prefix + ".mlp_norm", {D});
-  b.attn_qkv = src.linear(prefix + ".attn_qkv", D, (H + 2 * Hkv) * dh);
-  b.attn_out = src.linear(prefix + ".attn_out", H * dh, D);
-  b.mlp_gate = src.linear(prefix + ".mlp_gate", D, c.ffn);
-  b.mlp_up = src.linear(prefix + ".mlp_up", D, c.ffn);
-  b.mlp_down = src.linear(prefix + ".mlp_down", c.ffn, D);
+  auto linear = [&](const char* n) {
+    const std::string name = prefix + "." + n;
+    const std::vector<int64_t> s = expected_entry_shape(c, name);
+    return src.linear(name, s[0], s[1]);
+  };
+  b.attn_norm = src.dense(prefix + ".attn_norm", expected_entry_shape(c, prefix + ".attn_norm"));
+  b.mlp_norm = src.dense(prefix + ".mlp_norm", expected_entry_shape(c, prefix + ".mlp_norm"));
+  b.attn_qkv = linear("attn_qkv");
+  b.attn_out = linear("attn_out");
+  b.mlp_gate = linear("mlp_gate");
+  b.mlp_up = linear("mlp_up");
+  b.mlp_down = linear("mlp_down");
   return b;
 }
 
@@ -115,6 +119,34 @@ void check_linear(const LinearWeight& l, int64_t K, int64_t N, const std::string
 
 std::string block_prefix(bool loop, int64_t index) {
   return std::string(loop ? "loop." : "pre.") + std::to_string(index);
+}
+
+std::vector<int64_t> expected_entry_shape(const ModelConfig& c, const std::string& name) {
+  const int64_t D = c.d_model, F = c.ffn, V = c.vocab;
+  const int64_t qkv = (c.n_heads + 2 * c.n_kv_heads) * c.d_head, att = c.n_heads * c.d_head;
+  if (name == "embed") return {V, D};
+  if (name == "final_norm") return {D};
+  if (name == "head") return {D, V};
+  const bool loop = name.rfind("loop.", 0) == 0;
+  if (!loop && name.rfind("pre.", 0) != 0) return {};
+  const size_t dot = name.find('.', loop ? 5 : 4);
+  const std::string index = name.substr(loop ? 5 : 4, dot == std::string::npos ? std::string::npos : dot - (loop ? 5 : 4));
+  if (dot == std::string::npos || index.empty() || index.size() > 9 || index.find_first_not_of("0123456789") != std::string::npos)
+    return {};
+  const std::string part = name.substr(dot + 1);
+  static const char* kParts[] = {"attn_norm", "mlp_norm", "attn_qkv", "attn_out", "mlp_gate", "mlp_up", "mlp_down"};
+  bool known = false;
+  for (const char* p : kParts) known = known || part == p;
+  if (!known) return {};
+  const int64_t i = std::stoll(index), blocks = loop ? c.n_loop : c.n_pre;
+  if (i >= blocks)
+    throw Error("block " + name.substr(0, dot) + " is not in the model: the config has " +
+                    (loop ? "n_loop = " : "n_pre = ") + std::to_string(blocks), "", name);
+  if (part == "attn_norm" || part == "mlp_norm") return {D};
+  if (part == "attn_qkv") return {D, qkv};
+  if (part == "attn_out") return {att, D};
+  if (part == "mlp_gate" || part == "mlp_up") return {D, F};
+  return {F, D};  // mlp_down
 }
 
 LinearWeight* BlockWeights::linear(const std::string& s) {

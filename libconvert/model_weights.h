@@ -63,6 +63,11 @@ struct ModelWeights {
 
 std::string block_prefix(bool loop, int64_t index);  // "pre.<i>" / "loop.<j>"
 
+// The shape `config` gives the model entry `name` (embed [vocab, D], norms [D], linears
+// [K, N]); empty for a name that is not a TinyLoop model entry (a bias, a rotary cache). A
+// block index beyond n_pre / n_loop is tl::Error. The one place entry shapes are derived.
+std::vector<int64_t> expected_entry_shape(const ModelConfig& config, const std::string& name);
+
 // Loads config + every tensor; quantized weights are dequantized (keeping the QuantWeight with
 // its Marlin section when with_marlin). Throws tl::Error naming the file and entry.
 ModelWeights load_model_weights(const TinyloopReader& reader, bool with_marlin = true);

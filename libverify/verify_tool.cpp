@@ -78,7 +78,6 @@ int run_tl_verify(const VerifyOptions& o) {
   VerifyReport report;
   report.file = o.file;
   report.seed = o.seed ? *o.seed : clock_seed();
-  err << "tl-verify: seed " << report.seed << " (reproduce with --seed " << report.seed << ")\n";
 
   bool want_gpu = false;
   for (TierId id : tiers) want_gpu = want_gpu || (tier_spec(id).needs_gpu && tier_spec(id).available);
@@ -116,6 +115,9 @@ int run_tl_verify(const VerifyOptions& o) {
     if (drift_json_out) drift_json_out->write_text([&](std::ostream& f) { write_drift_json(*e2e, f); });
     if (drift_md_out) drift_md_out->write_text([&](std::ostream& f) { write_drift_markdown(*e2e, f); });
   }
+  // The seed after the run, right before any failure lines: an error thrown on the way (a damaged
+  // file: exit 2) stays the one and last line.
+  err << "tl-verify: seed " << report.seed << " (reproduce with --seed " << report.seed << ")\n";
   for (const TierResult& t : report.tiers)
     for (const CaseResult& c : t.cases)
       if (c.status == Status::kFailed)

@@ -71,7 +71,8 @@ TEST_CASE("safetensors: every dtype round-trips, in order, with metadata") {
     CHECK(b.dtype == t.dtype);
     CHECK(b.shape == t.shape);
     CHECK(b.data == t.data);
-    CHECK(std::memcmp(r.data(t.name), t.data.data(), t.data.size()) == 0);
+    // memcmp of zero bytes with a null pointer is still undefined behaviour (UBSan): skip empties.
+    if (!t.data.empty()) CHECK(std::memcmp(r.data(t.name), t.data.data(), t.data.size()) == 0);
   }
   CHECK_THROWS_AS(r.entry("nope"), Error);
 }
