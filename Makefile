@@ -1,4 +1,5 @@
-# Thin front door over CMake. `make` builds, `make test` runs every test (CTest),
+# Thin front door over CMake. `make` builds, `make test` runs every test (CTest) and the fuzz
+# smoke run (tests/fuzz, when clang is present),
 # `make demo` runs the pipeline on the shipped model, `make bench` runs the benchmarks.
 # On a fresh Debian/Ubuntu machine it installs the packages it needs first.
 
@@ -6,10 +7,15 @@ BUILD      ?= build
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 PKGS := cmake g++ make pkg-config zlib1g-dev libhdf5-dev hdf5-tools libaec-dev libeigen3-dev \
-        libcli11-dev doctest-dev nlohmann-json3-dev
+        libcli11-dev doctest-dev nlohmann-json3-dev clang libclang-rt-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build test demo bench device clean
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 5400
+FUZZ_RUNS    ?= 1000000
+SMOKE_SECONDS ?= 5
+
+.PHONY: all deps configure build test demo bench device clean fuzz fuzz-build fuzz-smoke
 
 all: build
 
@@ -35,6 +41,26 @@ build: configure
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@$(MAKE) --no-print-directory fuzz-smoke
+
+# libFuzzer targets of tests/fuzz in their own clang tree (ASan + UBSan); see docs/fuzzing.md.
+# Skipped with a note where clang or its libFuzzer runtime is missing.
+fuzz-build: deps
+	@if ! command -v clang++ > /dev/null || ! echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' | \
+	    clang++ -x c++ -fsanitize=fuzzer - -o /dev/null 2> /dev/null; then \
+	  echo "fuzz: clang++ with libFuzzer not found (Debian: clang, libclang-rt-dev): fuzz targets not built"; \
+	else \
+	  cmake -S . -B $(FUZZ_BUILD) -DTL_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	        -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ > /dev/null && \
+	  cmake --build $(FUZZ_BUILD) -j $(JOBS); \
+	fi
+
+fuzz: fuzz-build
+	@[ ! -x $(FUZZ_BUILD)/tests/fuzz/tl_fuzz_seeds ] || FUZZ_RUNS=$(FUZZ_RUNS) bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# The CI run: a few seconds per target, the seeds and the reproducers replayed; any finding fails.
+fuzz-smoke: fuzz-build
+	@[ ! -x $(FUZZ_BUILD)/tests/fuzz/tl_fuzz_seeds ] || bash scripts/fuzz.sh $(FUZZ_BUILD) $(SMOKE_SECONDS) --smoke
 
 demo: build
 	bash scripts/demo.sh $(BUILD)
@@ -48,4 +74,4 @@ device: deps
 	cmake --build build-sm90 -j $(JOBS)
 
 clean:
-	rm -rf $(BUILD) build-sm90
+	rm -rf $(BUILD) build-sm90 $(FUZZ_BUILD)

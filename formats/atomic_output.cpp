@@ -189,7 +189,7 @@ void notice(const std::string& message) {
   else std::fprintf(stderr, "%s: %s\n", g_notice_prefix.c_str(), message.c_str());
 }
 
-AtomicOutput::AtomicOutput(const std::string& target, OutputSink sink) : target_(target), sink_(sink) {
+AtomicOutput::AtomicOutput(const std::string& target, OutputSink sink) : target_(target) {
   if (target.empty()) throw Error("empty output path");
   if (target == "-") {
     if (sink == OutputSink::kFile)

@@ -56,7 +56,6 @@ class AtomicOutput {
   std::string target_;    // as given (messages)
   std::string resolved_;  // after following symbolic links: what commit() replaces
   std::string tmp_;
-  OutputSink sink_;
   bool direct_ = false, committed_ = false;
   int slot_ = -1;         // in the signal-cleanup registry
 };

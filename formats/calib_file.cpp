@@ -10,6 +10,7 @@
 
 #include "formats/atomic_output.h"
 #include "core/error.h"
+#include "core/utf8.h"
 #include "formats/file_check.h"
 #include "formats/h5_util.h"
 #include "formats/h5_write.h"
@@ -52,7 +53,10 @@ CalibReader::CalibReader(const std::string& path) : impl_(std::make_unique<Impl>
                       std::to_string(kCalibVersion), path);
     if (h5::is_group(f, "hessian"))
       for (const std::string& n : h5::list_links(f, "hessian", path))
-        if (h5::is_dataset(f, "/hessian/" + n)) impl_->names.push_back(n);
+        if (h5::is_dataset(f, "/hessian/" + n)) {
+          if (!valid_utf8(n)) throw Error("Hessian name " + sanitize_utf8(n) + " is not valid UTF-8", path, "/hessian");
+          impl_->names.push_back(n);
+        }
     return;
   }
   if (h5::is_dataset(f, kGoldenName) && h5::has_attr(f, "/", "nsamples")) {

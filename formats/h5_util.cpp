@@ -5,6 +5,7 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "core/utf8.h"
 #include "formats/h5_guard.h"
 #include "formats/memory_budget.h"
 #include "formats/tensor.h"
@@ -274,7 +275,7 @@ std::string attr_string(hid_t loc, const std::string& path, const std::string& n
     std::string out = s ? s : "";
     Handle sp(H5Aget_space(a), H5Sclose);
     H5Dvlen_reclaim(mt, sp, H5P_DEFAULT, &s);
-    return out;
+    return sanitize_utf8(out);
   }
   size_t n = H5Tget_size(ty);
   std::string out(n, '\0');
@@ -283,7 +284,7 @@ std::string attr_string(hid_t loc, const std::string& path, const std::string& n
   H5Tset_cset(mt, H5Tget_cset(ty));
   if (H5Aread(a, mt, out.data()) < 0) throw Error("cannot read attribute '" + name + "'", file, path);
   out.resize(out.find('\0') == std::string::npos ? n : out.find('\0'));
-  return out;
+  return sanitize_utf8(out);
 }
 
 }  // namespace tl::h5

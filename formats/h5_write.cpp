@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/utf8.h"
 
 namespace tl::h5 {
 
@@ -260,7 +261,7 @@ std::vector<std::string> attr_names(hid_t obj) {
 
 nlohmann::json read_attrs(hid_t obj, const std::string& file) {
   nlohmann::json out = nlohmann::json::object();
-  for (const std::string& name : attr_names(obj)) out[name] = read_attr(obj, name, file);
+  for (const std::string& name : attr_names(obj)) out[sanitize_utf8(name)] = read_attr(obj, name, file);
   return out;
 }
 

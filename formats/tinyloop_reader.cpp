@@ -8,6 +8,7 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "core/utf8.h"
 #include "formats/file_check.h"
 #include "formats/h5_write.h"
 #include "formats/tinyloop_schema.h"
@@ -76,6 +77,7 @@ static std::vector<std::string> members(const TinyloopReader::Impl& im, const ch
   std::vector<std::string> out;
   for (const std::string& n : h5::list_links(im.file, group, im.path)) {
     const std::string p = std::string("/") + group + "/" + n;
+    if (!valid_utf8(n)) throw Error("entry name " + sanitize_utf8(n) + " is not valid UTF-8", im.path, group);
     if (want_group ? h5::is_group(im.file, p) : h5::is_dataset(im.file, p)) out.push_back(n);
   }
   return out;
