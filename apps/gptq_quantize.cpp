@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"gptq", "rtn"}))->capture_default_str();
   app.add_option("--group-size", group, "rows per group along K: " + tl::group_size_choices())
       ->check([](const std::string& s) {
-        int64_t g;
+        tl::GroupSize g;
         return tl::parse_group_size(s, &g) ? std::string() : "must be one of " + tl::group_size_choices();
       })->capture_default_str();
   app.add_option("--zero", zero, "zero point: int (upstream GPTQ, zero = -z*scale) or float (exact minimum)")

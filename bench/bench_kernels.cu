@@ -25,6 +25,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bench/bench_data.cuh"
+#include "core/group_size.h"
 #include "cuda/cublas_gemm.h"
 #include "cuda/marlin_gemm.h"
 #include "cuda/tl_kernels.h"
@@ -248,7 +249,7 @@ int main(int argc, char** argv) {
     if (std::find(opt.layers.begin(), opt.layers.end(), L.name) == opt.layers.end()) continue;
     const std::string key = std::string(L.set) + "/" + L.name;
     for (int g : opt.gs) {
-      const int gsz = g < 0 ? L.K : g, G = L.K / gsz;
+      const int gsz = int(tl::group_size_from_marlin(L.K, g)), G = L.K / gsz;  // g: Marlin's form, -1 per column
       const size_t kn = size_t(L.K) * L.N, gn = size_t(G) * L.N;
       // ---- weights, generated on the GPU ----
       uint32_t* B = dalloc<uint32_t>(kn / 8);
@@ -272,7 +273,7 @@ int main(int argc, char** argv) {
       const int32_t* Bi = reinterpret_cast<const int32_t*>(B);
 
       auto marlin = [&](int M) {
-        return tl::cuda::marlin_int4_tc_gemm(A, Bi, C, s_perm, workspace, M, L.N, L.K, g, stream);
+        return tl::cuda::marlin_int4_tc_gemm(A, Bi, C, s_perm, workspace, M, L.N, L.K, gsz, stream);
       };
       auto asym = [&](int M) {
         return tl::cuda::marlin_mm_asymmetric(A, Bi, s_perm, delta, C, workspace, M, L.N, L.K, gsz, stream);
@@ -346,7 +347,7 @@ int main(int argc, char** argv) {
         char grid[48] = "";
         tl::cuda::detail::SmallMGrid sg{};
         if (M <= tl::cuda::detail::kSmallMMaxRows &&
-            tl::cuda::detail::marlin_small_m_grid(M, L.N, L.K, g, false, &sg) == 0)
+            tl::cuda::detail::marlin_small_m_grid(M, L.N, L.K, gsz, false, tl::cuda::KernelOptions{}, &sg) == 0)
           std::snprintf(grid, sizeof grid, "%dx%d:%d %s%.0d", sg.blocks, sg.warps_per_block,
                         sg.per_warp, sg.cluster ? "cluster " : "flat", sg.cluster);
         std::printf("%-4s %-8s %-12s %5d %4d | %9.1f | %9.1f %6.2f | %9.1f %6.2f | %8.1f | %9.1f %6.2f | %7.1f %7.0f | %s\n",

@@ -34,9 +34,6 @@ inline uint64_t checked_mul(uint64_t a, uint64_t b, const std::string& what) {
   return r;
 }
 
-// ceil(a / b) for a >= 0, b > 0, without the overflow of (a + b - 1) / b.
-inline int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
-
 // v as an int64 when it is finite, integral and within int64's range (strictly inside
 // +-2^63, where the conversion is defined); false otherwise.
 inline bool exact_int64(double v, int64_t* out) {

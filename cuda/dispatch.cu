@@ -1,11 +1,15 @@
 // quant_gemm: picks the GEMM path for one linear weight, in this order:
 //   1. an fp16 copy of the weight exists ("fp16 body cache")   -> cuBLAS fp16 GEMM;
-//   2. Marlin: bits == 4, not flagged exact-int4, dispatch enabled, a Marlin pack is present,
-//      marlin_available(), M >= marlin_min_m(), K % 128 == 0, N % 128 == 0
+//   2. Marlin: options.use_marlin, bits == 4, not flagged exact-int4, a Marlin pack is present,
+//      marlin_available(), the Marlin gate of core/group_size.h (K % 128, N % 128, group size)
 //                                                             -> marlin_mm_asymmetric;
 //   3. otherwise, or when the Marlin launcher declines (rc 1/2) -> native int4_gemm.
-// Every call is counted per path; every time Marlin was wanted (dispatch enabled) but not
-// taken, the reason is counted too, so a runtime report can say why a layer fell back.
+// Every call is counted per path; every time Marlin was wanted (use_marlin) but not taken, the
+// reason is counted too, so a runtime report can say why a layer fell back. The Marlin kernel
+// is faster than the native int4_gemm at every M measured on the H200 (M = 1 included, see
+// docs/perf.md), so there is no lower bound on M.
+//
+// kernel_options_from_env() is the one place libtl_cuda reads the environment.
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +17,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/group_size.h"
 #include "cuda/cublas_gemm.h"
 #include "cuda/cuda_check.h"
 #include "cuda/tl_kernels.h"
@@ -20,22 +25,13 @@
 namespace tl::cuda {
 namespace {
 
-// The smallest M sent to Marlin. The Marlin kernel is faster than the native int4_gemm at
-// every M we measured on the H200 (M = 1 included: it streams the same weight bytes with a
-// deeper pipeline, see docs/perf.md, "CUDA kernels (H200)"), so the floor is 1. The seed
-// runtime's 16 came from upstream Marlin, whose small-batch configuration crashed on Hopper.
-constexpr int kMarlinMinM = 1;
-constexpr int kMarlinTile = 128;  // K % 128 == 0, N % 128 == 0
-
-std::atomic<int> g_dispatch{-1};  // -1: not decided yet (read TINYLOOP_USE_MARLIN on first use)
-
 std::mutex g_mutex;  // guards g_stats
 DispatchStats g_stats;
 std::once_flag g_first_line;
 
-bool read_env_switch() {
-  const char* v = std::getenv("TINYLOOP_USE_MARLIN");
-  return v != nullptr && std::strcmp(v, "1") == 0;
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, value) == 0;
 }
 
 bool cached_marlin_available(int device) {
@@ -60,10 +56,9 @@ std::string marlin_refusal(const DeviceQuantWeight& w, int M) {
     cudaGetLastError();
     return "marlin not available on this GPU";
   }
-  if (M < kMarlinMinM) return "M < " + std::to_string(kMarlinMinM);
-  if (w.K % kMarlinTile != 0) return "K % 128 != 0";
-  if (w.N % kMarlinTile != 0) return "N % 128 != 0";
-  return "";
+  if (M < 1) return "M < 1";
+  const MarlinGate gate = marlin_gate(w.K, w.N, w.group_size);
+  return gate.ok ? "" : gate.reason;
 }
 
 void count(GemmPath path, const std::string& fallback_reason) {
@@ -83,22 +78,18 @@ const char* gemm_path_name(GemmPath p) {
   return "?";
 }
 
-int marlin_min_m() { return kMarlinMinM; }
-
-void set_marlin_dispatch(bool enabled) { g_dispatch.store(enabled ? 1 : 0); }
-
-bool marlin_dispatch_enabled() {
-  int v = g_dispatch.load();
-  if (v < 0) {
-    int expected = -1;
-    g_dispatch.compare_exchange_strong(expected, read_env_switch() ? 1 : 0);
-    v = g_dispatch.load();
-  }
-  return v == 1;
+KernelOptions kernel_options_from_env() {
+  KernelOptions o;
+  o.use_marlin = env_is("TINYLOOP_USE_MARLIN", "1");
+  o.decode_kernel = !env_is("TL_MARLIN_SMALL_M", "tile");
+  if (env_is("TL_MARLIN_SMALL_M_OCC", "1")) o.tiled_small_m_blocks_per_sm = 1;
+  if (env_is("TL_MARLIN_SMALL_M_OCC", "2")) o.tiled_small_m_blocks_per_sm = 2;
+  o.clusters = !env_is("TL_MARLIN_CLUSTER", "0");
+  return o;
 }
 
 GemmPath quant_gemm(const DeviceQuantWeight& w, const __half* X, __half* Y, int M,
-                    cudaStream_t stream, int* rc) {
+                    cudaStream_t stream, const KernelOptions& options, int* rc) {
   int status = kOk;
   GemmPath path = GemmPath::kNativeInt4;
   std::string fallback;
@@ -106,18 +97,18 @@ GemmPath quant_gemm(const DeviceQuantWeight& w, const __half* X, __half* Y, int 
     path = GemmPath::kFp16Copy;
     status = detail::cublas_fp16_gemm(X, w.fp16_weight, Y, M, w.N, w.K, stream);
   } else {
-    const bool enabled = marlin_dispatch_enabled();
+    const bool enabled = options.use_marlin;
     std::string refusal = enabled ? marlin_refusal(w, M) : "dispatch disabled";
     if (refusal.empty()) {
       status = marlin_mm_asymmetric(X, w.marlin_B, w.marlin_s, w.marlin_delta, Y,
-                                    w.marlin_workspace, M, w.N, w.K, w.group_size, stream);
+                                    w.marlin_workspace, M, w.N, w.K, w.group_size, stream, options);
       if (status == kOk || status == kCudaError) {
         path = GemmPath::kMarlin;
         if (status == kOk) {
           std::call_once(g_first_line, [&] {
             char line[160];
             std::snprintf(line, sizeof line, "[marlin] first dispatch ok: BT=%d N=%d K=%d gs=%d",
-                          M, w.N, w.K, w.group_size == w.K ? -1 : w.group_size);
+                          M, w.N, w.K, int(marlin_groupsize_arg(w.K, w.group_size)));
             std::fprintf(stderr, "%s\n", line);
             std::lock_guard<std::mutex> lock(g_mutex);
             g_stats.first_dispatch_line = line;

@@ -8,30 +8,11 @@
 #include <vector>
 
 #include "core/half.h"
+#include "core/nibbles.h"
 
 namespace tl::cuda {
 
-// TinyLoop packs codes two per byte, [K, ceil(N/2)], low nibble = even n. -> codes [K, N].
-inline std::vector<uint8_t> unpack_tinyloop_codes(const uint8_t* q, int64_t K, int64_t N) {
-  const int64_t row_bytes = (N + 1) / 2;
-  std::vector<uint8_t> out(size_t(K * N));
-  for (int64_t k = 0; k < K; ++k)
-    for (int64_t n = 0; n < N; ++n) {
-      const uint8_t b = q[k * row_bytes + n / 2];
-      out[size_t(k * N + n)] = (n % 2 == 0) ? (b & 15) : (b >> 4);
-    }
-  return out;
-}
-
-// The inverse (codes [K, N], each 0..15 -> TinyLoop bytes).
-inline std::vector<uint8_t> pack_tinyloop_codes(const uint8_t* codes, int64_t K, int64_t N) {
-  const int64_t row_bytes = (N + 1) / 2;
-  std::vector<uint8_t> out(size_t(K * row_bytes), 0);
-  for (int64_t k = 0; k < K; ++k)
-    for (int64_t n = 0; n < N; ++n)
-      out[size_t(k * row_bytes + n / 2)] |= uint8_t((codes[k * N + n] & 15) << (4 * (n % 2)));
-  return out;
-}
+// TinyLoop's two-codes-per-byte layout (what int4_gemm reads) is core/nibbles.h.
 
 // out[m - m0, n] = sum_k A[m, k] * W[k, n] for rows m in [m0, m1), with
 //   W[k, n] = (q - 8) * scale[g, n]              when zero == nullptr (Marlin, symmetric),

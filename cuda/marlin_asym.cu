@@ -16,10 +16,9 @@ namespace tl::cuda {
 
 int marlin_mm_asymmetric(const __half* A, const int32_t* B, const __half* s, const __half* delta,
                          __half* C, int* workspace, int M, int N, int K, int group_size,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, const KernelOptions& options) {
   if (!delta) return kShapeUnsupported;
-  const int groupsize = group_size == K ? -1 : group_size;
-  return detail::marlin_gemm(A, B, s, delta, C, workspace, M, N, K, groupsize, stream);
+  return detail::marlin_gemm(A, B, s, delta, C, workspace, M, N, K, group_size, stream, options);
 }
 
 }  // namespace tl::cuda

@@ -39,6 +39,7 @@
 #include <mutex>
 #include <utility>
 
+#include "core/group_size.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_context.h"
 #include "cuda/marlin_device.cuh"
@@ -75,7 +76,10 @@ constexpr int kMaxMBlocks = 4;
 #endif
 constexpr int kStagesSmallM = TL_MARLIN_STAGES_SMALL_M;
 constexpr int kStagesLargeM = TL_MARLIN_STAGES_LARGE_M;
-constexpr int kTileAlign = 128;  // N % 128 == 0 and K % 128 == 0 (the smallest tile edge)
+// The shapes the kernel takes are the Marlin contract's (core/group_size.h): N and K multiples
+// of 128, the smallest tile edge.
+constexpr int kTileAlign = int(kMarlinTileK);
+static_assert(kMarlinTileK == kMarlinTileN, "one alignment for N and K");
 
 // ---------------------------------------------------------------------------------------------
 // The kernel.
@@ -513,21 +517,17 @@ Launch make_launch() {
 // Blocks per SM at M <= 16. Two blocks help once each SM streams many tiles (measured on the
 // H200: 7-13 % less time on layers with >= ~30 k-tiles per SM) and hurt a little on small layers,
 // where the extra blocks only add partial sums to the cross-block reduction (docs/perf.md).
-// Three blocks (4 stages, 80 registers) were slower everywhere. TL_MARLIN_SMALL_M_OCC (1 or 2)
-// forces a value for tuning runs.
+// Three blocks (4 stages, 80 registers) were slower everywhere. KernelOptions::
+// tiled_small_m_blocks_per_sm (1 or 2) forces a value for tuning runs.
 constexpr int kTwoBlocksMinTilesPerSm = 28;
-int small_m_occ(int tiles, int sms) {
-  static const int forced = [] {
-    const char* e = std::getenv("TL_MARLIN_SMALL_M_OCC");
-    return e ? std::atoi(e) : 0;
-  }();
+int small_m_occ(int tiles, int sms, int forced) {
   if (forced == 1 || forced == 2) return forced;
   return tiles >= kTwoBlocksMinTilesPerSm * sms ? 2 : 1;
 }
 
 // The instantiated kernels: 4 + 1 (two blocks per SM at M <= 16) + 3 (the 64 x 256 shape
 // only serves more than 16 rows).
-Launch pick_launch(int mb, TileShape shape, int tiles, int sms) {
+Launch pick_launch(int mb, TileShape shape, int tiles, int sms, int forced_occ) {
   if (shape.kb == kLargeM.kb && shape.nb == kLargeM.nb) {
     switch (mb) {
       case 2: return make_launch<2, kLargeM.kb, kLargeM.nb>();
@@ -537,7 +537,7 @@ Launch pick_launch(int mb, TileShape shape, int tiles, int sms) {
   }
   switch (mb) {
     case 1:
-      return small_m_occ(tiles, sms) == 2 ? make_launch<1, kSmallM.kb, kSmallM.nb, 2>()
+      return small_m_occ(tiles, sms, forced_occ) == 2 ? make_launch<1, kSmallM.kb, kSmallM.nb, 2>()
                                           : make_launch<1, kSmallM.kb, kSmallM.nb, 1>();
     case 2: return make_launch<2, kSmallM.kb, kSmallM.nb>();
     case 3: return make_launch<3, kSmallM.kb, kSmallM.nb>();
@@ -545,34 +545,25 @@ Launch pick_launch(int mb, TileShape shape, int tiles, int sms) {
   }
 }
 
-// TL_MARLIN_SMALL_M=tile runs M <= 16 on the tiled kernel too (for comparisons).
-bool use_small_m_kernel() {
-  static const bool tiled = [] {
-    const char* e = std::getenv("TL_MARLIN_SMALL_M");
-    return e && std::strcmp(e, "tile") == 0;
-  }();
-  return !tiled;
-}
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) % kMarlinAlignBytes) == 0; }
 
 }  // namespace
 
 namespace detail {
 
 int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half* delta,
-                __half* C, int* workspace, int M, int N, int K, int groupsize,
-                cudaStream_t stream) {
+                __half* C, int* workspace, int M, int N, int K, int group_size,
+                cudaStream_t stream, const KernelOptions& options) {
   if (M < 1 || N < kTileAlign || K < kTileAlign || N % kTileAlign || K % kTileAlign)
     return kShapeUnsupported;
   if (!A || !B || !s || !C || !workspace) return kShapeUnsupported;
   if (!aligned16(A) || !aligned16(B) || !aligned16(s) || !aligned16(C) ||
       (delta && !aligned16(delta)))
     return kShapeUnsupported;
-  if (groupsize == K) groupsize = -1;
-  if (groupsize != -1 && groupsize != 128) return kNoConfig;
-  if (M <= kSmallMMaxRows && use_small_m_kernel()) {
-    const int rc = marlin_small_m(A, B, s, delta, C, workspace, M, N, K, groupsize, stream);
+  if (!marlin_group_size_ok(K, group_size)) return kNoConfig;
+  const int groupsize = int(marlin_groupsize_arg(K, group_size));  // the kernel's form: -1 per column
+  if (M <= kSmallMMaxRows && options.decode_kernel) {
+    const int rc = marlin_small_m(A, B, s, delta, C, workspace, M, N, K, groupsize > 0, stream, options);
     if (rc != kNoConfig) return rc;  // else: too little shared memory, the tiled kernel runs
   }
 
@@ -587,7 +578,7 @@ int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half
     const int mb = (rows + 15) / 16;
     const TileShape shape = pick_shape(rows, N);
     const int tiles = (K / (shape.kb * 16)) * (N / (shape.nb * 16));
-    const Launch l = pick_launch(mb, shape, tiles, sms);
+    const Launch l = pick_launch(mb, shape, tiles, sms, options.tiled_small_m_blocks_per_sm);
     return size_t(2) * std::min(l.occ * sms, tiles) * l.slot_f4 * sizeof(float4);
   };
   const int slice_rows = kMaxMBlocks * 16;
@@ -601,7 +592,7 @@ int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half
     const int mb = (rows + 15) / 16;
     const TileShape shape = pick_shape(rows, N);
     const int tiles = (K / (shape.kb * 16)) * (N / (shape.nb * 16));
-    const Launch l = pick_launch(mb, shape, tiles, sms);
+    const Launch l = pick_launch(mb, shape, tiles, sms, options.tiled_small_m_blocks_per_sm);
     if (l.smem_bytes > smem_optin) return kNoConfig;
     int resident = 1;
     if (int rc = detail::open_kernel(reinterpret_cast<const void*>(l.kernel), device,
@@ -635,8 +626,9 @@ int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half
 }  // namespace detail
 
 int marlin_int4_tc_gemm(const __half* A, const int32_t* B, __half* C, const __half* s,
-                        int* workspace, int M, int N, int K, int groupsize, cudaStream_t stream) {
-  return detail::marlin_gemm(A, B, s, nullptr, C, workspace, M, N, K, groupsize, stream);
+                        int* workspace, int M, int N, int K, int group_size, cudaStream_t stream,
+                        const KernelOptions& options) {
+  return detail::marlin_gemm(A, B, s, nullptr, C, workspace, M, N, K, group_size, stream, options);
 }
 
 bool marlin_available(int device) {

@@ -36,12 +36,6 @@
 // has the design notes and what was tried (shared-memory rings filled by cp.async or bulk
 // copies, L2 prefetch, balanced row stripes).
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
-#include <map>
-#include <mutex>
-#include <tuple>
-#include <utility>
 
 #include <cooperative_groups.h>
 #include <cuda/atomic>
@@ -50,34 +44,14 @@
 #include "cuda/device_context.h"
 #include "cuda/marlin_device.cuh"
 #include "cuda/marlin_gemm.h"
+#include "cuda/marlin_small_m.cuh"
 #include "cuda/tl_kernels.h"
 
 namespace tl::cuda {
 namespace {
 
 using namespace marlin_dev;
-
-constexpr int kTileK = 128;                // k depth of a unit: one group of 128
-constexpr int kSliceN = 128;               // columns of a unit: one warp's accumulators
-constexpr int kRowsPerUnit = kTileK / 16;  // k16 rows per unit
-// Partial-sum row stride (floats): 132 = 128 + 4 puts the 4 output rows a lane group writes
-// at once (2 tig, stride 2 rows) on 4 distinct bank octets: conflict-free stores.
-constexpr int kRedStride = kSliceN + 4;
-constexpr int kSlotFloats = 16 * kSliceN;  // one block's fp32 partial of a slice (rows < M)
-
-struct SmallParams {
-  const __half* A;      // [M, K]
-  const int4* B;        // [K/16, 2N] int32, as int4
-  const __half* s;      // permuted scales [G, N]
-  const __half* delta;  // natural [G, N] or nullptr (symmetric)
-  __half* C;            // [M, N]
-  int* counters;        // [N / 128] arrival counters, zero on entry and on exit
-  float* slots;         // [2 * gridDim.x][kSlotFloats]
-  int M, N, K;
-  int per_warp;        // units per warp stripe
-  int cluster;         // blocks per cluster (sm_90): they share slices through DSMEM; 0: slots
-  int cluster_slices;  // slices per cluster (the last cluster may have fewer)
-};
+using namespace detail::small_m;
 
 // MB8: n8 blocks of A rows (1: M <= 8, 2: M <= 16). R: k16 rows in flight per warp (divides 8).
 // kWarps: warps per block (8 / kWarps blocks per SM). kGrouped: scales per 128-row group, i.e.
@@ -470,7 +444,6 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();  // release / acquire at cluster scope: every block's slots are visible
-    constexpr int kMaxCluster = 8;
     const int slices = (g_end - g_begin) / k_tiles;
     for (int it = rank * kThreads + threadIdx.x; it < slices * quads; it += p.cluster * kThreads) {
       const int f0 = (it / quads) * k_tiles;  // the slice's first unit, relative to the group
@@ -559,11 +532,9 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   }
 }
 
-struct SmallLaunch {
-  void (*kernel)(SmallParams);
-  int warps;           // per block
-  int max_smem_bytes;  // for 8 * MB8 rows; a launch takes what its M needs
-};
+}  // namespace
+
+namespace detail::small_m {
 
 // Each warp's two parked partials, then the block's two slots (cluster mode).
 int smem_bytes(int warps, int M) {
@@ -590,168 +561,5 @@ SmallLaunch pick_small_launch(int M, bool grouped, bool asym) {
                 : make_small_launch<2, 4, 8>(grouped, asym);
 }
 
-// How the units are shared out: blocks, the warp stripe and, in cluster mode, the cluster.
-struct SmallGrid {
-  int blocks = 0;
-  int per_warp = 0;
-  int cluster = 0;         // blocks per cluster, 0: one flat group combining through slots
-  int cluster_slices = 0;  // whole slices per cluster
-};
-
-// Flat: warp stripes of ceil(units / warps) units, `resident` blocks per SM (fewer for small
-// problems); blocks sharing a slice combine through global slots and an arrival counter.
-SmallGrid flat_grid(int units, int sms, int resident, int warps_per_block) {
-  const int warps = std::min(resident * sms * warps_per_block, units);
-  SmallGrid g;
-  g.per_warp = (units + warps - 1) / warps;
-  g.blocks = (units + warps_per_block * g.per_warp - 1) / (warps_per_block * g.per_warp);
-  return g;
-}
-
-// Cluster mode (sm_90): each cluster owns whole slices, so every slice that several blocks
-// share is combined inside one cluster through distributed shared memory. Of the cluster sizes
-// 2, 4, 8 the one whose longest warp stripe is shortest (given how many clusters fit at once),
-// the smaller on a tie. The per-warp stripe is the kernel's time, so the flat grid stays when
-// it is strictly shorter. TL_MARLIN_CLUSTER=0 keeps the flat grid (tests cover both).
-bool clusters_enabled() {
-  const char* e = std::getenv("TL_MARLIN_CLUSTER");  // read per call: tests switch it
-  return !(e && std::strcmp(e, "0") == 0);
-}
-int cluster_grid(const SmallLaunch& l, int device, int smem, int slices, int k_tiles,
-                 const SmallGrid& flat, SmallGrid* out) {
-  *out = flat;
-  for (int size : {2, 4, 8}) {
-    int fit = 0;
-    if (int rc = detail::max_active_clusters(reinterpret_cast<const void*>(l.kernel), device,
-                                             smem, l.warps * 32, size, &fit))
-      return rc;
-    if (fit == 0) continue;
-    const int per_cluster = (slices + std::min(fit, slices) - 1) / std::min(fit, slices);
-    const int warps = size * l.warps;
-    const int per_warp = (per_cluster * k_tiles + warps - 1) / warps;
-    if (per_warp < out->per_warp || (per_warp == out->per_warp && out->cluster == 0)) {
-      const int clusters = (slices + per_cluster - 1) / per_cluster;
-      *out = SmallGrid{clusters * size, per_warp, size, per_cluster};
-    }
-  }
-  return kOk;
-}
-
-}  // namespace
-
-size_t marlin_workspace_ints(int N) { return N > 0 ? size_t(N + kSliceN - 1) / kSliceN : 0; }
-
-namespace detail {
-
-namespace {
-
-// The kernel and grid for one problem on the current device (shared by the launcher and the
-// report below). Returns kOk, kNoConfig (shared memory does not fit) or kCudaError.
-struct SmallPlan {
-  SmallLaunch launch;
-  SmallGrid grid;
-  int device = 0;
-};
-// The grid is worked out once per (kernel, device, N, K, clusters on/off) and cached: a
-// decode step launches the same few shapes over and over, and this is on its host path.
-int plan_small_m(int M, int N, int K, bool grouped, bool asym, SmallPlan* plan) {
-  int sms = 0;
-  if (int rc = current_device_sms(&plan->device, &sms)) return rc;
-  plan->launch = pick_small_launch(M, grouped, asym);
-  const SmallLaunch& l = plan->launch;
-  const bool clusters = clusters_enabled();
-  using Key = std::tuple<const void*, int, int, int, bool>;
-  static std::mutex mutex;
-  static std::map<Key, std::pair<int, SmallGrid>> planned;  // rc, grid
-  const Key key{reinterpret_cast<const void*>(l.kernel), plan->device, N, K, clusters};
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = planned.find(key);
-    if (it != planned.end()) {
-      plan->grid = it->second.second;
-      return it->second.first;
-    }
-  }
-  int smem_optin = 0;
-  TL_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                       plan->device));
-  int rc = kOk;
-  SmallGrid grid;
-  if (l.max_smem_bytes > smem_optin) {
-    rc = kNoConfig;  // e.g. 9..16 rows on sm_86 / sm_89
-  } else {
-    int resident = 1;
-    if (int e = open_kernel(reinterpret_cast<const void*>(l.kernel), plan->device,
-                            l.max_smem_bytes, l.warps * 32, 8 / l.warps, &resident))
-      return e;  // a CUDA error is not cached
-    const int k_tiles = K / kTileK, slices = N / kSliceN;
-    grid = flat_grid(k_tiles * slices, sms, resident, l.warps);
-    if (clusters) {
-      if (int e = cluster_grid(l, plan->device, l.max_smem_bytes, slices, k_tiles, grid, &grid))
-        return e;
-    }
-  }
-  std::lock_guard<std::mutex> lock(mutex);
-  planned.emplace(key, std::make_pair(rc, grid));
-  plan->grid = grid;
-  return rc;
-}
-
-}  // namespace
-
-int marlin_small_m_grid(int M, int N, int K, int groupsize, bool asym, SmallMGrid* out) {
-  if (M < 1 || M > kSmallMMaxRows || N % kSliceN || K % kTileK) return kShapeUnsupported;
-  if (groupsize != -1 && groupsize != kTileK) return kNoConfig;
-  SmallPlan plan;
-  if (int rc = plan_small_m(M, N, K, groupsize > 0, asym, &plan)) return rc;
-  *out = SmallMGrid{plan.grid.blocks, plan.launch.warps, plan.grid.per_warp, plan.grid.cluster};
-  return kOk;
-}
-
-int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __half* delta,
-                   __half* C, int* workspace, int M, int N, int K, int groupsize,
-                   cudaStream_t stream) {
-  if (M < 1 || M > kSmallMMaxRows || N % kSliceN || K % kTileK) return kShapeUnsupported;
-  if (groupsize != -1 && groupsize != kTileK) return kNoConfig;
-  SmallPlan plan;
-  if (int rc = plan_small_m(M, N, K, groupsize > 0, delta != nullptr, &plan)) return rc;
-  const SmallLaunch& l = plan.launch;
-  const SmallGrid& grid = plan.grid;
-  void* slots = nullptr;
-  if (grid.cluster == 0) {
-    if (int rc = stream_scratch(plan.device, stream,
-                                size_t(2) * grid.blocks * kSlotFloats * sizeof(float), &slots))
-      return rc;
-  }
-  SmallParams p;
-  p.A = A;
-  p.B = reinterpret_cast<const int4*>(B);
-  p.s = s;
-  p.delta = delta;
-  p.C = C;
-  p.counters = workspace;
-  p.slots = static_cast<float*>(slots);
-  p.M = M;
-  p.N = N;
-  p.K = K;
-  p.per_warp = grid.per_warp;
-  p.cluster = grid.cluster;
-  p.cluster_slices = grid.cluster_slices;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = unsigned(std::max(grid.cluster, 1));
-  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(grid.blocks));
-  config.blockDim = dim3(unsigned(l.warps * 32));
-  config.dynamicSmemBytes = size_t(smem_bytes(l.warps, M));
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = grid.cluster ? 1 : 0;
-  TL_CUDA_CHECK(cudaLaunchKernelEx(&config, l.kernel, p));
-  TL_CHECK_LAUNCH("marlin_small_m_kernel");
-  return kOk;
-}
-
-}  // namespace detail
+}  // namespace detail::small_m
 }  // namespace tl::cuda

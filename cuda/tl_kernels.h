@@ -18,6 +18,20 @@ namespace tl::cuda {
 
 enum Rc : int { kOk = 0, kShapeUnsupported = 1, kNoConfig = 2, kCudaError = 3 };
 
+// Every choice the launchers and the dispatcher make that is not a function of the problem.
+// Nothing in libtl_cuda reads the environment: a runtime calls kernel_options_from_env() once
+// at its edge (the variables below), tests and libverify set the fields.
+struct KernelOptions {
+  bool use_marlin = false;    // quant_gemm: Marlin where it can run (TINYLOOP_USE_MARLIN=1), else native
+  bool decode_kernel = true;  // M <= 16 on the decode kernel; false: the tiled kernel (TL_MARLIN_SMALL_M=tile)
+  int tiled_small_m_blocks_per_sm = 0;  // tiled kernel at M <= 16: 1 or 2 forces, 0 by the layer's
+                                        // size (TL_MARLIN_SMALL_M_OCC)
+  bool clusters = true;       // decode kernel on sm_90: combine in thread-block clusters where that
+                              // shortens the stripes (TL_MARLIN_CLUSTER=0: never)
+};
+// The options as the environment variables above set them (unset: the defaults).
+KernelOptions kernel_options_from_env();
+
 // True on sm_80, sm_86, sm_89 and sm_90 (the architectures the Marlin kernel is built for).
 bool marlin_available(int device);
 
@@ -29,17 +43,20 @@ int int4_gemm(const __half* A, const uint8_t* q, const __half* scale, const __ha
               __half* C, int M, int N, int K, int group_size, cudaStream_t stream);
 
 // Symmetric Marlin-format tensor-core GEMM: C = A * W_marlin, W_marlin[k, n] = (q - 8) * s,
-// B int32 [K/16, 2N] and s fp16 [G, N] exactly as marlin-pack writes them. groupsize -1 (per
-// column) or 128; groupsize == K is taken as -1. Any M >= 1 (M <= 16: the decode kernel, one
-// launch; more rows: the tiled kernel, in slices of 64); N % 128 == 0, K % 128 == 0; A, B, s, C 16-byte aligned (else rc 1); another groupsize,
-// or a GPU whose shared memory fits no tile configuration: rc 2.
+// B int32 [K/16, 2N] and s fp16 [G, N] exactly as marlin-pack writes them. group_size is the
+// effective group size like every launcher here (== K: one group per column; the Marlin
+// contract of core/group_size.h: 128 or K). Any M >= 1 (M <= 16: the decode kernel, one
+// launch; more rows: the tiled kernel, in slices of 64); N % 128 == 0, K % 128 == 0; A, B, s,
+// C 16-byte aligned (else rc 1); another group size, or a GPU whose shared memory fits no tile
+// configuration: rc 2.
 // `workspace`: marlin_workspace_ints(N) ints, zeroed once at allocation (the kernel leaves it
 // zeroed); one workspace must not be used by two launches running concurrently. The kernel
 // also uses a scratch buffer per (device, stream) for fp32 partial tiles, allocated on the
 // first call and grown by doubling (no allocation in steady state; warm up before capturing a
 // CUDA graph). C is written, not accumulated.
 int marlin_int4_tc_gemm(const __half* A, const int32_t* B, __half* C, const __half* s,
-                        int* workspace, int M, int N, int K, int groupsize, cudaStream_t stream);
+                        int* workspace, int M, int N, int K, int group_size, cudaStream_t stream,
+                        const KernelOptions& options = {});
 size_t marlin_workspace_ints(int N);
 
 // Correction pair: a_sum[m, g] = sum_{k in g} A[m, k] (fp32), and
@@ -56,7 +73,7 @@ int correction_accum(__half* C, const float* a_sum, const __half* delta, int M, 
 // marlin_int4_tc_gemm, so a caller can fall back on rc != 0.
 int marlin_mm_asymmetric(const __half* A, const int32_t* B, const __half* s, const __half* delta,
                          __half* C, int* workspace, int M, int N, int K, int group_size,
-                         cudaStream_t stream);
+                         cudaStream_t stream, const KernelOptions& options = {});
 
 // ---- dispatcher ----
 
@@ -79,16 +96,11 @@ struct DeviceQuantWeight {
 enum class GemmPath { kFp16Copy, kMarlin, kNativeInt4 };
 const char* gemm_path_name(GemmPath p);
 
-// Smallest M the dispatcher sends to Marlin (below it the native kernel wins).
-int marlin_min_m();
-// Dispatch switch: starts from TINYLOOP_USE_MARLIN=1 in the environment.
-void set_marlin_dispatch(bool enabled);
-bool marlin_dispatch_enabled();
-
-// Y [M, N] = X [M, K] * W. Picks the path (see docs), runs it, returns the path taken.
-// Throws nothing; a CUDA error is printed and sets *rc (if given) to kCudaError.
+// Y [M, N] = X [M, K] * W. Picks the path (see dispatch.cu and docs/kernels.md) from the
+// weight's views and `options` (use_marlin), runs it, returns the path taken. Throws nothing;
+// a CUDA error is printed and sets *rc (if given) to kCudaError.
 GemmPath quant_gemm(const DeviceQuantWeight& w, const __half* X, __half* Y, int M,
-                    cudaStream_t stream, int* rc = nullptr);
+                    cudaStream_t stream, const KernelOptions& options, int* rc = nullptr);
 
 struct DispatchStats {
   long long dispatches[3] = {0, 0, 0};        // per GemmPath

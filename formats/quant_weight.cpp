@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/group_size.h"
 #include "formats/tinyloop_schema.h"
 
 namespace tl {
@@ -95,34 +96,12 @@ bool dtype_of(const h5::DatasetInfo& info, DType* out) {
   return false;
 }
 
-std::vector<uint8_t> pack_nibbles(const std::vector<uint8_t>& q, int64_t K, int64_t N) {
-  const int64_t W = (N + 1) / 2;
-  std::vector<uint8_t> p(size_t(K * W), 0);
-  for (int64_t k = 0; k < K; ++k)
-    for (int64_t n = 0; n < N; ++n) {
-      const uint8_t c = q[size_t(k * N + n)] & 0xf;
-      p[size_t(k * W + n / 2)] |= uint8_t((n & 1) ? c << 4 : c);
-    }
-  return p;
-}
-
-std::vector<uint8_t> unpack_nibbles(const std::vector<uint8_t>& packed, int64_t K, int64_t N) {
-  const int64_t W = (N + 1) / 2;
-  std::vector<uint8_t> q(size_t(K * N));
-  for (int64_t k = 0; k < K; ++k)
-    for (int64_t n = 0; n < N; ++n) {
-      const uint8_t b = packed[size_t(k * W + n / 2)];
-      q[size_t(k * N + n)] = (n & 1) ? uint8_t(b >> 4) : uint8_t(b & 0xf);
-    }
-  return q;
-}
-
 void validate_marlin(const MarlinSection& m, int64_t K, int64_t N, int64_t G, int64_t group_size,
                      const std::string& file, const std::string& item) {
   const std::string it = item + "/marlin";
   if (m.layout != kMarlinLayoutTag)
     throw Error("layout '" + m.layout + "': expected '" + kMarlinLayoutTag + "' (the only Marlin layout this build knows)", file, it);
-  const int64_t want_gs = group_size == K ? -1 : group_size;
+  const int64_t want_gs = marlin_groupsize_arg(K, group_size);
   if (m.groupsize != want_gs)
     throw Error("groupsize " + std::to_string(m.groupsize) + ": expected " + std::to_string(want_gs) +
                     " for group_size " + std::to_string(group_size) + " and K = " + std::to_string(K),

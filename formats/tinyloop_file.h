@@ -29,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/group_size.h"
 #include "core/half.h"
 #include "formats/model_config.h"
 #include "formats/tensor.h"
@@ -56,7 +57,7 @@ struct QuantWeight {
   nlohmann::json provenance = nlohmann::json::object();  // method, damp, block_size, loss, ...
   std::optional<MarlinSection> marlin;
 
-  int64_t groups() const { return group_size > 0 ? K / group_size + (K % group_size != 0) : 0; }
+  int64_t groups() const { return group_count(K, group_size); }
   // Shape/range checks (codes in [0, 15], scale finite and > 0, zero finite); throws tl::Error.
   void validate(const std::string& file = "") const;
   // W_hat[k, n] = q * scale + zero in float32 (float16 scale/zero widened).

@@ -8,6 +8,8 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "core/group_size.h"
+#include "core/nibbles.h"
 #include "core/utf8.h"
 #include "formats/file_check.h"
 #include "formats/h5_write.h"
@@ -181,7 +183,7 @@ static QuantLayout check_quant_layout(const TinyloopReader::Impl& im, const std:
   if (l.K <= 0 || l.N <= 0 || l.K > kMaxExtent || l.N > kMaxExtent || l.group_size <= 0 || l.group_size > l.K)
     throw Error("expected 0 < K, N <= 2^31 and 0 < group_size <= K; got K = " + std::to_string(l.K) + ", N = " +
                     std::to_string(l.N) + ", group_size = " + std::to_string(l.group_size), path, gp);
-  l.G = ceil_div(l.K, l.group_size);
+  l.G = group_count(l.K, l.group_size);
   if (h5::has_attr(f, gp, "G") && h5::attr_int(f, gp, "G", path) != l.G)
     throw Error("attribute G = " + std::to_string(h5::attr_int(f, gp, "G", path)) + ": expected ceil(K / group_size) = " +
                     std::to_string(l.G), path, gp);
@@ -200,7 +202,7 @@ static QuantLayout check_quant_layout(const TinyloopReader::Impl& im, const std:
   l.marlin = h5::is_group(f, mp);
   if (l.marlin && marlin) {
     const int64_t gs = h5::attr_int(f, mp, "groupsize", path);
-    const int64_t want_gs = l.group_size == l.K ? -1 : l.group_size;
+    const int64_t want_gs = marlin_groupsize_arg(l.K, l.group_size);
     if (gs != want_gs)
       throw Error("groupsize " + std::to_string(gs) + ": expected " + std::to_string(want_gs) + " for group_size " +
                       std::to_string(l.group_size) + " and K = " + std::to_string(l.K), path, mp);
@@ -232,7 +234,7 @@ QuantWeight TinyloopReader::read_quant(const std::string& name, bool with_marlin
   w.N = l.N;
   w.group_size = l.group_size;
   const std::vector<uint8_t> packed = h5::read<uint8_t>(f, gp + "/q", path, nullptr, {w.K, (w.N + 1) / 2});
-  w.q = schema::unpack_nibbles(packed, w.K, w.N);
+  w.q = unpack_nibbles(packed.data(), w.K, w.N);
   w.scale = read_gn(f, gp + "/scale", path, l.G, w.N);
   w.zero = read_gn(f, gp + "/zero", path, l.G, w.N);
 

@@ -38,10 +38,7 @@ hid_t file_type(DType t);
 hid_t mem_type(DType t);
 bool dtype_of(const h5::DatasetInfo& info, DType* out);
 
-// Nibble packing of the q dataset: byte [k, j] holds n = 2j in its low nibble and n = 2j + 1
-// in its high nibble; an odd N leaves the last high nibble 0.
-std::vector<uint8_t> pack_nibbles(const std::vector<uint8_t>& q, int64_t K, int64_t N);
-std::vector<uint8_t> unpack_nibbles(const std::vector<uint8_t>& packed, int64_t K, int64_t N);
+// The q dataset's nibble packing is core/nibbles.h (pack_nibbles / unpack_nibbles).
 
 // Checks a Marlin section against its weight (sizes, groupsize, layout tag, finite values).
 void validate_marlin(const MarlinSection& m, int64_t K, int64_t N, int64_t G, int64_t group_size,

@@ -4,6 +4,7 @@
 // rewrite. Every HDF5 call runs inside impl_->file.run(): after a failed write (a full disk)
 // the file is abandoned, never closed (h5_write.h, OutputFile).
 #include "core/error.h"
+#include "core/nibbles.h"
 #include "formats/h5_write.h"
 #include "formats/tinyloop_schema.h"
 
@@ -98,7 +99,7 @@ void TinyloopWriter::write_quant(const QuantWeight& w) {
       throw Error("provenance key '" + a + "' collides with a layout attribute of the same name", path, w.name);
   if (written(*impl_, w.name)) throw Error("entry written twice", path, w.name);
   const int64_t G = w.groups();
-  const std::vector<uint8_t> packed = schema::pack_nibbles(w.q, w.K, w.N);
+  const std::vector<uint8_t> packed = pack_nibbles(w.q.data(), w.K, w.N);
   impl_->file.run([&] {
     const hid_t f = impl_->file.id();
     const std::string gp = schema::quant_path(w.name);
@@ -141,7 +142,7 @@ void TinyloopWriter::copy_quant_with_marlin(const TinyloopReader& src, const std
   if (written(*impl_, name)) throw Error("entry written twice", path, name);
   const EntryInfo e = src.info(name);
   const int64_t K = e.shape[0], N = e.shape[1];
-  const int64_t G = e.group_size > 0 ? (K + e.group_size - 1) / e.group_size : 0;
+  const int64_t G = group_count(K, e.group_size);
   schema::validate_marlin(m, K, N, G, e.group_size, path, name);
 
   // Rebuild the group: its attributes and every member except the old marlin/ are copied raw,

@@ -9,6 +9,7 @@
 #include <Eigen/Cholesky>
 
 #include "core/error.h"
+#include "core/group_size.h"
 #include "core/parallel.h"
 #include "libconvert/eigen_blocking.h"
 
@@ -234,8 +235,11 @@ GptqResult gptq_quantize(const float* W, int64_t K, int64_t N, const float* H,
   p.W = W;
   p.K = K;
   p.N = N;
-  p.gs = (opt.group_size <= 0 || opt.group_size >= K) ? K : opt.group_size;
-  p.G = (K + p.gs - 1) / p.gs;
+  if (opt.group_size <= 0 || opt.group_size > K)
+    throw Error("group size " + std::to_string(opt.group_size) + ": expected 0 < group_size <= K = " + std::to_string(K) +
+                    " (K for per row)", "", opt.name);
+  p.gs = opt.group_size;
+  p.G = group_count(K, p.gs);
   p.bs = opt.block_size;
   p.grouped = p.G > 1;
   p.dynamic = p.grouped && !opt.static_groups;

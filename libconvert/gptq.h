@@ -49,7 +49,7 @@ using MatrixRowF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::R
 
 struct GptqOptions {
   double percdamp = 0.01;       // damping as a fraction of mean(diag(H))
-  int64_t group_size = 128;     // <= 0 or >= K: one group per output column (per-row)
+  int64_t group_size = 128;     // effective, 0 < group_size <= K (== K: per row; core/group_size.h)
   int64_t block_size = 128;     // rows per lazy-update block
   bool act_order = false;
   bool static_groups = false;   // see step 3 above

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/group_size.h"
 #include "formats/file_check.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
@@ -118,7 +119,7 @@ GptqCheckpointConfig read_gptq_config(const std::string& dir) {
 QuantWeight gptq_layer_to_tinyloop(const std::string& name, const GptqLayerView& v,
                                    const GptqCheckpointConfig& c, const std::string& file) {
   const int64_t K = v.K, N = v.N, G = v.G;
-  const int64_t gs = c.group_size == -1 ? K : c.group_size;
+  const int64_t gs = group_size_from_upstream(c.group_size, K);
   if (K <= 0 || N <= 0 || N % 8 != 0 || K % 8 != 0)
     throw Error("expected K and N multiples of 8, got K = " + std::to_string(K) + ", N = " +
                     std::to_string(N),

@@ -38,20 +38,6 @@
 
 namespace tl {
 
-bool parse_group_size(const std::string& s, int64_t* out) {
-  if (s == "row") { *out = kGroupSizeRow; return true; }
-  for (int64_t g : kGptqGroupSizes) {
-    if (s == std::to_string(g)) { *out = g; return true; }
-  }
-  return false;
-}
-
-std::string group_size_choices() {
-  std::string s;
-  for (int64_t g : kGptqGroupSizes) s += std::to_string(g) + ", ";
-  return s + "row";
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -181,10 +167,6 @@ void validate_options(const GptqQuantizeOptions& opt) {
   if (!opt.save_calib.empty() && opt.calib_tokens.empty()) throw Error("--save-calib needs --calib-tokens");
   if (opt.calib_seq <= 0) throw Error("--calib-seq must be positive");
   if (!gptq && opt.act_order) throw Error("--act-order applies to --method gptq only");
-  if (opt.group_size != kGroupSizeRow &&
-      std::find(std::begin(kGptqGroupSizes), std::end(kGptqGroupSizes), opt.group_size) == std::end(kGptqGroupSizes)) {
-    throw Error("--group-size must be one of " + group_size_choices());
-  }
   if (!(opt.damp > 0 && opt.damp < 10)) throw Error("--damp must be in (0, 10), a fraction of the mean Hessian diagonal");
   if (opt.block_size <= 0) throw Error("--block-size must be positive");
   if (opt.output.empty()) throw Error("no output path (-o)");
@@ -253,6 +235,7 @@ struct Job {
     if (linears.empty())
       throw Error(opt.only.empty() ? "no linear weight to quantize" : "no linear weight matches --only " + opt.only,
                   opt.input);
+    for (const ImportEntry* e : linears) opt.group_size.effective(e->K(), e->name);  // no group larger than K
     reports.resize(linears.size());
   }
 
@@ -345,13 +328,13 @@ struct Job {
     rep.N = N;
     rep.nsamples = h.nsamples;
     nlohmann::json prov = {{"method", opt.method},
-                           {"group", opt.group_size == kGroupSizeRow ? "row" : std::to_string(opt.group_size)},
+                           {"group", opt.group_size.name()},
                            {"zero", zero_mode_name(opt.zero_mode)},
                            {"producer", std::string("gptq-quantize ") + TL_VERSION}};
     if (gptq) {
       GptqOptions g;
       g.percdamp = opt.damp;
-      g.group_size = opt.group_size;
+      g.group_size = opt.group_size.effective(K, e.name);
       g.block_size = opt.block_size;
       g.act_order = opt.act_order;
       g.static_groups = opt.act_order;  // contiguous groups (see gptq.h step 3)
@@ -383,7 +366,7 @@ struct Job {
       prov["gptq_loss"] = r.loss;
       if (r.rtn_loss >= 0) prov["rtn_loss"] = r.rtn_loss;
     } else {
-      MinMaxResult r = rtn_quantize(W.data(), K, N, opt.group_size, opt.zero_mode);
+      MinMaxResult r = rtn_quantize(W.data(), K, N, opt.group_size.effective(K, e.name), opt.zero_mode);
       if (!h.H.empty()) {
         std::vector<float> E(W.size());
         for (size_t j = 0; j < E.size(); ++j) E[j] = r.w_hat[j] - W[j];
@@ -523,7 +506,7 @@ struct Job {
                         {"input_kind", checkpoint_kind_name(in.kind())},
                         {"output", opt.output},
                         {"method", opt.method},
-                        {"group_size", opt.group_size == kGroupSizeRow ? "row" : std::to_string(opt.group_size)},
+                        {"group_size", opt.group_size.name()},
                         {"zero", zero_mode_name(opt.zero_mode)},
                         {"threads", threads},
                         {"weights", jw}};

@@ -24,16 +24,10 @@
 #include <string>
 #include <vector>
 
+#include "core/group_size.h"
 #include "libconvert/minmax_quantizer.h"
 
 namespace tl {
-
-// Supported --group-size values (one table feeds parsing, validation and --help). "row" is one
-// group per output column (group_size = K).
-constexpr int64_t kGptqGroupSizes[] = {32, 64, 128, 256};
-constexpr int64_t kGroupSizeRow = 0;
-bool parse_group_size(const std::string& s, int64_t* out);  // "32".."256" or "row"
-std::string group_size_choices();                            // "32, 64, 128, 256, row"
 
 struct GptqQuantizeOptions {
   std::string input;                 // HF folder, .safetensors or .tinyloop
@@ -45,7 +39,7 @@ struct GptqQuantizeOptions {
   std::string save_calib;            // with calib_tokens: write the Hessians here (.h5)
   std::string method = "gptq";       // "gptq" or "rtn"
   std::string only;                  // regex selecting the linear weights (see checkpoint_import.h)
-  int64_t group_size = 128;          // kGroupSizeRow for per-row
+  GroupSize group_size;              // core/group_size.h: 32..256 or per row
   double damp = 0.01;                // fraction of mean(diag H)
   int64_t block_size = 128;
   bool act_order = false;            // with groups: static groups (contiguous, Marlin-compatible)

@@ -207,27 +207,6 @@ int64_t scale_source(int64_t i, bool per_column) {
 
 }  // namespace
 
-MarlinGate marlin_gate(int64_t K, int64_t N, int64_t group_size) {
-  MarlinGate g;
-  std::string why;
-  auto add = [&why](const std::string& s) { why += (why.empty() ? "" : "; ") + s; };
-  if (K <= 0 || K % kMarlinTileK != 0)
-    add("K = " + std::to_string(K) + " is not a multiple of " + std::to_string(kMarlinTileK));
-  if (N <= 0 || N % kMarlinTileN != 0)
-    add("N = " + std::to_string(N) + " is not a multiple of " + std::to_string(kMarlinTileN));
-  bool gs_ok = group_size == K;
-  for (int64_t s : kMarlinGroupSizes) gs_ok = gs_ok || group_size == s;
-  if (!gs_ok) {
-    std::string list;
-    for (int64_t s : kMarlinGroupSizes) list += std::to_string(s) + ", ";
-    add("group size " + std::to_string(group_size) + " is not supported by the Marlin kernel (" +
-        list + "or per-row = K)");
-  }
-  g.ok = why.empty();
-  g.reason = why;
-  return g;
-}
-
 void marlin_pack_codes_ref(const uint8_t* q, int64_t K, int64_t N, int32_t* B) {
   check_code_shape(K, N);
   for (int64_t t = 0; t < K / 16; ++t)

@@ -17,27 +17,14 @@
 #include <string>
 #include <vector>
 
+#include "core/group_size.h"
 #include "core/half.h"
 #include "formats/tinyloop_file.h"
 
 namespace tl {
 
-// Group sizes our Marlin kernel runs (besides per-row, group_size == K). One table, used by
-// the packer's gate, marlin-pack's --help and the CUDA kernel's own checks.
-constexpr int64_t kMarlinGroupSizes[] = {128};
-constexpr int64_t kMarlinTileK = 128;  // K % 128 == 0
-constexpr int64_t kMarlinTileN = 128;  // N % 128 == 0
-
-struct MarlinGate {
-  bool ok = false;
-  std::string reason;  // why not, e.g. "N = 50257 is not a multiple of 128"
-};
-MarlinGate marlin_gate(int64_t K, int64_t N, int64_t group_size);
-
-// Marlin's groupsize argument: -1 when group_size == K (one group per column).
-inline int64_t marlin_groupsize_arg(int64_t K, int64_t group_size) {
-  return group_size == K ? -1 : group_size;
-}
+// The gate (which shapes and group sizes the kernel runs) and the groupsize argument live in
+// core/group_size.h, shared with the kernels and the readers.
 
 // q: [K, N] codes 0..15 -> B: [K/16, 2N]. K % 16 == 0, N % 64 == 0. Throws tl::Error naming
 // the first code outside [0, 15] (checked in the same pass). threads <= 0: one per core.

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/group_size.h"
 
 // Compiled with -ffp-contract=off (libconvert/CMakeLists.txt): `scale * (q - z)` and the
 // subtractions that follow must round exactly like upstream's separate float32 torch ops.
@@ -90,8 +91,10 @@ MinMaxResult rtn_quantize(const float* W, int64_t K, int64_t N, int64_t group_si
   MinMaxResult r;
   r.K = K;
   r.N = N;
-  r.group_size = (group_size <= 0 || group_size >= K) ? K : group_size;
-  r.G = (K + r.group_size - 1) / r.group_size;
+  if (group_size <= 0 || group_size > K)
+    throw Error("group size " + std::to_string(group_size) + ": expected 0 < group_size <= K = " + std::to_string(K));
+  r.group_size = group_size;
+  r.G = group_count(K, group_size);
   r.q.resize(size_t(K * N));
   r.w_hat.resize(size_t(K * N));
   r.scale.resize(size_t(r.G * N));

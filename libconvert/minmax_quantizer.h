@@ -75,7 +75,8 @@ struct MinMaxResult {
 };
 
 // Plain round-to-nearest (`--method rtn`; the golden files' rtn/ group): each group's
-// parameters from the original W, then every entry rounded. group_size <= 0 or >= K: per-row.
+// parameters from the original W, then every entry rounded. group_size: effective, 0 <
+// group_size <= K (K: per row).
 MinMaxResult rtn_quantize(const float* W, int64_t K, int64_t N, int64_t group_size,
                           ZeroMode mode);
 

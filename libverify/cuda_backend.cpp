@@ -10,47 +10,19 @@
 #if TL_HAVE_CUDA
 
 #include <cstdio>
-#include <stdexcept>
 #include <vector>
 
 #include <cuda_runtime_api.h>
 
+#include "core/group_size.h"
+#include "cuda/device_buffer.h"
 #include "cuda/tl_kernels.h"
 
 namespace tl::verify {
 namespace {
 
-struct CudaFailure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-void cuda_try(cudaError_t e, const char* call, const char* file, int line) {
-  if (e == cudaSuccess) return;
-  char buf[512];
-  std::snprintf(buf, sizeof buf, "%s failed: %s (%s) at %s:%d", call, cudaGetErrorName(e),
-                cudaGetErrorString(e), file, line);
-  throw CudaFailure(buf);
-}
-#define TL_CUDA_TRY(call) cuda_try((call), #call, __FILE__, __LINE__)
-
-template <class T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t n) : n_(n) {
-    if (n_ > 0) TL_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&p_), n_ * sizeof(T)));
-  }
-  ~DeviceBuffer() { if (p_) cudaFree(p_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  T* get() const { return p_; }
-  void upload(const T* h) { if (n_) TL_CUDA_TRY(cudaMemcpy(p_, h, n_ * sizeof(T), cudaMemcpyHostToDevice)); }
-  void download(T* h) const { if (n_) TL_CUDA_TRY(cudaMemcpy(h, p_, n_ * sizeof(T), cudaMemcpyDeviceToHost)); }
-  void fill_bytes(int byte) { if (n_) TL_CUDA_TRY(cudaMemset(p_, byte, n_ * sizeof(T))); }
-
- private:
-  T* p_ = nullptr;
-  size_t n_;
-};
+using tl::cuda::CudaError;
+using tl::cuda::DeviceBuffer;
 
 const char* rc_text(int rc) {
   switch (rc) {
@@ -64,16 +36,16 @@ const char* rc_text(int rc) {
 class CudaBackend final : public KernelBackend {
  public:
   CudaBackend(int device, std::string name) : device_(device), name_(std::move(name)) {
-    TL_CUDA_TRY(cudaSetDevice(device_));
-    TL_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    TL_CUDA_THROW(cudaSetDevice(device_));
+    TL_CUDA_THROW(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
   ~CudaBackend() override { if (stream_) cudaStreamDestroy(stream_); }
   std::string device_name() const override { return name_; }
 
   KernelStatus marlin_gemm(const half_bits* A, const int32_t* B, const half_bits* s, half_bits* C,
-                           int M, int N, int K, int groupsize) override {
+                           int M, int N, int K, int group_size) override {
     return guarded([&] {
-      const int G = groupsize == -1 ? 1 : K / groupsize;
+      const int G = int(group_count(K, group_size));
       DeviceBuffer<uint16_t> dA(size_t(M) * K), ds(size_t(G) * N), dC(size_t(M) * N);
       DeviceBuffer<int32_t> dB(size_t(K / 16) * 2 * N);
       DeviceBuffer<int> ws(tl::cuda::marlin_workspace_ints(N));
@@ -81,8 +53,8 @@ class CudaBackend final : public KernelBackend {
       dC.fill_bytes(0x7e);
       ws.fill_bytes(0);
       const int rc = tl::cuda::marlin_int4_tc_gemm(half(dA), dB.get(), half(dC), half(ds), ws.get(),
-                                                   M, N, K, groupsize, stream_);
-      finish("marlin_int4_tc_gemm", rc, M, N, K, groupsize);
+                                                   M, N, K, group_size, stream_);
+      finish("marlin_int4_tc_gemm", rc, M, N, K, group_size);
       check_workspace_zero(ws, N);
       dC.download(C);
     });
@@ -91,7 +63,7 @@ class CudaBackend final : public KernelBackend {
   KernelStatus correction(const half_bits* A, const half_bits* delta, half_bits* C, float* a_sum,
                           int M, int N, int K, int group_size) override {
     return guarded([&] {
-      const int G = (K + group_size - 1) / group_size;
+      const int G = int(group_count(K, group_size));
       DeviceBuffer<uint16_t> dA(size_t(M) * K), dd(size_t(G) * N), dC(size_t(M) * N);
       DeviceBuffer<float> dsum(size_t(M) * G);
       dA.upload(A); dd.upload(delta); dC.upload(C);
@@ -109,7 +81,7 @@ class CudaBackend final : public KernelBackend {
                              const half_bits* delta, half_bits* C, int M, int N, int K,
                              int group_size) override {
     return guarded([&] {
-      const int G = (K + group_size - 1) / group_size;
+      const int G = int(group_count(K, group_size));
       DeviceBuffer<uint16_t> dA(size_t(M) * K), ds(size_t(G) * N), dd(size_t(G) * N),
           dC(size_t(M) * N);
       DeviceBuffer<int32_t> dB(size_t(K / 16) * 2 * N);
@@ -131,10 +103,10 @@ class CudaBackend final : public KernelBackend {
   template <class Body>
   KernelStatus guarded(Body&& body) {
     try {
-      TL_CUDA_TRY(cudaSetDevice(device_));
+      TL_CUDA_THROW(cudaSetDevice(device_));
       body();
       return {};
-    } catch (const std::exception& e) {
+    } catch (const CudaError& e) {  // a tier failure, named; other errors are the tool's (exit 2)
       cudaGetLastError();  // clear a non-sticky error so the next case starts clean
       return KernelStatus::failure(e.what());
     }
@@ -146,10 +118,10 @@ class CudaBackend final : public KernelBackend {
       char buf[256];
       std::snprintf(buf, sizeof buf, "%s returned rc=%d (%s) for m=%d n=%d k=%d group=%d", kernel,
                     rc, rc_text(rc), M, N, K, g);
-      throw CudaFailure(buf);
+      throw CudaError(buf);
     }
-    TL_CUDA_TRY(cudaGetLastError());
-    TL_CUDA_TRY(cudaStreamSynchronize(stream_));
+    TL_CUDA_THROW(cudaGetLastError());
+    TL_CUDA_THROW(cudaStreamSynchronize(stream_));
   }
 
   // The kernel contract: the workspace is zeroed once at allocation and left zeroed.
@@ -158,7 +130,7 @@ class CudaBackend final : public KernelBackend {
     ws.download(h.data());
     size_t bad = 0;
     for (int v : h) bad += v != 0;
-    if (bad) throw CudaFailure("workspace not left zeroed: " + std::to_string(bad) + " of " +
+    if (bad) throw CudaError("workspace not left zeroed: " + std::to_string(bad) + " of " +
                                std::to_string(h.size()) + " ints nonzero after the call");
   }
 
@@ -172,6 +144,10 @@ class CudaBackend final : public KernelBackend {
 BackendProbe open_gpu_backend() {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
+    cudaGetLastError();
+    return {nullptr, "no CUDA GPU on this machine (no NVIDIA driver loaded)"};
+  }
   if (e != cudaSuccess) {
     cudaGetLastError();
     return {nullptr, std::string("no usable CUDA device (cudaGetDeviceCount: ") +

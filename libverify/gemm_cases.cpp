@@ -1,5 +1,6 @@
 // The GPU tiers' cases: run the kernel through the backend, compare every reference row with
 // the fp64 reference in floored ULPs (ulp_stats.h), scan every output for NaN/Inf, judge.
+#include "core/group_size.h"
 #include <cmath>
 #include <cstdio>
 
@@ -93,8 +94,9 @@ CaseResult run_symmetric_case(KernelBackend& backend, const QuantWeight& w,
   CaseResult c = new_case(M, w.K, w.N, w.group_size);
   const MarlinSection& sec = *w.marlin;
   std::vector<half_bits> out(size_t(M * w.N));
-  const KernelStatus st = backend.marlin_gemm(A.data(), sec.B.data(), sec.s.data(), out.data(),
-                                              int(M), int(w.N), int(w.K), int(sec.groupsize));
+  // The kernel runs what the section says (its groupsize, not the weight's).
+  const KernelStatus st = backend.marlin_gemm(A.data(), sec.B.data(), sec.s.data(), out.data(), int(M), int(w.N),
+                                              int(w.K), int(group_size_from_marlin(w.K, sec.groupsize)));
   if (!st.ok) {
     c.status = Status::kFailed;
     c.message = st.message;

@@ -23,10 +23,11 @@ class KernelBackend {
   virtual ~KernelBackend() = default;
   virtual std::string device_name() const = 0;  // "NVIDIA H200 (sm_90)"
 
-  // C [M, N] = A [M, K] * W_marlin, B int32 [K/16, 2N], s fp16 [G, N] (Marlin-permuted),
-  // groupsize = Marlin's argument (-1 per column). C is overwritten.
+  // C [M, N] = A [M, K] * W_marlin, B int32 [K/16, 2N], s fp16 [G, N] (Marlin-permuted).
+  // Every group_size here is the effective one (== K for per column), as in tl_kernels.h.
+  // C is overwritten.
   virtual KernelStatus marlin_gemm(const half_bits* A, const int32_t* B, const half_bits* s,
-                                   half_bits* C, int M, int N, int K, int groupsize) = 0;
+                                   half_bits* C, int M, int N, int K, int group_size) = 0;
   // a_sum [M, G] = group sums of A (a_group_sum), then C [M, N] += a_sum * delta
   // (correction_accum). C is read and written.
   virtual KernelStatus correction(const half_bits* A, const half_bits* delta, half_bits* C,

@@ -4,12 +4,14 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/nibbles.h"
 #include "libconvert/model_forward.h"
 
 #if TL_HAVE_CUDA
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include "cuda/device_buffer.h"
 #include "cuda/kernels_ref.h"
 #include "cuda/model_ops.h"
 #include "cuda/tl_kernels.h"
@@ -48,42 +50,18 @@ bool GpuModel::has_reference() const { return false; }
 
 namespace {
 
-void check_cuda(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess) throw Error(std::string(cudaGetErrorString(e)) + " (" + cudaGetErrorName(e) + ")", "", what);
-}
-
 void check_rc(int rc, const std::string& what) {
   if (rc != cuda::kOk)
     throw Error(rc == cuda::kCudaError ? "CUDA error (printed above)" : "launcher refused the shape (rc " + std::to_string(rc) + ")",
                 "", what);
 }
 
-// An owning device allocation that grows on demand (contents are not preserved on growth).
-class DevBuf {
- public:
-  DevBuf() = default;
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  ~DevBuf() { if (p_) cudaFree(p_); }
-  void reserve(size_t bytes, const std::string& what) {
-    if (bytes <= n_) return;
-    if (p_) cudaFree(p_);
-    p_ = nullptr;
-    n_ = 0;
-    check_cuda(cudaMalloc(&p_, std::max<size_t>(bytes, 1)), "cudaMalloc " + what + " (" + std::to_string(bytes) + " bytes)");
-    n_ = bytes;
-  }
-  void upload(const void* src, size_t bytes, const std::string& what) {
-    reserve(bytes, what);
-    check_cuda(cudaMemcpy(p_, src, bytes, cudaMemcpyHostToDevice), "upload " + what);
-  }
-  template <class T> T* as() const { return static_cast<T*>(p_); }
-  size_t bytes() const { return n_; }
-
- private:
-  void* p_ = nullptr;
-  size_t n_ = 0;
-};
+// Device memory: the one buffer class of cuda/device_buffer.h, as bytes, grown on demand.
+using DevBuf = cuda::DeviceBuffer<uint8_t>;
+void upload(DevBuf& b, const void* src, size_t bytes) {
+  b.reserve(bytes);
+  TL_CUDA_THROW(cudaMemcpy(b.get(), src, bytes, cudaMemcpyHostToDevice));
+}
 
 std::vector<half_bits> to_half(const std::vector<float>& v) {
   std::vector<half_bits> h(v.size());
@@ -128,7 +106,7 @@ struct GpuModel::Impl {
     g.quantized = bool(lw.quant);
     const bool need_fp16 = !g.quantized || with_fp16;
     if (need_fp16) {
-      g.fp16.upload(to_half(lw.W).data(), lw.W.size() * 2, lw.name + " fp16");
+      upload(g.fp16, to_half(lw.W).data(), lw.W.size() * 2);
       g.has_fp16 = true;
       info.weight_bytes += g.fp16.bytes();
       g.w_fp16.name = g.name.c_str();
@@ -142,10 +120,10 @@ struct GpuModel::Impl {
       return;
     }
     const QuantWeight& qw = *lw.quant;
-    const std::vector<uint8_t> packed = cuda::pack_tinyloop_codes(qw.q.data(), qw.K, qw.N);
-    g.q.upload(packed.data(), packed.size(), lw.name + " q");
-    g.scale.upload(qw.scale.data(), qw.scale.size() * 2, lw.name + " scale");
-    g.zero.upload(qw.zero.data(), qw.zero.size() * 2, lw.name + " zero");
+    const std::vector<uint8_t> packed = pack_nibbles(qw.q.data(), qw.K, qw.N);
+    upload(g.q, packed.data(), packed.size());
+    upload(g.scale, qw.scale.data(), qw.scale.size() * 2);
+    upload(g.zero, qw.zero.data(), qw.zero.size() * 2);
     info.weight_bytes += g.q.bytes() + g.scale.bytes() + g.zero.bytes();
     cuda::DeviceQuantWeight w;
     w.name = g.name.c_str();
@@ -159,12 +137,12 @@ struct GpuModel::Impl {
     g.w_native = w;
     if (qw.marlin) {
       const MarlinSection& m = *qw.marlin;
-      g.mB.upload(m.B.data(), m.B.size() * 4, lw.name + " marlin B");
-      g.ms.upload(m.s.data(), m.s.size() * 2, lw.name + " marlin s");
-      g.mdelta.upload(m.delta.data(), m.delta.size() * 2, lw.name + " marlin delta");
+      upload(g.mB, m.B.data(), m.B.size() * 4);
+      upload(g.ms, m.s.data(), m.s.size() * 2);
+      upload(g.mdelta, m.delta.data(), m.delta.size() * 2);
       const size_t ws = cuda::marlin_workspace_ints(g.N) * sizeof(int);
-      g.mwork.reserve(ws, lw.name + " marlin workspace");
-      check_cuda(cudaMemset(g.mwork.as<int>(), 0, ws), "zero the Marlin workspace");
+      g.mwork.reserve(ws);
+      TL_CUDA_THROW(cudaMemset(g.mwork.as<int>(), 0, ws));
       w.marlin_B = g.mB.as<int32_t>();
       w.marlin_s = g.ms.as<__half>();
       w.marlin_delta = g.mdelta.as<__half>();
@@ -179,8 +157,8 @@ struct GpuModel::Impl {
   }
 
   void upload_block(const BlockWeights& b, GpuBlock& g) {
-    g.attn_norm.upload(b.attn_norm.data(), b.attn_norm.size() * 4, b.prefix + ".attn_norm");
-    g.mlp_norm.upload(b.mlp_norm.data(), b.mlp_norm.size() * 4, b.prefix + ".mlp_norm");
+    upload(g.attn_norm, b.attn_norm.data(), b.attn_norm.size() * 4);
+    upload(g.mlp_norm, b.mlp_norm.data(), b.mlp_norm.size() * 4);
     for (int i = 0; i < 5; ++i) {
       upload_linear(*b.linear(kBlockLinearNames[i]), g.lin[i]);
       info.linear_weights++;
@@ -190,34 +168,38 @@ struct GpuModel::Impl {
   void gemm(const GpuLinear& l, GpuPath p, const __half* X, __half* Y, int M) {
     const cuda::DeviceQuantWeight& w =
         p == GpuPath::kFp16 ? l.w_fp16 : p == GpuPath::kNative ? l.w_native : l.w_marlin;
+    // The weight's view picks the kernel; Marlin only for the Marlin path (the view of a
+    // weight that has no Marlin section is its native one).
+    cuda::KernelOptions options;
+    options.use_marlin = p == GpuPath::kMarlin;
     int rc = cuda::kOk;
-    cuda::quant_gemm(w, X, Y, M, nullptr, &rc);
+    cuda::quant_gemm(w, X, Y, M, nullptr, options, &rc);
     check_rc(rc, "quant_gemm " + l.name + " (M=" + std::to_string(M) + " K=" + std::to_string(l.K) +
                      " N=" + std::to_string(l.N) + ", path " + gpu_path_name(p) + ")");
   }
 
   void reserve(int64_t R, int seq_len) {
     const int64_t D = c.d_model, dh = c.d_head, H = c.n_heads, Hkv = c.n_kv_heads;
-    tokens.reserve(size_t(R) * 4, "tokens");
-    targets.reserve(size_t(R) * 4, "targets");
-    x.reserve(size_t(R * D) * 4, "x");
-    h.reserve(size_t(R * D) * 2, "h");
-    qkv.reserve(size_t(R * (H + 2 * Hkv) * dh) * 2, "qkv");
-    q.reserve(size_t(R * H * dh) * 2, "q");
-    k.reserve(size_t(R * Hkv * dh) * 2, "k");
-    v.reserve(size_t(R * Hkv * dh) * 2, "v");
-    att.reserve(size_t(R * H * dh) * 2, "attention output");
-    y.reserve(size_t(R * D) * 2, "y");
-    gate.reserve(size_t(R * c.ffn) * 2, "gate");
-    up.reserve(size_t(R * c.ffn) * 2, "up");
-    logits.reserve(size_t(R * c.vocab) * 2, "logits");
-    for (DevBuf* b : {&s_lse, &s_tgt, &s_kld}) b->reserve(size_t(R) * 4, "row stats");
-    s_arg.reserve(size_t(R) * 4, "row stats");
+    tokens.reserve(size_t(R) * 4);
+    targets.reserve(size_t(R) * 4);
+    x.reserve(size_t(R * D) * 4);
+    h.reserve(size_t(R * D) * 2);
+    qkv.reserve(size_t(R * (H + 2 * Hkv) * dh) * 2);
+    q.reserve(size_t(R * H * dh) * 2);
+    k.reserve(size_t(R * Hkv * dh) * 2);
+    v.reserve(size_t(R * Hkv * dh) * 2);
+    att.reserve(size_t(R * H * dh) * 2);
+    y.reserve(size_t(R * D) * 2);
+    gate.reserve(size_t(R * c.ffn) * 2);
+    up.reserve(size_t(R * c.ffn) * 2);
+    logits.reserve(size_t(R * c.vocab) * 2);
+    for (DevBuf* b : {&s_lse, &s_tgt, &s_kld}) b->reserve(size_t(R) * 4);
+    s_arg.reserve(size_t(R) * 4);
     if (seq_len != T) {
       std::vector<float> cs, sn;
       rope_tables(seq_len, dh, c.rope_theta, &cs, &sn);
-      cos_tab.upload(cs.data(), cs.size() * 4, "rope cos");
-      sin_tab.upload(sn.data(), sn.size() * 4, "rope sin");
+      upload(cos_tab, cs.data(), cs.size() * 4);
+      upload(sin_tab, sn.data(), sn.size() * 4);
       T = seq_len;
     }
   }
@@ -266,10 +248,10 @@ GpuModel::GpuModel(const ModelWeights& w, bool with_fp16) : impl_(std::make_uniq
   m.c = w.config;
   m.with_fp16 = with_fp16;
   cudaDeviceProp prop{};
-  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  TL_CUDA_THROW(cudaGetDeviceProperties(&prop, 0));
   m.info.device = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
-  m.embed.upload(to_half(w.embed).data(), w.embed.size() * 2, "embed");
-  m.final_norm.upload(w.final_norm.data(), w.final_norm.size() * 4, "final_norm");
+  upload(m.embed, to_half(w.embed).data(), w.embed.size() * 2);
+  upload(m.final_norm, w.final_norm.data(), w.final_norm.size() * 4);
   for (const BlockWeights& b : w.pre) {
     m.pre.push_back(std::make_unique<GpuBlock>());
     m.upload_block(b, *m.pre.back());
@@ -305,24 +287,16 @@ const void* GpuModel::forward(const int32_t* tokens, int n_seq, int T, GpuPath p
                   "token " + std::to_string(r));
   m.reserve(R, T);
   m.rows = R;
-  check_cuda(cudaMemcpy(m.tokens.as<int32_t>(), tokens, size_t(R) * 4, cudaMemcpyHostToDevice), "upload tokens");
-  const bool was = cuda::marlin_dispatch_enabled();
-  cuda::set_marlin_dispatch(p == GpuPath::kMarlin);
-  try {
-    check_rc(cuda::embed_gather(m.embed.as<__half>(), m.tokens.as<int32_t>(), m.x.as<float>(), int(R),
-                                int(m.c.d_model), nullptr), "embed_gather");
-    for (const auto& b : m.pre) m.run_block(*b, p, n_seq);
-    for (int64_t it = 0; it < m.c.loops; ++it)
-      for (const auto& b : m.loop) m.run_block(*b, p, n_seq);
-    check_rc(cuda::rms_norm_rows(m.x.as<float>(), m.final_norm.as<float>(), m.h.as<__half>(), int(R),
-                                 int(m.c.d_model), float(m.c.norm_eps), nullptr), "rms_norm final");
-    m.gemm(m.head, p, m.h.as<__half>(), m.logits.as<__half>(), int(R));
-    check_cuda(cudaDeviceSynchronize(), "forward");
-  } catch (...) {
-    cuda::set_marlin_dispatch(was);
-    throw;
-  }
-  cuda::set_marlin_dispatch(was);
+  TL_CUDA_THROW(cudaMemcpy(m.tokens.as<int32_t>(), tokens, size_t(R) * 4, cudaMemcpyHostToDevice));
+  check_rc(cuda::embed_gather(m.embed.as<__half>(), m.tokens.as<int32_t>(), m.x.as<float>(), int(R),
+                              int(m.c.d_model), nullptr), "embed_gather");
+  for (const auto& b : m.pre) m.run_block(*b, p, n_seq);
+  for (int64_t it = 0; it < m.c.loops; ++it)
+    for (const auto& b : m.loop) m.run_block(*b, p, n_seq);
+  check_rc(cuda::rms_norm_rows(m.x.as<float>(), m.final_norm.as<float>(), m.h.as<__half>(), int(R),
+                               int(m.c.d_model), float(m.c.norm_eps), nullptr), "rms_norm final");
+  m.gemm(m.head, p, m.h.as<__half>(), m.logits.as<__half>(), int(R));
+  TL_CUDA_THROW(cudaDeviceSynchronize());
   return m.logits.as<void>();
 }
 
@@ -330,7 +304,7 @@ void GpuModel::logits_to_host(std::vector<float>* out) const {
   const Impl& m = *impl_;
   const size_t n = size_t(m.rows * m.c.vocab);
   std::vector<half_bits> h(n);
-  check_cuda(cudaMemcpy(h.data(), m.logits.as<void>(), n * 2, cudaMemcpyDeviceToHost), "download logits");
+  TL_CUDA_THROW(cudaMemcpy(h.data(), m.logits.as<void>(), n * 2, cudaMemcpyDeviceToHost));
   out->resize(n);
   for (size_t i = 0; i < n; ++i) (*out)[i] = half_to_float(h[i]);
 }
@@ -338,9 +312,9 @@ void GpuModel::logits_to_host(std::vector<float>* out) const {
 void GpuModel::save_reference() {
   Impl& m = *impl_;
   const size_t n = size_t(m.rows * m.c.vocab) * 2;
-  m.ref_logits.reserve(n, "reference logits");
-  m.ref_lse.reserve(size_t(m.rows) * 4, "reference lse");
-  check_cuda(cudaMemcpy(m.ref_logits.as<void>(), m.logits.as<void>(), n, cudaMemcpyDeviceToDevice), "save reference");
+  m.ref_logits.reserve(n);
+  m.ref_lse.reserve(size_t(m.rows) * 4);
+  TL_CUDA_THROW(cudaMemcpy(m.ref_logits.as<void>(), m.logits.as<void>(), n, cudaMemcpyDeviceToDevice));
   check_rc(cuda::logits_row_stats(m.ref_logits.as<__half>(), nullptr, int(m.rows), int(m.c.vocab), m.ref_lse.as<float>(),
                                   nullptr, nullptr, nullptr), "reference row stats");
   m.has_ref = true;
@@ -353,12 +327,12 @@ void GpuModel::row_stats(const int32_t* targets, std::vector<float>* lse, std::v
                          std::vector<float>* target_logit, std::vector<float>* kld) const {
   Impl& m = *impl_;
   const int R = int(m.rows), V = int(m.c.vocab);
-  if (targets) check_cuda(cudaMemcpy(m.targets.as<int32_t>(), targets, size_t(R) * 4, cudaMemcpyHostToDevice), "upload targets");
+  if (targets) TL_CUDA_THROW(cudaMemcpy(m.targets.as<int32_t>(), targets, size_t(R) * 4, cudaMemcpyHostToDevice));
   check_rc(cuda::logits_row_stats(m.logits.as<__half>(), targets ? m.targets.as<int32_t>() : nullptr, R, V,
                                   m.s_lse.as<float>(), m.s_arg.as<int32_t>(), m.s_tgt.as<float>(), nullptr), "row stats");
   auto down = [&](const DevBuf& b, auto* out) {
     out->resize(size_t(R));
-    check_cuda(cudaMemcpy(out->data(), b.as<void>(), size_t(R) * 4, cudaMemcpyDeviceToHost), "download row stats");
+    TL_CUDA_THROW(cudaMemcpy(out->data(), b.as<void>(), size_t(R) * 4, cudaMemcpyDeviceToHost));
   };
   if (lse) down(m.s_lse, lse);
   if (argmax) down(m.s_arg, argmax);

@@ -58,14 +58,15 @@ grep -q -- "--group-size" help.txt && grep -q "32, 64, 128, 256, row" help.txt |
 "$GQ" --version | grep -q "^gptq-quantize [0-9]" || fail "--version"
 
 expect_bad "pass --calib FILE.h5 .* or use --method rtn" w.safetensors -o out.tinyloop --only '^a\.'
-expect_bad "no Hessian for 1 selected weight\(s\): b.weight" w.safetensors -o out.tinyloop --calib calib.h5 --only '^(a|b)\.'
-expect_bad "calib_k16.h5: a.weight: Hessian a.weight is 16x16, expected 32x32" w.safetensors -o out.tinyloop --calib calib_k16.h5 --only '^a\.'
+expect_bad "no Hessian for 1 selected weight\(s\): b.weight" w.safetensors -o out.tinyloop --calib calib.h5 --only '^(a|b)\.' --group-size 32
+expect_bad "calib_k16.h5: a.weight: Hessian a.weight is 16x16, expected 32x32" w.safetensors -o out.tinyloop --calib calib_k16.h5 --only '^a\.' --group-size 32
+expect_bad "a.weight: --group-size 128 is larger than K = 32 \(in_features\); use --group-size row" w.safetensors -o out.tinyloop --method rtn
 expect_bad "group-size.*must be one of 32, 64, 128, 256, row" w.safetensors -o out.tinyloop --group-size 100
 expect_bad "zero" w.safetensors -o out.tinyloop --zero half
 expect_bad "--act-order applies to --method gptq" w.safetensors -o out.tinyloop --method rtn --act-order
 expect_bad "gptq-quantize: nope.safetensors: no such file" nope.safetensors -o out.tinyloop --method rtn
 expect_bad "junk.bin" junk.bin -o out.tinyloop --method rtn
-expect_bad "nan.weight: weight is not finite at \[0, 0\]" nan.safetensors -o out.tinyloop --method rtn
+expect_bad "nan.weight: weight is not finite at \[0, 0\]" nan.safetensors -o out.tinyloop --method rtn --group-size row
 expect_bad "no linear weight matches --only zzz" w.safetensors -o out.tinyloop --method rtn --only zzz
 expect_bad "is the same file as the input" w.safetensors -o w.safetensors --method rtn
 expect_bad "not a valid regular expression" w.safetensors -o out.tinyloop --method rtn --only '('

@@ -15,6 +15,7 @@
 #include <Eigen/Core>
 #include <doctest/doctest.h>
 
+#include "core/group_size.h"
 #include "libconvert/eigen_blocking.h"
 #include "libconvert/gptq.h"
 #include "libconvert/hessian.h"
@@ -80,7 +81,7 @@ TEST_CASE("determinism: GPTQ bytes do not depend on the CPU's cache sizes or the
   const tl_test::GptqCalib c = tl_test::load_calib("512x384");
   tl::GptqOptions o;
   o.percdamp = g.percdamp;
-  o.group_size = g.group_size;
+  o.group_size = tl::group_size_from_upstream(g.group_size, g.K);
   o.block_size = g.blocksize;
   check_independent("512x384 g128", c.W, c.H, c.K, c.N, o);
 

@@ -14,6 +14,7 @@
 #include <doctest/doctest.h>
 
 #include "core/half.h"
+#include "core/group_size.h"
 #include "libconvert/gptq.h"
 #include "test_gptq_golden.h"
 
@@ -40,7 +41,7 @@ const char* kCases[] = {"256x128_g128_act0", "256x128_g128_act1", "256x128_g128_
 tl::GptqOptions options_for(const GptqCase& g) {
   tl::GptqOptions o;
   o.percdamp = g.percdamp;
-  o.group_size = g.group_size;  // -1: per-row
+  o.group_size = tl::group_size_from_upstream(g.group_size, g.K);  // the golden files: -1 = per row
   o.block_size = g.blocksize;
   o.act_order = g.actorder;
   o.static_groups = g.static_groups;

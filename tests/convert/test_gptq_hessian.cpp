@@ -102,6 +102,7 @@ TEST_CASE("hessian: not positive definite -> logged retries with growing damping
   std::vector<float> W(size_t(K * N), 0.01f);
   std::vector<std::string> logs;
   tl::GptqOptions o;
+  o.group_size = K;  // per row
   o.name = "layer.x";
   o.log = [&](const std::string& m) { logs.push_back(m); };
   const tl::GptqResult r = tl::gptq_quantize(W.data(), K, N, H.data(), o);

@@ -66,7 +66,7 @@ TEST_CASE("gptq properties: diagonal Hessian -> identical to RTN (every group si
   Problem p = make_problem(K, N, 1);
   std::fill(p.H.begin(), p.H.end(), 0.0f);
   for (int64_t k = 0; k < K; ++k) p.H[size_t(k * K + k)] = 2.0f;
-  for (int64_t gs : {32, 64, 128, 256, -1}) {
+  for (int64_t gs : {int64_t(32), int64_t(64), int64_t(128), int64_t(256), K}) {  // K: per row
     for (tl::ZeroMode mode : {tl::ZeroMode::kInt, tl::ZeroMode::kFloat}) {
       CAPTURE(gs);
       CAPTURE(tl::zero_mode_name(mode));
@@ -90,7 +90,7 @@ TEST_CASE("gptq properties: loss identity, beats RTN, odd block sizes and partia
   struct Cfg { int64_t K, N, gs, bs; bool act; tl::ZeroMode mode; };
   const Cfg cfgs[] = {{256, 64, 32, 128, false, tl::ZeroMode::kInt}, {256, 64, 64, 48, false, tl::ZeroMode::kInt},
                       {320, 80, 256, 128, false, tl::ZeroMode::kInt}, {200, 70, 32, 48, true, tl::ZeroMode::kInt},
-                      {256, 64, 128, 128, true, tl::ZeroMode::kFloat}, {256, 64, -1, 100, true, tl::ZeroMode::kFloat}};
+                      {256, 64, 128, 128, true, tl::ZeroMode::kFloat}, {256, 64, 256, 100, true, tl::ZeroMode::kFloat}};  // 256 = K: per row
   uint64_t seed = 10;
   for (const Cfg& c : cfgs) {
     CAPTURE(c.K); CAPTURE(c.N); CAPTURE(c.gs); CAPTURE(c.bs); CAPTURE(c.act); CAPTURE(tl::zero_mode_name(c.mode));

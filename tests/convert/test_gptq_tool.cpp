@@ -185,7 +185,7 @@ tl::GptqQuantizeOptions base_options(const Fixture& f, const std::string& out) {
   o.input = f.ckpt;
   o.output = out;
   o.calib = f.calib;
-  o.group_size = 64;
+  o.group_size = tl::GroupSize::rows(64);
   o.threads = 2;
   o.quiet = true;
   return o;

@@ -185,7 +185,7 @@ TEST_CASE("import: .tinyloop input -- fp16 linears quantized, quantized entries 
   o.input = src;
   o.output = out;
   o.method = "rtn";
-  o.group_size = 32;
+  o.group_size = tl::GroupSize::rows(32);
   o.quiet = true;
   REQUIRE(tl::run_gptq_quantize(o) == 0);
   tl::TinyloopReader r(out);

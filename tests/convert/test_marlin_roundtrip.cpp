@@ -152,7 +152,7 @@ TEST_CASE("marlin section: pack -> decode recovers q and scale for gate-passing 
     const tl::QuantWeight w = random_weight(rng, K, N, gs);
     tl::marlin_pack_into(w, "", &reused);
     const tl::MarlinSection& m = reused;
-    CHECK(m.groupsize == (gs == K ? -1 : gs));
+    CHECK(m.groupsize == tl::marlin_groupsize_arg(K, gs));
     const tl::MarlinDecoded d = tl::marlin_decode(m, K, N, gs);
     CHECK(mismatches("q", d.q, w.q, N) == 0);
     CHECK(mismatches("scale", d.scale, w.scale, N) == 0);

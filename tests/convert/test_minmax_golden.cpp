@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include "core/group_size.h"
 #include "libconvert/minmax_quantizer.h"
 #include "test_gptq_golden.h"
 
@@ -35,7 +36,8 @@ TEST_CASE("minmax golden: RTN codes and parameters are bit-identical to upstream
     const tl_test::GptqCase g = tl_test::load_case(name);
     const tl_test::GptqCalib c = tl_test::load_calib(std::to_string(g.K) + "x" + std::to_string(g.N));
     CAPTURE(g.name);
-    const tl::MinMaxResult r = tl::rtn_quantize(c.W.data(), g.K, g.N, g.group_size, tl::ZeroMode::kInt);
+    const tl::MinMaxResult r = tl::rtn_quantize(c.W.data(), g.K, g.N, tl::group_size_from_upstream(g.group_size, g.K),
+                                                 tl::ZeroMode::kInt);
     REQUIRE(r.G == g.G);
     REQUIRE(r.group_size == g.group_size_effective);
     std::vector<float> zero_f32(r.zq.size());

@@ -86,7 +86,7 @@ TEST_CASE("gptq-quantize --calib-tokens calibrates block i+1 on the quantized ou
   o.calib_tokens = tokens_path;
   o.calib_seq = seq;
   o.save_calib = dir + "/hessians.h5";
-  o.group_size = 64;
+  o.group_size = tl::GroupSize::rows(64);
   o.quiet = true;
   REQUIRE(tl::run_gptq_quantize(o) == 0);
 

@@ -15,6 +15,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include "cuda/device_buffer.h"
+
 #include "core/half.h"
 
 namespace tl::test {
@@ -52,55 +54,18 @@ constexpr double kMaxRelFro = 1e-3;
 // <= depth * u32 * sum|a| where depth = the longest chain of additions.
 constexpr double kU32 = 5.9604644775390625e-08;  // 2^-24
 
-// ---- CUDA checking ----
-#define TL_REQUIRE_CUDA(call)                                                             \
-  do {                                                                                    \
-    const cudaError_t tl_err_ = (call);                                                   \
-    if (tl_err_ != cudaSuccess)                                                           \
-      FAIL(#call << " failed at " << __FILE__ << ":" << __LINE__ << ": "                  \
-                 << std::string(cudaGetErrorString(tl_err_)));                                   \
-  } while (0)
+// ---- CUDA checking: the one idiom of cuda/device_buffer.h (a failing call throws, and
+// doctest fails the test case with the call, the place and the CUDA error) ----
+using tl::cuda::DeviceBuffer;
 
 // A launcher rc must be 0 and the kernel must have finished without a fault.
 #define TL_REQUIRE_LAUNCH(rc_expr)                                                        \
   do {                                                                                    \
     const int tl_rc_ = (rc_expr);                                                         \
     REQUIRE_MESSAGE(tl_rc_ == 0, #rc_expr << " returned rc " << tl_rc_);                  \
-    TL_REQUIRE_CUDA(cudaGetLastError());                                                  \
-    TL_REQUIRE_CUDA(cudaDeviceSynchronize());                                             \
+    TL_CUDA_THROW(cudaGetLastError());                                                    \
+    TL_CUDA_THROW(cudaDeviceSynchronize());                                               \
   } while (0)
-
-template <class T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t count) : count_(count) {
-    TL_REQUIRE_CUDA(cudaMalloc(reinterpret_cast<void**>(&ptr_), std::max<size_t>(count, 1) * sizeof(T)));
-  }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* get() const { return ptr_; }
-  __half* half() const { return reinterpret_cast<__half*>(ptr_); }
-  size_t size() const { return count_; }
-  void upload(const std::vector<T>& host) {
-    REQUIRE(host.size() == count_);
-    TL_REQUIRE_CUDA(cudaMemcpy(ptr_, host.data(), count_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(count_);
-    TL_REQUIRE_CUDA(cudaMemcpy(host.data(), ptr_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-  // 0xFF bytes: fp16 0xFFFF and fp32 0xFFFFFFFF are NaN, so an unwritten output cannot pass.
-  void poison() { TL_REQUIRE_CUDA(cudaMemset(ptr_, 0xFF, count_ * sizeof(T))); }
-  void zero() { TL_REQUIRE_CUDA(cudaMemset(ptr_, 0, count_ * sizeof(T))); }
-
- private:
-  T* ptr_ = nullptr;
-  size_t count_ = 0;
-};
 
 // ---- Seeded random inputs (the seed is printed once; TL_TEST_SEED=... reproduces a run) ----
 uint64_t test_seed();

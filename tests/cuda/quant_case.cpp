@@ -29,7 +29,7 @@ QuantCase make_quant_case(int64_t M, int64_t K, int64_t N, int64_t group_size, u
   }
   c.delta.resize(c.zero.size());
   marlin_delta(c.scale.data(), c.zero.data(), int64_t(c.zero.size()), c.delta.data());
-  c.q_tinyloop = cuda::pack_tinyloop_codes(c.codes.data(), K, N);
+  c.q_tinyloop = pack_nibbles(c.codes.data(), K, N);
   if (K % 16 == 0 && N % 64 == 0) {
     c.B.resize(size_t(K / 16 * 2 * N));
     marlin_pack_codes(c.codes.data(), K, N, c.B.data());

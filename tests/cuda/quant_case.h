@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/group_size.h"
 #include "core/half.h"
 #include "gpu_test_util.h"
 
@@ -21,7 +22,7 @@ struct QuantCase {
   std::vector<int32_t> B;                        // [K/16, 2N] (only when K%16 == 0, N%64 == 0)
   std::vector<half_bits> s_marlin;               // [G, N] permuted
   int64_t G() const { return K / group_size; }
-  int marlin_gs() const { return group_size == K ? -1 : int(group_size); }
+  int marlin_gs() const { return int(tl::marlin_groupsize_arg(K, group_size)); }  // names: g=-1 per column
   std::string name() const;  // "M=.. K=.. N=.. g=.."
 };
 

@@ -50,14 +50,22 @@ struct DeviceWeight {
   }
 };
 
+// quant_gemm's options with Marlin dispatch on or off (nothing else differs).
+tl::cuda::KernelOptions marlin(bool on) {
+  tl::cuda::KernelOptions o;
+  o.use_marlin = on;
+  return o;
+}
+
 // Runs quant_gemm, checks the path and the result against A * W_hat.
-void run_and_check(const QuantCase& c, const tl::cuda::DeviceQuantWeight& w, GemmPath want) {
+void run_and_check(const QuantCase& c, const tl::cuda::DeviceQuantWeight& w, const tl::cuda::KernelOptions& options,
+                   GemmPath want) {
   DeviceBuffer<half_bits> A(c.A), Y(size_t(c.M * c.N));
   Y.poison();
   int rc = -1;
-  const GemmPath got = tl::cuda::quant_gemm(w, A.half(), Y.half(), int(c.M), nullptr, &rc);
+  const GemmPath got = tl::cuda::quant_gemm(w, A.half(), Y.half(), int(c.M), nullptr, options, &rc);
   REQUIRE(rc == 0);
-  TL_REQUIRE_CUDA(cudaDeviceSynchronize());
+  TL_CUDA_THROW(cudaDeviceSynchronize());
   CHECK_MESSAGE(got == want, "took " << tl::cuda::gemm_path_name(got) << ", want "
                                      << tl::cuda::gemm_path_name(want));
   const std::vector<int64_t> rows = rows_to_check(c.M, c.K, c.N);
@@ -81,45 +89,45 @@ TEST_CASE("quant_gemm: path selection, fallback reasons, first-dispatch line") {
   SUBCASE("fp16 copy wins when present") {
     tl::cuda::DeviceQuantWeight w = dw.w;
     w.fp16_weight = dw.fp16.half();
-    tl::cuda::set_marlin_dispatch(true);
-    run_and_check(c, w, GemmPath::kFp16Copy);
+    run_and_check(c, w, marlin(true), GemmPath::kFp16Copy);
   }
   SUBCASE("dispatch disabled: native, no fallback counted") {
-    tl::cuda::set_marlin_dispatch(false);
-    run_and_check(c, dw.w, GemmPath::kNativeInt4);
+    run_and_check(c, dw.w, marlin(false), GemmPath::kNativeInt4);
     CHECK(tl::cuda::dispatch_stats().fallbacks.empty());
   }
   SUBCASE("dispatch enabled: Marlin, and the first-dispatch line") {
-    tl::cuda::set_marlin_dispatch(true);
-    run_and_check(c, dw.w, GemmPath::kMarlin);
+    run_and_check(c, dw.w, marlin(true), GemmPath::kMarlin);
     const tl::cuda::DispatchStats st = tl::cuda::dispatch_stats();
     CHECK(st.dispatches[int(GemmPath::kMarlin)] == 1);
     CHECK(st.first_dispatch_line.rfind("[marlin] first dispatch ok: BT=", 0) == 0);
   }
   SUBCASE("exact_int4 and a missing pack fall back with their reason") {
-    tl::cuda::set_marlin_dispatch(true);
     tl::cuda::DeviceQuantWeight w = dw.w;
     w.exact_int4 = true;
-    run_and_check(c, w, GemmPath::kNativeInt4);
+    run_and_check(c, w, marlin(true), GemmPath::kNativeInt4);
     w = dw.w;
     w.marlin_B = nullptr;
-    run_and_check(c, w, GemmPath::kNativeInt4);
+    run_and_check(c, w, marlin(true), GemmPath::kNativeInt4);
     const tl::cuda::DispatchStats st = tl::cuda::dispatch_stats();
     CHECK(st.fallbacks.at("flagged exact_int4") == 1);
     CHECK(st.fallbacks.at("no marlin pack") == 1);
   }
-  tl::cuda::set_marlin_dispatch(false);
 }
 
-TEST_CASE("quant_gemm: N not a multiple of 128 falls back to the native kernel") {
+TEST_CASE("quant_gemm: N not a multiple of 128 falls back to the native kernel, with the gate's reason") {
   tl::cuda::reset_dispatch_stats();
-  tl::cuda::set_marlin_dispatch(true);
   const QuantCase c = make_quant_case(3, 256, 192, 128, 5001);  // packable (N % 64), not runnable
   DeviceWeight dw(c);
-  run_and_check(c, dw.w, GemmPath::kNativeInt4);
-  CHECK(tl::cuda::dispatch_stats().fallbacks.at("N % 128 != 0") == 1);
-  tl::cuda::set_marlin_dispatch(false);
-  CHECK(tl::cuda::marlin_min_m() >= 1);
+  run_and_check(c, dw.w, marlin(true), GemmPath::kNativeInt4);
+  CHECK(tl::cuda::dispatch_stats().fallbacks.at("N = 192 is not a multiple of 128") == 1);
+}
+
+TEST_CASE("quant_gemm: a single row goes to Marlin (no lower bound on M)") {
+  tl::cuda::reset_dispatch_stats();
+  const QuantCase c = make_quant_case(1, 512, 256, 128, 5002);
+  DeviceWeight dw(c);
+  run_and_check(c, dw.w, marlin(true), GemmPath::kMarlin);
+  CHECK(tl::cuda::dispatch_stats().fallbacks.empty());
 }
 
 }  // namespace tl::test

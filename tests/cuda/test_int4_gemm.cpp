@@ -65,7 +65,7 @@ TEST_CASE("int4_gemm: shape return codes") {
   CHECK(run(0, 8, 8, 8) == tl::cuda::kShapeUnsupported);
   CHECK(run(1, 8, 100, 64) == tl::cuda::kShapeUnsupported);  // K % group_size
   CHECK(run(1, 8, 8, 0) == tl::cuda::kShapeUnsupported);
-  TL_REQUIRE_CUDA(cudaGetLastError());
+  TL_CUDA_THROW(cudaGetLastError());
 }
 
 }  // namespace tl::test

@@ -54,7 +54,7 @@ struct Gpu {
   }
 };
 
-void check_case(const QuantCase& c) {
+void check_case(const QuantCase& c, const tl::cuda::KernelOptions& options = {}) {
   Gpu g(c);
   const int M = int(c.M), N = int(c.N), K = int(c.K);
   const std::vector<int64_t> rows = rows_to_check(c.M, c.K, c.N);
@@ -63,8 +63,8 @@ void check_case(const QuantCase& c) {
   // Symmetric: C = A (q - 8) s.
   g.C.poison();
   TL_REQUIRE_LAUNCH(tl::cuda::marlin_int4_tc_gemm(g.A.half(), g.B.get(), g.C.half(), g.s.half(),
-                                                  g.workspace.get(), M, N, K, c.marlin_gs(),
-                                                  nullptr));
+                                                  g.workspace.get(), M, N, K, int(c.group_size),
+                                                  nullptr, options));
   std::vector<half_bits> sym = g.C.download();
   CHECK_MESSAGE(count_nonfinite(sym) == 0, c.name() << ": unwritten outputs");
   const std::vector<double> ref_sym = ref_marlin(c, rows);
@@ -93,7 +93,7 @@ void check_case(const QuantCase& c) {
   g.C.poison();
   TL_REQUIRE_LAUNCH(tl::cuda::marlin_mm_asymmetric(g.A.half(), g.B.get(), g.s.half(),
                                                    g.delta.half(), g.C.half(), g.workspace.get(),
-                                                   M, N, K, int(c.group_size), nullptr));
+                                                   M, N, K, int(c.group_size), nullptr, options));
   const std::vector<half_bits> asym = g.C.download();
   CHECK_MESSAGE(count_nonfinite(asym) == 0, c.name() << ": unwritten outputs (asym)");
   // Against what the kernel computes ((q - 8) s + delta, stored delta): the tight check ...
@@ -144,8 +144,8 @@ TEST_CASE("marlin: activations far from zero mean") {
 }
 
 TEST_CASE("marlin: group size equal to K is per-column") {
-  // K = 128 with group_size 128 has one group; the packer permutes its scales per column, and
-  // the kernel must read them that way even when called with groupsize 128.
+  // K = 128 with group_size 128 has one group; the packer permutes its scales per column
+  // (Marlin's groupsize -1), and the kernel must read them that way given group_size 128 == K.
   const QuantCase c = make_quant_case(5, 128, 256, 128, 77);
   Gpu g(c);
   g.C.poison();
@@ -178,7 +178,7 @@ TEST_CASE("marlin: the result is bitwise reproducible") {
 TEST_CASE("marlin: decode kernel, cluster and flat cross-block reductions") {
   // On sm_90 the decode kernel (M <= 16) combines slices shared by several blocks inside a
   // thread-block cluster (distributed shared memory) where that keeps the warp stripes as
-  // short; elsewhere, or with TL_MARLIN_CLUSTER=0, through global slots and arrival counters.
+  // short; elsewhere, or with KernelOptions::clusters off, through global slots and arrival counters.
   // Both must meet the bounds and be bitwise reproducible. The shapes put one slice across
   // many blocks (8192 x 128), eight slices of 32 units (4096 x 1024), ten short slices
   // (1024 x 1280) and 101 slices, more than fit in clusters at once, so the last cluster owns
@@ -191,41 +191,41 @@ TEST_CASE("marlin: decode kernel, cluster and flat cross-block reductions") {
                                {1024, 12928, 1}, {1024, 12928, 16}};
   if (quick_mode()) shapes = {{8192, 128, 16}, {4096, 1024, 1}, {1024, 12928, 16}};
   int device = 0, major = 0;
-  TL_REQUIRE_CUDA(cudaGetDevice(&device));
-  TL_REQUIRE_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  TL_CUDA_THROW(cudaGetDevice(&device));
+  TL_CUDA_THROW(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   uint64_t stream = 6000;
-  for (const char* mode : {"1", "0"}) {
-    REQUIRE(setenv("TL_MARLIN_CLUSTER", mode, 1) == 0);
+  for (const bool clusters : {true, false}) {
+    tl::cuda::KernelOptions options;
+    options.clusters = clusters;
     int clustered = 0;
     for (const Shape& sh : shapes)
       for (int64_t gs : {int64_t(128), int64_t(-1)}) {
         const QuantCase c = make_quant_case(sh.M, sh.K, sh.N, gs < 0 ? sh.K : gs, ++stream);
-        CAPTURE(mode);
+        CAPTURE(clusters);
         CAPTURE(c.name());
         tl::cuda::detail::SmallMGrid grid{};
-        REQUIRE(tl::cuda::detail::marlin_small_m_grid(int(c.M), int(c.N), int(c.K),
-                                                      c.marlin_gs(), true, &grid) == 0);
+        REQUIRE(tl::cuda::detail::marlin_small_m_grid(int(c.M), int(c.N), int(c.K), int(c.group_size), true,
+                                                      options, &grid) == 0);
         clustered += grid.cluster > 0;
-        check_case(c);
+        check_case(c, options);
         Gpu g(c);
         std::vector<half_bits> first;
         for (int run = 0; run < 2; ++run) {
           g.C.poison();
           TL_REQUIRE_LAUNCH(tl::cuda::marlin_mm_asymmetric(
               g.A.half(), g.B.get(), g.s.half(), g.delta.half(), g.C.half(), g.workspace.get(),
-              int(c.M), int(c.N), int(c.K), int(c.group_size), nullptr));
+              int(c.M), int(c.N), int(c.K), int(c.group_size), nullptr, options));
           if (run == 0)
             first = g.C.download();
           else
             CHECK_MESSAGE(g.C.download() == first, "second run differs");
         }
       }
-    if (mode[0] == '0' || major < 9)
+    if (!clusters || major < 9)
       CHECK(clustered == 0);
     else
       CHECK_MESSAGE(clustered > 0, "sm_90: no shape ran in cluster mode");
   }
-  REQUIRE(unsetenv("TL_MARLIN_CLUSTER") == 0);
 }
 
 TEST_CASE("marlin: shape and configuration return codes") {
@@ -236,16 +236,16 @@ TEST_CASE("marlin: shape and configuration return codes") {
                                          g.workspace.get(), M, N, K, gs, nullptr);
   };
   CHECK(run(4, 192, 256, 128) == tl::cuda::kShapeUnsupported);  // N % 128
-  CHECK(run(4, 256, 200, -1) == tl::cuda::kShapeUnsupported);   // K % 128
+  CHECK(run(4, 256, 200, 200) == tl::cuda::kShapeUnsupported);  // K % 128 (per column)
   CHECK(run(0, 256, 256, 128) == tl::cuda::kShapeUnsupported);  // M < 1
   CHECK(run(4, 256, 256, 64) == tl::cuda::kNoConfig);           // group size not built
   CHECK(run(4, 256, 256, 96) == tl::cuda::kNoConfig);
   CHECK(tl::cuda::marlin_int4_tc_gemm(g.A.half(), g.B.get(), g.C.half() + 1, g.s.half(),
                                       g.workspace.get(), 4, 256, 256, 128, nullptr) ==
         tl::cuda::kShapeUnsupported);  // misaligned C
-  TL_REQUIRE_CUDA(cudaGetLastError());  // declining launches leave no error behind
+  TL_CUDA_THROW(cudaGetLastError());  // declining launches leave no error behind
   int device = 0;
-  TL_REQUIRE_CUDA(cudaGetDevice(&device));
+  TL_CUDA_THROW(cudaGetDevice(&device));
   CHECK(tl::cuda::marlin_available(device));
 }
 

@@ -106,7 +106,7 @@ void put_quant(hid_t quant, const std::string& name, FuzzedDataProvider& in) {
   if (in.ConsumeIntegralInRange<int>(0, 7)) put_dataset(g, "zero", {G, N}, in);
   if (in.ConsumeBool()) {
     tl::h5::Handle m = tl::h5::create_group(g, "marlin", "fuzz");
-    if (in.ConsumeIntegralInRange<int>(0, 5)) tl::h5::write_attr(m, "groupsize", gs == K ? -1 : gs, "fuzz");
+    if (in.ConsumeIntegralInRange<int>(0, 5)) tl::h5::write_attr(m, "groupsize", tl::marlin_groupsize_arg(K, gs), "fuzz");
     else put_attr(m, "groupsize", in);
     tl::h5::write_attr(m, "layout", in.ConsumeBool() ? std::string(tl::kMarlinLayoutTag) : in.ConsumeRandomLengthString(8), "fuzz");
     if (in.ConsumeIntegralInRange<int>(0, 7)) put_dataset(m, "B", {K / 16, 2 * N}, in);

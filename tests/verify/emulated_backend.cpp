@@ -8,12 +8,10 @@
 namespace tl::verify::testing {
 
 KernelStatus EmulatedBackend::marlin_gemm(const half_bits* A, const int32_t* B, const half_bits* s,
-                                          half_bits* C, int M, int N, int K, int groupsize) {
+                                          half_bits* C, int M, int N, int K, int group_size) {
   ++calls;
-  const bool supported_gs =
-      groupsize == -1 || std::find(std::begin(kMarlinGroupSizes), std::end(kMarlinGroupSizes),
-                                   int64_t(groupsize)) != std::end(kMarlinGroupSizes);
-  if (N % 128 || K % 128 || !supported_gs || (groupsize > 0 && K % groupsize))
+  const int groupsize = int(marlin_groupsize_arg(K, group_size));  // as the kernel sees it
+  if (!marlin_gate(K, N, group_size).ok || K % group_size)
     return KernelStatus::failure("emulated marlin_int4_tc_gemm: rc=1 (problem shape unsupported) "
                                  "for m=" + std::to_string(M) + " n=" + std::to_string(N) +
                                  " k=" + std::to_string(K) + " groupsize=" + std::to_string(groupsize));
@@ -86,7 +84,7 @@ KernelStatus EmulatedBackend::mm_asymmetric(const half_bits* A, const int32_t* B
                                             const half_bits* delta, half_bits* C, int M, int N, int K,
                                             int group_size) {
   const KernelStatus st =
-      marlin_gemm(A, B, s, C, M, N, K, int(marlin_groupsize_arg(K, group_size)));
+      marlin_gemm(A, B, s, C, M, N, K, group_size);
   if (!st.ok) return st;
   std::vector<float> a_sum(size_t(M) * size_t((K + group_size - 1) / group_size));
   return correction(A, delta, C, a_sum.data(), M, N, K, group_size);

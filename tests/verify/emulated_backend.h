@@ -25,7 +25,7 @@ class EmulatedBackend final : public KernelBackend {
   explicit EmulatedBackend(EmulatedBug bug = EmulatedBug::kNone) : bug_(bug) {}
   std::string device_name() const override { return "CPU emulation of the Marlin kernels"; }
   KernelStatus marlin_gemm(const half_bits* A, const int32_t* B, const half_bits* s, half_bits* C,
-                           int M, int N, int K, int groupsize) override;
+                           int M, int N, int K, int group_size) override;
   KernelStatus correction(const half_bits* A, const half_bits* delta, half_bits* C, float* a_sum,
                           int M, int N, int K, int group_size) override;
   KernelStatus mm_asymmetric(const half_bits* A, const int32_t* B, const half_bits* s,

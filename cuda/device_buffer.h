@@ -1,0 +1,109 @@
+// Host code that owns device memory -- libverify's kernel backend and GPU model, the CUDA tests,
+// the benchmarks -- uses this one buffer class and this one error idiom: a failing CUDA call
+// throws CudaError (a tl::Error: a tool reports it as one line, exit 2) naming the call, the
+// file and line and the CUDA error. The launchers themselves never throw: they return an rc
+// (cuda_check.h). Host-only header; needs the CUDA runtime, no device compiler.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include "core/error.h"
+
+namespace tl::cuda {
+
+class CudaError : public tl::Error {
+ public:
+  using tl::Error::Error;
+};
+
+inline void throw_if_cuda_error(cudaError_t e, const char* call, const char* file, int line) {
+  if (e == cudaSuccess) return;
+  throw CudaError(std::string(call) + " failed: " + cudaGetErrorString(e) + " (" + cudaGetErrorName(e) + ") at " +
+                  file + ":" + std::to_string(line));
+}
+
+}  // namespace tl::cuda
+
+// Evaluates a CUDA runtime call; throws tl::cuda::CudaError when it fails.
+#define TL_CUDA_THROW(call) ::tl::cuda::throw_if_cuda_error((call), #call, __FILE__, __LINE__)
+
+namespace tl::cuda {
+
+// An owning device allocation of `size()` elements of T (at least one element is allocated, so
+// get() is never null). Copies are synchronous; every call checks its CUDA status.
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t count) { resize(count); }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
+  ~DeviceBuffer() { release(); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), count_(o.count_) { o.ptr_ = nullptr, o.count_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      ptr_ = o.ptr_, count_ = o.count_;
+      o.ptr_ = nullptr, o.count_ = 0;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  // A new allocation of `count` elements (the contents are not kept).
+  void resize(size_t count) {
+    release();
+    TL_CUDA_THROW(cudaMalloc(reinterpret_cast<void**>(&ptr_), (count > 0 ? count : 1) * sizeof(T)));
+    count_ = count;
+  }
+  // Grows to at least `count` elements (contents not kept); never shrinks.
+  void reserve(size_t count) {
+    if (!ptr_ || count > count_) resize(count);
+  }
+
+  T* get() const { return ptr_; }
+  __half* half() const { return reinterpret_cast<__half*>(ptr_); }
+  template <class U>
+  U* as() const { return reinterpret_cast<U*>(ptr_); }
+  size_t size() const { return count_; }
+  size_t bytes() const { return count_ * sizeof(T); }
+
+  void upload(const T* host) {
+    if (count_) TL_CUDA_THROW(cudaMemcpy(ptr_, host, bytes(), cudaMemcpyHostToDevice));
+  }
+  void upload(const std::vector<T>& host) {
+    if (host.size() != count_)
+      throw CudaError("upload of " + std::to_string(host.size()) + " elements into a buffer of " + std::to_string(count_));
+    upload(host.data());
+  }
+  void download(T* host) const {
+    if (count_) TL_CUDA_THROW(cudaMemcpy(host, ptr_, bytes(), cudaMemcpyDeviceToHost));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(count_);
+    download(host.data());
+    return host;
+  }
+  void fill_bytes(int byte) {
+    if (count_) TL_CUDA_THROW(cudaMemset(ptr_, byte, bytes()));
+  }
+  // 0xFF bytes: fp16 0xFFFF and fp32 0xFFFFFFFF are NaN, so an unwritten output cannot pass.
+  void poison() { fill_bytes(0xff); }
+  void zero() { fill_bytes(0); }
+
+ private:
+  void release() {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = nullptr;
+    count_ = 0;
+  }
+  T* ptr_ = nullptr;
+  size_t count_ = 0;
+};
+
+}  // namespace tl::cuda

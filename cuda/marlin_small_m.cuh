@@ -1,0 +1,55 @@
+// Internal to the decode kernel (not part of the public API): what the kernel's file
+// (marlin_small_m.cu) and its host-side planning and launcher (marlin_small_m_launch.cu) share
+// -- the unit geometry, the parameter block, and the list of instantiated kernels.
+#pragma once
+
+#include <cuda_fp16.h>
+
+namespace tl::cuda::detail::small_m {
+
+constexpr int kTileK = 128;                // k depth of a unit: one group of 128
+constexpr int kSliceN = 128;               // columns of a unit: one warp's accumulators
+constexpr int kRowsPerUnit = kTileK / 16;  // k16 rows per unit
+// Partial-sum row stride (floats): 132 = 128 + 4 puts the 4 output rows a lane group writes
+// at once (2 tig, stride 2 rows) on 4 distinct bank octets: conflict-free stores.
+constexpr int kRedStride = kSliceN + 4;
+constexpr int kSlotFloats = 16 * kSliceN;  // one block's fp32 partial of a slice (rows < M)
+
+// The kernel's parameters (one block of registers per launch).
+struct SmallParams {
+  const __half* A;      // [M, K]
+  const int4* B;        // [K/16, 2N] int32, as int4
+  const __half* s;      // permuted scales [G, N]
+  const __half* delta;  // natural [G, N] or nullptr (symmetric)
+  __half* C;            // [M, N]
+  int* counters;        // [N / 128] arrival counters, zero on entry and on exit
+  float* slots;         // [2 * gridDim.x][kSlotFloats]
+  int M, N, K;
+  int per_warp;        // units per warp stripe
+  int cluster;         // blocks per cluster (sm_90): they share slices through DSMEM; 0: slots
+  int cluster_slices;  // slices per cluster (the last cluster may have fewer)
+};
+
+// The cluster sizes the launcher tries (sm_90). The kernel's cluster combine reads up to
+// kMaxCluster partials and the launcher never asks for more.
+constexpr int kClusterSizes[] = {2, 4, 8};
+constexpr int kMaxCluster = 8;
+constexpr bool cluster_sizes_fit() {
+  for (int s : kClusterSizes)
+    if (s > kMaxCluster) return false;
+  return true;
+}
+static_assert(cluster_sizes_fit(), "a cluster size above kMaxCluster would drop partial sums");
+
+struct SmallLaunch {
+  void (*kernel)(SmallParams);
+  int warps;           // per block
+  int max_smem_bytes;  // for 8 * MB8 rows; a launch takes what its M needs
+};
+
+// Dynamic shared memory of a launch of `warps` warps for M rows.
+int smem_bytes(int warps, int M);
+// The instantiated kernel for M rows (defined next to the kernels, marlin_small_m.cu).
+SmallLaunch pick_small_launch(int M, bool grouped, bool asym);
+
+}  // namespace tl::cuda::detail::small_m
