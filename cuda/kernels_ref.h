@@ -20,11 +20,16 @@ namespace tl::cuda {
 //   W[k, n] = (q - 8) * scale[g, n] + delta[g, n] when zero is delta and delta_form is true
 //                                                 (marlin_mm_asymmetric),
 // g = k / group_size, codes q [K, N] unpacked (0..15), scale/zero natural (unpermuted) [G, N].
+// sumsq (optional, same shape as out): sum_k (A[m, k] * W[k, n])^2, the square of the error
+// model's sigma (libverify/tolerances.h).
 inline void quant_gemm_ref(const half_bits* A, const uint8_t* q, const half_bits* scale,
                            const half_bits* zero, bool delta_form, int64_t N, int64_t K,
-                           int64_t group_size, int64_t m0, int64_t m1, double* out) {
+                           int64_t group_size, int64_t m0, int64_t m1, double* out,
+                           double* sumsq = nullptr) {
   const int64_t rows = m1 - m0;
   for (int64_t i = 0; i < rows * N; ++i) out[i] = 0.0;
+  if (sumsq)
+    for (int64_t i = 0; i < rows * N; ++i) sumsq[i] = 0.0;
   std::vector<double> w(static_cast<size_t>(N));
   for (int64_t k = 0; k < K; ++k) {
     const int64_t g = k / group_size;
@@ -42,6 +47,8 @@ inline void quant_gemm_ref(const half_bits* A, const uint8_t* q, const half_bits
       const double av = half_to_float(A[(m0 + r) * K + k]);
       double* o = out + r * N;
       for (int64_t n = 0; n < N; ++n) o[n] += av * w[size_t(n)];
+      if (sumsq)
+        for (int64_t n = 0; n < N; ++n) sumsq[r * N + n] += (av * w[size_t(n)]) * (av * w[size_t(n)]);
     }
   }
 }

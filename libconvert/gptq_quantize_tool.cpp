@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/parallel.h"
+#include "core/progress.h"
 #include "formats/calib_file.h"
 #include "formats/file_check.h"
 #include "formats/memory_budget.h"
@@ -43,75 +44,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-std::string fmt_duration(double s) {
-  char b[32];
-  const long t = long(s + 0.5);
-  if (t >= 3600) std::snprintf(b, sizeof b, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
-  else std::snprintf(b, sizeof b, "%ld:%02ld", t / 60, t % 60);
-  return b;
-}
-
-// Progress on stderr: a redrawn bar with an ETA on a terminal, one line per weight otherwise.
-// The ETA weighs each weight by its GPTQ work (N K^2), not by count.
-class Progress {
- public:
-  Progress(const char* tool, size_t total, double total_work, bool quiet)
-      : tool_(tool), total_(total), total_work_(total_work), quiet_(quiet), tty_(isatty(2) != 0), t0_(Clock::now()) {}
-
-  void log(const std::string& msg) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (quiet_) return;
-    clear_bar();
-    std::fprintf(stderr, "%s: %s\n", tool_, msg.c_str());
-    draw_bar("");
-  }
-  void started(const std::string& name) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (quiet_ || !tty_) return;
-    clear_bar();
-    draw_bar(name);
-  }
-  void finished(const std::string& line, double work) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++done_;
-    done_work_ += work;
-    if (quiet_) return;
-    clear_bar();
-    const int w = int(std::to_string(total_).size());
-    std::fprintf(stderr, "[%*zu/%zu] %s\n", w, done_, total_, line.c_str());
-    draw_bar("");
-  }
-  void end() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!quiet_) clear_bar();
-  }
-
- private:
-  void clear_bar() {
-    if (tty_ && bar_shown_) { std::fputs("\r\033[K", stderr); bar_shown_ = false; }
-  }
-  void draw_bar(const std::string& current) {
-    if (!tty_ || done_ >= total_) return;
-    constexpr int kWidth = 30;
-    const double frac = total_work_ > 0 ? done_work_ / total_work_ : 0;
-    const int fill = int(frac * kWidth);
-    std::string bar(size_t(fill), '#');
-    bar.append(size_t(kWidth - fill), '.');
-    const double el = since(t0_);
-    const std::string eta = done_work_ > 0 ? "ETA " + fmt_duration(el * (total_work_ - done_work_) / done_work_) : "ETA -";
-    std::fprintf(stderr, "[%s] %zu/%zu %s %s", bar.c_str(), done_, total_, eta.c_str(), current.c_str());
-    std::fflush(stderr);
-    bar_shown_ = true;
-  }
-
-  const char* tool_;
-  size_t total_, done_ = 0;
-  double total_work_, done_work_ = 0;
-  bool quiet_, tty_, bar_shown_ = false;
-  Clock::time_point t0_;
-  std::mutex mu_;
-};
 
 struct WeightReport {
   std::string name;
@@ -144,10 +76,12 @@ double hessian_loss(const std::vector<float>& H, const std::vector<float>& E, in
   return 0.5 * he.cwiseProduct(e).cast<double>().sum();
 }
 
-std::string fmt_loss(double v) {
-  if (v < 0) return "-";
-  char b[32];
-  std::snprintf(b, sizeof b, "%.4g", v);
+// " loss=... rtn=..." for what was measured (nothing for RTN without calibration data).
+std::string loss_text(double gptq_loss, double rtn_loss) {
+  char b[96] = "";
+  if (gptq_loss >= 0 && rtn_loss >= 0) std::snprintf(b, sizeof b, " loss=%.4g rtn=%.4g", gptq_loss, rtn_loss);
+  else if (gptq_loss >= 0) std::snprintf(b, sizeof b, " loss=%.4g", gptq_loss);
+  else if (rtn_loss >= 0) std::snprintf(b, sizeof b, " rtn_loss=%.4g", rtn_loss);
   return b;
 }
 
@@ -342,7 +276,7 @@ struct Job {
       g.threads = inner_threads();
       g.want_rtn_loss = opt.rtn_compare;
       g.name = e.name;
-      g.log = [&](const std::string& m) { progress.log(m); };
+      g.log = [&](const std::string& m) { progress.note(m); };
       GptqResult r = gptq_quantize(W.data(), K, N, h.H.data(), g);
       if (!r.contiguous_groups()) throw Error("internal: non-contiguous groups", "", e.name);
       qw.group_size = r.group_size;
@@ -391,9 +325,9 @@ struct Job {
     WeightReport& rep = reports[i];
     rep.seconds = since(t0);
     char line[512];
-    std::snprintf(line, sizeof line, "%s %lldx%lld gs=%s loss=%s rtn=%s %.1fs", e.name.c_str(), (long long)K,
-                  (long long)N, qw.group_size == K ? "row" : std::to_string(qw.group_size).c_str(),
-                  fmt_loss(rep.gptq_loss).c_str(), fmt_loss(rep.rtn_loss).c_str(), rep.seconds);
+    std::snprintf(line, sizeof line, "%s %lldx%lld gs=%s%s %.1fs", e.name.c_str(), (long long)K, (long long)N,
+                  qw.group_size == K ? "row" : std::to_string(qw.group_size).c_str(),
+                  loss_text(rep.gptq_loss, rep.rtn_loss).c_str(), rep.seconds);
     progress.finished(line, double(N) * double(K) * double(K));
   }
 
@@ -447,10 +381,10 @@ struct Job {
     for (size_t i = 0; i < linears.size(); ++i) index_of[linears[i]->name] = i;
     std::set<std::string> selected;
     for (const ImportEntry* e : linears) selected.insert(e->name);
-    progress.log("loading the model as float32 for the CPU forward ...");
+    progress.note("loading the model as float32 for the CPU forward ...");
     const auto t_load = Clock::now();
     ModelWeights mw = load_model_weights_any(opt.input, false);
-    progress.log("model loaded (" + fmt_duration(since(t_load)) + ")");
+    progress.note("model loaded (" + format_duration(since(t_load)) + ")");
     std::unique_ptr<CalibWriter> save;
     if (!opt.save_calib.empty()) save = std::make_unique<CalibWriter>(opt.save_calib);
     std::vector<std::optional<QuantWeight>> done(linears.size());
@@ -473,7 +407,7 @@ struct Job {
           if (save)
             for (const Hessian* h : hs) save->write(*h);
         },
-        [&](const std::string& m) { progress.log(m); });
+        [&](const std::string& m) { progress.note(m); });
     for (size_t i = 0; i < linears.size(); ++i) {
       if (!done[i]) throw Error("internal: weight was not calibrated", opt.calib_tokens, linears[i]->name);
       out.write_quant(*done[i]);

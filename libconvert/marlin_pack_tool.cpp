@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "formats/file_check.h"
 #include "formats/tinyloop_file.h"
 #include "libconvert/gptq_checkpoint.h"
@@ -53,34 +54,21 @@ std::string section_difference(const MarlinSection& have, const MarlinSection& w
   return d;
 }
 
-class Progress {
- public:
-  Progress(bool quiet, size_t total) : quiet_(quiet), total_(total), t0_(Clock::now()) {}
-  void line(size_t i, const WeightReport& r) const {
-    if (quiet_) return;
-    std::string what = r.status;
-    if (r.status == "packed")
-      what += " (+" + mib(r.bytes_added) + ", gs " + std::to_string(r.marlin_groupsize) + ")";
-    else if (r.status == "skipped")
-      what += ": " + r.reason;
-    const double el = std::chrono::duration<double>(Clock::now() - t0_).count();
-    const double eta = i + 1 < total_ ? el / double(i + 1) * double(total_ - i - 1) : 0.0;
-    std::fprintf(stderr, "[%3zu/%zu] %-40s %6lld x %-6lld %s%s\n", i + 1, total_, r.name.c_str(),
-                 (long long)r.K, (long long)r.N, what.c_str(),
-                 i == 0 || eta < 1.0 ? "" : (" ETA " + std::to_string(int(eta + 0.5)) + " s").c_str());
-  }
-  static std::string mib(uint64_t b) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.2f MiB", double(b) / 1048576.0);
-    return buf;
-  }
+std::string mib(uint64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", double(b) / 1048576.0);
+  return buf;
+}
 
- private:
-  using Clock = std::chrono::steady_clock;
-  bool quiet_;
-  size_t total_;
-  Clock::time_point t0_;
-};
+// One progress line per weight (core/progress.h): name, shape, what happened.
+void report_line(Progress& progress, const WeightReport& r) {
+  std::string what = r.status;
+  if (r.status == "packed") what += " (+" + mib(r.bytes_added) + ", gs " + std::to_string(r.marlin_groupsize) + ")";
+  else if (r.status == "skipped") what += ": " + r.reason;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%-40s %6lld x %-6lld %s", r.name.c_str(), (long long)r.K, (long long)r.N, what.c_str());
+  progress.finished(buf, double(r.K) * double(r.N));
+}
 
 struct Job {
   Job(const MarlinPackOptions& options, std::string out) : o(options), target(std::move(out)) {}
@@ -130,10 +118,15 @@ struct Job {
   void run_tinyloop(TinyloopWriter& out) {
     TinyloopReader in(o.input);
     const std::vector<std::string> quant = in.quant_names();
+    double work = 0;  // codes to pack or copy: K * N per weight
     // Every weight's layout from metadata before anything is written or printed: a malformed
     // weight is one error line, and weights copied unread are valid in the output too.
-    for (const std::string& name : quant) in.check_quant(name);
-    Progress progress(o.quiet, quant.size());
+    for (const std::string& name : quant) {
+      in.check_quant(name);
+      const EntryInfo info = in.info(name);
+      work += double(info.shape.at(0)) * double(info.shape.at(1));
+    }
+    Progress progress(kTool, quant.size(), work, o.quiet);
     out.copy_config_and_attributes(in);
     for (const std::string& name : in.dense_names()) {
       out.copy_entry(in, name);
@@ -158,7 +151,7 @@ struct Job {
         pack(w, o.input, r);
         out.copy_quant_with_marlin(in, name, scratch);
       }
-      progress.line(i, r);
+      report_line(progress, r);
       weights.push_back(std::move(r));
     }
   }
@@ -171,14 +164,14 @@ struct Job {
       ++dense_copied;
     }
     const std::vector<std::string> quant = ck.quant_names();
-    Progress progress(o.quiet, quant.size());
+    Progress progress(kTool, quant.size(), 0, o.quiet);
     for (size_t i = 0; i < quant.size(); ++i) {
       QuantWeight w = ck.read_quant(quant[i]);
       WeightReport r;
       if (pack(w, o.input, r)) w.marlin = std::move(scratch);
       out.write_quant(w);
       if (w.marlin) scratch = std::move(*w.marlin);  // hand the buffers back for the next weight
-      progress.line(i, r);
+      report_line(progress, r);
       weights.push_back(std::move(r));
     }
   }
@@ -258,7 +251,7 @@ int run_marlin_pack(const MarlinPackOptions& o) {
     std::printf("%s: %s -> %s: %zu weights: %zu packed, %zu verified, %zu skipped; +%s\n", kTool,
                 o.input.c_str(), job.target.c_str(), t["weights"].get<size_t>(),
                 t["packed"].get<size_t>(), t["verified"].get<size_t>(), t["skipped"].get<size_t>(),
-                Progress::mib(t["bytes_added"].get<uint64_t>()).c_str());
+                mib(t["bytes_added"].get<uint64_t>()).c_str());
   }
   return 0;
 }

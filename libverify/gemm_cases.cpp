@@ -130,7 +130,7 @@ CaseResult run_correction_case(KernelBackend& backend, const std::vector<half_bi
                                int64_t M, int64_t N, int64_t K, int64_t group_size,
                                const TierBounds& bounds) {
   CaseResult c = new_case(M, K, N, group_size);
-  const int64_t G = (K + group_size - 1) / group_size;
+  const int64_t G = group_count(K, group_size);
   std::vector<half_bits> out = C_in;
   std::vector<float> a_sum(size_t(M * G));
   const KernelStatus st = backend.correction(A.data(), delta.data(), out.data(), a_sum.data(),

@@ -1,30 +1,15 @@
 #include "libverify/reference_math.h"
 
+#include "core/group_size.h"
+
+#include "core/parallel.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <thread>
 
 namespace tl::verify {
-
-void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-  if (n <= 0) return;
-  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), n));
-  if (threads == 1) {
-    fn(0, n);
-    return;
-  }
-  // A few chunks per thread so uneven chunks balance out.
-  const int64_t chunks = std::min<int64_t>(n, threads * 4);
-  std::atomic<int64_t> next{0};
-  auto worker = [&] {
-    for (int64_t c; (c = next.fetch_add(1)) < chunks;) fn(c * n / chunks, (c + 1) * n / chunks);
-  };
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-}
 
 std::vector<int64_t> reference_rows(int64_t M, int max_rows) {
   std::vector<int64_t> rows;
@@ -74,7 +59,7 @@ std::vector<half_bits> delta_contract(const std::vector<half_bits>& scale,
 
 std::vector<double> group_sums(const half_bits* A, int64_t K, int64_t group_size,
                                const std::vector<int64_t>& rows) {
-  const int64_t G = (K + group_size - 1) / group_size;
+  const int64_t G = group_count(K, group_size);
   std::vector<double> s(rows.size() * size_t(G), 0.0);
   for (size_t r = 0; r < rows.size(); ++r)
     for (int64_t k = 0; k < K; ++k)  // <= 2^13 fp16 terms: exact in fp64
@@ -100,7 +85,8 @@ GemmReference reference_gemm(const half_bits* A, int64_t K, int64_t N,
   // while it streams its W columns once.
   constexpr int64_t kCols = 64;
   const int64_t blocks = (N + kCols - 1) / kCols;
-  parallel_for(blocks, [&](int64_t b0, int64_t b1) {
+  tl::parallel_for(blocks, resolve_threads(0), [&](int64_t b) {
+    const int64_t b0 = b, b1 = b + 1;
     std::vector<double> acc(R * kCols), aux(R * kCols), sq(R * kCols), sqm(R * kCols);
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t n0 = b * kCols, nc = std::min(kCols, N - n0);
@@ -182,11 +168,12 @@ CaseReference correction_reference(const half_bits* A, const half_bits* C_in,
                                    int64_t group_size) {
   CaseReference r;
   r.rows = reference_rows(M, int(M));  // cheap: every row
-  const int64_t G = (K + group_size - 1) / group_size;
+  const int64_t G = group_count(K, group_size);
   const std::vector<double> asum = group_sums(A, K, group_size, r.rows);
   r.ref.resize(size_t(M * N));
   r.sigma.resize(size_t(M * N));
-  parallel_for(M, [&](int64_t m0, int64_t m1) {
+  tl::parallel_for(M, resolve_threads(0), [&](int64_t m) {
+    const int64_t m0 = m, m1 = m + 1;
     for (int64_t m = m0; m < m1; ++m)
       for (int64_t n = 0; n < N; ++n) {
         const double c = half_to_float(C_in[m * N + n]);

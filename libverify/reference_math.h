@@ -14,9 +14,6 @@
 
 namespace tl::verify {
 
-// Runs fn(begin, end) over [0, n) split across the machine's cores (a few chunks per thread).
-void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
-
 // Rows of an M-row output the references are computed for: all of them when M <= max_rows,
 // else the first and last 16 (every residue of a 16-row MMA tile, both boundary tiles) and
 // evenly spaced rows between, max_rows in total, sorted.

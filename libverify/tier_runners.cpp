@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "libconvert/marlin_layout.h"
 #include "libverify/marlin_section_reader.h"
 #include "libverify/random_weights.h"
@@ -53,32 +54,26 @@ std::vector<Shape> pick(const Shape (&table)[n], bool small_only) {
   return v;
 }
 
-class Progress {
+// One progress line per case (core/progress.h) on the context's stream (none: silent).
+class CaseProgress {
  public:
-  Progress(std::ostream* out, const char* tier, size_t total) : out_(out), tier_(tier), total_(total) {}
+  CaseProgress(std::ostream* out, const char* tier, size_t total)
+      : tier_(tier), p_("tl-verify", total, 0, out == nullptr, out ? out : &std::cerr) {}
   void done(const CaseResult& c) {
-    ++n_;
-    if (!out_) return;
-    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
     char buf[512];
     if (c.status == Status::kSkipped)
-      std::snprintf(buf, sizeof buf, "[%2zu/%zu] %s %s: skipped (%s)\n", n_, total_, tier_,
-                    c.label.c_str(), c.message.c_str());
+      std::snprintf(buf, sizeof buf, "%s %s: skipped (%s)", tier_, c.label.c_str(), c.message.c_str());
     else if (!c.has_stats)
-      std::snprintf(buf, sizeof buf, "[%2zu/%zu] %s %s: %s (%s)\n", n_, total_, tier_, c.label.c_str(),
-                    status_name(c.status), c.message.c_str());
+      std::snprintf(buf, sizeof buf, "%s %s: %s (%s)", tier_, c.label.c_str(), status_name(c.status), c.message.c_str());
     else
-      std::snprintf(buf, sizeof buf, "[%2zu/%zu] %s %s: %s, max ULP %.2f, rel %.2e (%.1f s, ETA %.0f s)\n",
-                    n_, total_, tier_, c.label.c_str(), status_name(c.status), c.stats.max_ulp,
-                    c.stats.rel_err, el, el / double(n_) * double(total_ - n_));
-    *out_ << buf << std::flush;
+      std::snprintf(buf, sizeof buf, "%s %s: %s, max ULP %.2f, rel %.2e", tier_, c.label.c_str(),
+                    status_name(c.status), c.stats.max_ulp, c.stats.rel_err);
+    p_.finished(buf);
   }
 
  private:
-  std::ostream* out_;
   const char* tier_;
-  size_t total_, n_ = 0;
-  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  Progress p_;
 };
 
 int64_t effective_group(const Shape& s) { return s.group < 0 ? s.K : s.group; }
@@ -89,7 +84,7 @@ void run_synthetic(TierId id, const TierBounds& b, const RunContext& ctx, TierRe
       id == TierId::kSymmetric ? pick(kSymmetricShapes, ctx.small_shapes)
       : id == TierId::kCorrection ? pick(kCorrectionShapes, ctx.small_shapes)
                                   : pick(kWrapperShapes, ctx.small_shapes);
-  Progress progress(ctx.progress, name, shapes.size());
+  CaseProgress progress(ctx.progress, name, shapes.size());
   for (size_t i = 0; i < shapes.size(); ++i) {
     const Shape& s = shapes[i];
     const int64_t gs = effective_group(s);
@@ -134,7 +129,7 @@ void run_on_file(TierId id, const TierBounds& b, const RunContext& ctx, TierResu
   }
   const bool per_m = id != TierId::kPack;
   const MarlinSectionReader sections(f.path());
-  Progress progress(ctx.progress, name, names.size() * (per_m ? std::size(kFileTierMs) : 1));
+  CaseProgress progress(ctx.progress, name, names.size() * (per_m ? std::size(kFileTierMs) : 1));
   for (size_t wi = 0; wi < names.size(); ++wi) {
     const EntryInfo info = f.info(names[wi]);
     if (!info.has_marlin) {

@@ -43,24 +43,6 @@ std::vector<uint8_t> random_codes(Rng& rng, size_t count) {
   return v;
 }
 
-namespace {
-
-double ulp16(double x) {
-  x = std::fabs(x);
-  if (x < 0x1p-14) return 0x1p-24;  // subnormal spacing
-  int e = 0;
-  std::frexp(x, &e);  // x = f * 2^e, f in [0.5, 1)
-  return std::ldexp(1.0, e - 1 - 10);
-}
-
-// Maps fp16 bits to integers that are ordered like the values (for ULP distances).
-int32_t half_ordinal(half_bits h) {
-  const int32_t mag = h & 0x7fff;
-  return (h & 0x8000) ? -mag : mag;
-}
-
-}  // namespace
-
 int64_t count_nonfinite(const std::vector<half_bits>& out) {
   int64_t n = 0;
   for (half_bits h : out) n += ((h & 0x7c00) == 0x7c00);
@@ -68,54 +50,29 @@ int64_t count_nonfinite(const std::vector<half_bits>& out) {
 }
 
 CompareResult compare_rows(const std::string& what, const std::vector<half_bits>& out,
-                           const std::vector<int64_t>& rows, int64_t N,
-                           const std::vector<double>& ref, double max_scaled_ulp,
-                           double max_rel_fro) {
-  CompareResult r;
-  double ref2 = 0;
-  for (double v : ref) ref2 += v * v;
-  const double rms = std::sqrt(ref2 / double(std::max<size_t>(ref.size(), 1)));
-  struct Bad {
-    double ulp;
-    int64_t row, col;
-    float got;
-    double want;
-  };
-  std::vector<Bad> worst;
-  double err2 = 0;
-  for (size_t i = 0; i < rows.size(); ++i) {
+                           const std::vector<int64_t>& rows, int64_t N, const Reference& ref,
+                           double max_ulp, double max_rel_fro, double floor_factor) {
+  tl::verify::UlpAccumulator acc(floor_factor);
+  for (size_t i = 0; i < rows.size(); ++i)
     for (int64_t n = 0; n < N; ++n) {
-      const half_bits h = out[size_t(rows[i] * N + n)];
-      const double want = ref[i * size_t(N) + size_t(n)];
-      const float got = half_to_float(h);
-      if (!std::isfinite(got)) {
-        ++r.nonfinite;
-        worst.push_back({INFINITY, rows[i], n, got, want});
-        continue;
-      }
-      const double err = std::fabs(double(got) - want);
-      err2 += err * err;
-      const double su = err / ulp16(std::max(std::fabs(want), rms));
-      r.max_scaled_ulp = std::max(r.max_scaled_ulp, su);
-      r.max_raw_ulp = std::max(
-          r.max_raw_ulp,
-          double(std::abs(half_ordinal(h) - half_ordinal(float_to_half(float(want))))));
-      if (su > max_scaled_ulp) worst.push_back({su, rows[i], n, got, want});
+      const size_t j = i * size_t(N) + size_t(n);
+      acc.add(out[size_t(rows[i] * N + n)], ref.value[j], ref.sigma[j], int64_t(j));
     }
-  }
-  r.rel_fro = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-  const bool ok = r.nonfinite == 0 && r.max_scaled_ulp <= max_scaled_ulp && r.rel_fro <= max_rel_fro;
-  if (!ok) {
-    std::sort(worst.begin(), worst.end(), [](const Bad& a, const Bad& b) { return a.ulp > b.ulp; });
-    std::fprintf(stderr,
-                 "%s: FAIL rel_fro %.3g (bound %.3g), max scaled ULP %.2f (bound %.2f), "
-                 "non-finite %lld\n",
-                 what.c_str(), r.rel_fro, max_rel_fro, r.max_scaled_ulp, max_scaled_ulp,
-                 static_cast<long long>(r.nonfinite));
-    for (size_t i = 0; i < std::min<size_t>(worst.size(), 8); ++i)
-      std::fprintf(stderr, "  [m=%lld, n=%lld] got %.6g want %.6g (%.2f scaled ULP)\n",
-                   static_cast<long long>(worst[i].row), static_cast<long long>(worst[i].col),
-                   double(worst[i].got), worst[i].want, worst[i].ulp);
+  const tl::verify::UlpStats st = acc.finish();
+  CompareResult r;
+  r.rel_fro = st.rel_err;
+  r.max_ulp = st.max_ulp;
+  r.max_raw_ulp = st.raw_max_ulp;
+  r.nonfinite = int64_t(st.nan + st.inf);
+  if (r.nonfinite > 0 || r.max_ulp > max_ulp || r.rel_fro > max_rel_fro) {
+    std::fprintf(stderr, "%s: FAIL rel_fro %.3g (bound %.3g), max ULP %.2f (bound %.2f), non-finite %lld\n",
+                 what.c_str(), r.rel_fro, max_rel_fro, r.max_ulp, max_ulp, static_cast<long long>(r.nonfinite));
+    if (st.worst_index >= 0) {
+      const size_t j = size_t(st.worst_index);
+      const int64_t row = rows[j / size_t(N)], col = int64_t(j % size_t(N));
+      std::fprintf(stderr, "  worst: %s\n",
+                   tl::verify::describe_element("C", row * N + col, N, out[size_t(row * N + col)], ref.value[j]).c_str());
+    }
   }
   return r;
 }

@@ -1,6 +1,8 @@
 // Random quantized layers for the GPU tests (see quant_case.h).
 #include "quant_case.h"
 
+#include <cmath>
+
 #include "cuda/kernels_ref.h"
 #include "libconvert/marlin_layout.h"
 
@@ -41,37 +43,53 @@ QuantCase make_quant_case(int64_t M, int64_t K, int64_t N, int64_t group_size, u
 
 namespace {
 
-std::vector<double> ref_rows(const QuantCase& c, const std::vector<int64_t>& rows,
-                             const half_bits* zero, bool delta_form = false) {
-  std::vector<double> out(rows.size() * size_t(c.N));
-  // Contiguous runs of rows share one pass over the weights.
+// value and sumsq for the rows, one pass over the weights per contiguous run of rows.
+void ref_rows(const QuantCase& c, const std::vector<int64_t>& rows, const half_bits* zero, bool delta_form,
+              std::vector<double>* value, std::vector<double>* sumsq) {
+  value->assign(rows.size() * size_t(c.N), 0.0);
+  sumsq->assign(rows.size() * size_t(c.N), 0.0);
   size_t i = 0;
   while (i < rows.size()) {
     size_t j = i + 1;
     while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
-    cuda::quant_gemm_ref(c.A.data(), c.codes.data(), c.scale.data(), zero, delta_form, c.N, c.K,
-                         c.group_size, rows[i], rows[j - 1] + 1, out.data() + i * size_t(c.N));
+    cuda::quant_gemm_ref(c.A.data(), c.codes.data(), c.scale.data(), zero, delta_form, c.N, c.K, c.group_size,
+                         rows[i], rows[j - 1] + 1, value->data() + i * size_t(c.N), sumsq->data() + i * size_t(c.N));
     i = j;
   }
-  return out;
+}
+
+Reference make_reference(std::vector<double> value, const std::vector<double>& sumsq) {
+  Reference r;
+  r.value = std::move(value);
+  r.sigma.resize(sumsq.size());
+  for (size_t i = 0; i < sumsq.size(); ++i) r.sigma[i] = std::sqrt(sumsq[i]);
+  return r;
 }
 
 }  // namespace
 
-std::vector<double> ref_marlin(const QuantCase& c, const std::vector<int64_t>& rows) {
-  return ref_rows(c, rows, nullptr);
+// sigma^2 = sum_k (a_k (q - 8) s)^2: the weight products the kernel rounds (symmetric tier).
+Reference ref_marlin(const QuantCase& c, const std::vector<int64_t>& rows) {
+  std::vector<double> v, sq;
+  ref_rows(c, rows, nullptr, false, &v, &sq);
+  return make_reference(std::move(v), sq);
 }
 
-std::vector<double> ref_w_hat(const QuantCase& c, const std::vector<int64_t>& rows) {
-  return ref_rows(c, rows, c.zero.data());
+// Against A * W_hat: the wrapper tier's model, the rounded terms of both forms,
+// sigma^2 = sum_k (a_k W_marlin)^2 + sum_k (a_k W_hat)^2.
+Reference ref_w_hat(const QuantCase& c, const std::vector<int64_t>& rows) {
+  std::vector<double> v, sq, vm, sqm;
+  ref_rows(c, rows, c.zero.data(), false, &v, &sq);
+  ref_rows(c, rows, nullptr, false, &vm, &sqm);
+  for (size_t i = 0; i < sq.size(); ++i) sq[i] += sqm[i];
+  return make_reference(std::move(v), sq);
 }
 
-}  // namespace tl::test
-
-namespace tl::test {
-
-std::vector<double> ref_delta_form(const QuantCase& c, const std::vector<int64_t>& rows) {
-  return ref_rows(c, rows, c.delta.data(), true);
+// What the fused kernel computes, A ((q - 8) s + delta16): sigma^2 = sum_k (a_k w_k)^2.
+Reference ref_delta_form(const QuantCase& c, const std::vector<int64_t>& rows) {
+  std::vector<double> v, sq;
+  ref_rows(c, rows, c.delta.data(), true, &v, &sq);
+  return make_reference(std::move(v), sq);
 }
 
 }  // namespace tl::test

@@ -32,9 +32,9 @@ struct QuantCase {
 QuantCase make_quant_case(int64_t M, int64_t K, int64_t N, int64_t group_size, uint64_t stream);
 
 // fp64 references for rows `rows`: W_marlin = (q - 8) s, and W_hat = q scale + zero.
-std::vector<double> ref_marlin(const QuantCase& c, const std::vector<int64_t>& rows);
-std::vector<double> ref_w_hat(const QuantCase& c, const std::vector<int64_t>& rows);
+Reference ref_marlin(const QuantCase& c, const std::vector<int64_t>& rows);
+Reference ref_w_hat(const QuantCase& c, const std::vector<int64_t>& rows);
 // W = (q - 8) s + delta with the stored fp16 delta: what marlin_mm_asymmetric computes.
-std::vector<double> ref_delta_form(const QuantCase& c, const std::vector<int64_t>& rows);
+Reference ref_delta_form(const QuantCase& c, const std::vector<int64_t>& rows);
 
 }  // namespace tl::test

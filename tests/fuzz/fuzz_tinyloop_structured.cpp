@@ -91,7 +91,7 @@ void put_dataset(hid_t loc, const std::string& name, const std::vector<int64_t>&
 void put_quant(hid_t quant, const std::string& name, FuzzedDataProvider& in) {
   tl::h5::Handle g = tl::h5::create_group(quant, name, "fuzz");
   const int64_t K = 16 * in.ConsumeIntegralInRange<int64_t>(1, 8), N = in.ConsumeIntegralInRange<int64_t>(1, 40);
-  const int64_t gs = in.ConsumeBool() ? K : 16, G = (K + gs - 1) / gs;
+  const int64_t gs = in.ConsumeBool() ? K : 16, G = tl::group_count(K, gs);
   const nlohmann::json vals[] = {4, K, N, gs, G};
   const char* keys[] = {"bits", "K", "N", "group_size", "G"};
   for (int i = 0; i < 5; ++i) {

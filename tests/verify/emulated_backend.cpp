@@ -1,5 +1,7 @@
 #include "verify/emulated_backend.h"
 
+#include "core/group_size.h"
+
 #include <algorithm>
 #include <vector>
 
@@ -62,7 +64,7 @@ KernelStatus EmulatedBackend::marlin_gemm(const half_bits* A, const int32_t* B, 
 KernelStatus EmulatedBackend::correction(const half_bits* A, const half_bits* delta, half_bits* C,
                                          float* a_sum, int M, int N, int K, int group_size) {
   ++calls;
-  const int G = (K + group_size - 1) / group_size;
+  const int G = group_count(K, group_size);
   for (int m = 0; m < M; ++m)
     for (int g = 0; g < G; ++g) {
       float sum = 0;
@@ -86,7 +88,7 @@ KernelStatus EmulatedBackend::mm_asymmetric(const half_bits* A, const int32_t* B
   const KernelStatus st =
       marlin_gemm(A, B, s, C, M, N, K, group_size);
   if (!st.ok) return st;
-  std::vector<float> a_sum(size_t(M) * size_t((K + group_size - 1) / group_size));
+  std::vector<float> a_sum(size_t(M) * size_t(group_count(K, group_size)));
   return correction(A, delta, C, a_sum.data(), M, N, K, group_size);
 }
 
