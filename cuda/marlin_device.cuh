@@ -7,9 +7,27 @@
 #include <cstdint>
 #include <cstring>
 
+#include <cuda/atomic>
 #include <cuda_fp16.h>
 
 namespace tl::cuda::marlin_dev {
+
+// ---------------------------------------------------------------------------------------------
+// Cross-block combine: the one memory-ordering idiom of both kernels. Blocks that share an
+// output tile or slice each store their fp32 partial to a global slot; then, after a
+// __syncthreads() that orders the whole block's slot stores before it, one thread arrives on the
+// tile's counter with a device-scope acq_rel read-modify-write (the semaphore pattern: the
+// release publishes the block's stores, cumulatively through the barrier; for the last arrival
+// the acquire makes every other block's slots visible, and a second __syncthreads() extends
+// that to the whole block). The last block to arrive sums the slots in block order -- the
+// result does not depend on arrival order -- writes C and resets the counter. No block waits
+// for another and no thread issues a device-wide fence.
+// ---------------------------------------------------------------------------------------------
+// `others`: how many other blocks arrive on this counter (parts - 1).
+__device__ __forceinline__ bool arrive_is_last(int* counter, int others) {
+  ::cuda::atomic_ref<int, ::cuda::thread_scope_device> c(*counter);
+  return c.fetch_add(1, ::cuda::memory_order_acq_rel) == others;
+}
 
 // ---------------------------------------------------------------------------------------------
 // PTX helpers. All valid on sm_80, sm_86, sm_89 and sm_90 (PTX ISA 7.4+); nothing here is

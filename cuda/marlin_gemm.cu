@@ -427,13 +427,12 @@ __global__ void __launch_bounds__(kThreads, OCC) marlin_kernel(const Params p) {
           for (int f = 0; f < 8; ++f)
             __stcg(&mine[(n64 * MB + mb) * 8 * 32 + f * 32 + lane],
                    make_float4(acc[mb][f][0], acc[mb][f][1], acc[mb][f][2], acc[mb][f][3]));
-        __threadfence();  // the slot is visible device-wide before the counter moves
       }
+      // marlin_device.cuh, "Cross-block combine": barrier, one acq_rel arrival, barrier.
       __syncthreads();
-      if (threadIdx.x == 0) s_last = atomicAdd(&p.counters[slice], 1) == nparts - 1;
+      if (threadIdx.x == 0) s_last = arrive_is_last(&p.counters[slice], nparts - 1);
       __syncthreads();
       if (s_last) {
-        __threadfence();
         // Sum all parts (this block's own included, read back from its slot) in block order,
         // whichever block arrived last: the output does not depend on arrival order. All 256
         // threads share the work, and the loads of 4 parts are issued before any add, so the

@@ -128,6 +128,31 @@ TEST_CASE("marlin: symmetric GEMM, fused wrapper and GEMM + correction pair vs f
       }
 }
 
+TEST_CASE("marlin: tiled kernel remainder slices and its two-blocks-per-SM mode") {
+  // M > 16 runs in slices of 64 rows; a last slice of 1, 8 or 16 rows takes the tiled kernel's
+  // 16-row configurations (MB = 1), whose blocks-per-SM choice depends on the layer size. M <= 16
+  // with the decode kernel switched off runs those configurations alone, with one and with two
+  // blocks per SM forced on a layer large enough to fill the GPU (8192 x 2048: 8192 tiles).
+  uint64_t stream = 7000;
+  for (int64_t M : {int64_t(65), int64_t(72), int64_t(80), int64_t(129), int64_t(144)})
+    for (int64_t gs : {int64_t(128), int64_t(-1)}) {
+      const QuantCase c = make_quant_case(M, 1024, 512, gs < 0 ? 1024 : gs, ++stream);
+      CAPTURE(c.name());
+      check_case(c);
+    }
+  for (int blocks : {1, 2}) {
+    tl::cuda::KernelOptions o;
+    o.decode_kernel = false;
+    o.tiled_small_m_blocks_per_sm = blocks;
+    for (int64_t M : {int64_t(1), int64_t(9), int64_t(16)}) {
+      const QuantCase c = make_quant_case(M, 8192, 2048, 128, ++stream);
+      CAPTURE(blocks);
+      CAPTURE(c.name());
+      check_case(c, o);
+    }
+  }
+}
+
 TEST_CASE("marlin: activations far from zero mean") {
   // The decode kernel (M <= 16) keeps half of each fragment at 1024 + q and takes away
   // 1032 * (sum of the activations) per 128-row group in fp32: with activations of one sign
