@@ -1,5 +1,7 @@
 #include "fuzz_util.h"
 
+#include "formats/tinyloop_file.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +11,21 @@
 #include <unistd.h>
 
 namespace tl::fuzz {
+
+void read_whole_tinyloop(const std::string& path) {
+  TinyloopReader r(path);
+  (void)r.root_attributes();
+  if (r.has_config()) (void)r.config();
+  for (const std::string& n : r.dense_names()) {
+    (void)r.info(n);
+    (void)r.read_dense(n);
+  }
+  for (const std::string& n : r.quant_names()) {
+    r.check_quant(n);
+    (void)r.info(n);
+    (void)r.read_quant(n).dequantize();
+  }
+}
 
 const std::string& scratch() {
   static const std::string dir = [] {

@@ -29,6 +29,10 @@ std::string pack_files(const Files& files);
 // Empties scratch()/sub and writes the files there; returns the folder.
 std::string write_folder(const std::string& sub, const Files& files);
 
+// Everything a tool reads from a .tinyloop: root attributes, config, every dense tensor and
+// quantized weight (layout check, info, data and Marlin section, dequantized).
+void read_whole_tinyloop(const std::string& path);
+
 // Runs the reader: tl::Error is the expected way to refuse an input.
 template <class F>
 void refuse_or_read(F&& read) {
