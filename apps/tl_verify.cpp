@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-kld", opt.e2e.max_kld, "e2e: bound on the mean KLD vs fp16")->capture_default_str();
   app.add_option("--drift-json", opt.drift_json_path, "e2e: write the drift report as JSON");
   app.add_option("--drift-md", opt.drift_md_path, "e2e: write the drift report as Markdown");
+  app.add_flag("--thorough", opt.thorough,
+               "synthetic tiers: a second random shape for every kernel path (and more M values)");
   std::string dump_npy;  // hidden: logits for tools/hf_llama_crosscheck.py
   int64_t dump_windows = 1;
   app.add_option("--dump-logits", dump_npy)->group("");

@@ -155,7 +155,40 @@ void launch_int4_vec(bool vec, dim3 grid, cudaStream_t stream, const __half* A, 
                            k_per_split);
 }
 
+// Rows per block, grid and split-K of one problem (shared by the launcher and int4_gemm_plan).
+struct Int4Grid {
+  int mt, col_blocks, row_blocks, splits, k_per_split;
+};
+Int4Grid plan_int4(int M, int N, int K, int sms) {
+  Int4Grid g;
+  g.mt = M >= kMaxRowsPerBlock ? kMaxRowsPerBlock : (M == 3 ? 4 : M);
+  g.col_blocks = (N + kColsPerBlock - 1) / kColsPerBlock;
+  g.row_blocks = (M + g.mt - 1) / g.mt;
+  const long long base_blocks = 1LL * g.col_blocks * g.row_blocks;
+  g.splits = int(std::min<long long>((1LL * kTargetBlocksPerSm * sms + base_blocks - 1) / base_blocks,
+                                     std::max(1, K / kMinRowsPerSplit)));
+  g.splits = std::max(1, g.splits);
+  g.k_per_split = (K + g.splits - 1) / g.splits;
+  g.splits = (K + g.k_per_split - 1) / g.k_per_split;
+  return g;
+}
+
 }  // namespace
+
+int int4_gemm_plan(int M, int N, int K, int group_size, GemmPlan* plan) {
+  *plan = GemmPlan{};
+  if (M < 1 || N < 1 || K < 1 || group_size < 1 || K % group_size != 0) return kShapeUnsupported;
+  int device = 0, sms = 0;
+  if (int rc = detail::current_device_sms(&device, &sms)) return rc;
+  const Int4Grid g = plan_int4(M, N, K, sms);
+  plan->kernel = "native";
+  plan->blocks = g.col_blocks * g.row_blocks * g.splits;
+  plan->warps_per_block = kWarps;
+  plan->k_splits = g.splits;
+  plan->rows_per_block = g.mt;
+  plan->ragged_n = N % 8 != 0;
+  return kOk;
+}
 
 int int4_gemm(const __half* A, const uint8_t* q, const __half* scale, const __half* zero,
               __half* C, int M, int N, int K, int group_size, cudaStream_t stream) {
@@ -164,16 +197,9 @@ int int4_gemm(const __half* A, const uint8_t* q, const __half* scale, const __ha
   int device = 0, sms = 0;
   if (int rc = detail::current_device_sms(&device, &sms)) return rc;
 
-  const int mt = M >= kMaxRowsPerBlock ? kMaxRowsPerBlock : (M == 3 ? 4 : M);
-  const int col_blocks = (N + kColsPerBlock - 1) / kColsPerBlock;
-  const int row_blocks = (M + mt - 1) / mt;
-  const long long base_blocks = 1LL * col_blocks * row_blocks;
-  int splits = int(std::min<long long>((1LL * kTargetBlocksPerSm * sms + base_blocks - 1) /
-                                           base_blocks,
-                                       std::max(1, K / kMinRowsPerSplit)));
-  splits = std::max(1, splits);
-  const int k_per_split = (K + splits - 1) / splits;
-  splits = (K + k_per_split - 1) / k_per_split;
+  const Int4Grid plan = plan_int4(M, N, K, sms);
+  const int mt = plan.mt, col_blocks = plan.col_blocks, row_blocks = plan.row_blocks;
+  const int splits = plan.splits, k_per_split = plan.k_per_split;
 
   float* partial = nullptr;
   if (splits > 1) {

@@ -546,6 +546,33 @@ Launch pick_launch(int mb, TileShape shape, int tiles, int sms, int forced_occ) 
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) % kMarlinAlignBytes) == 0; }
 
+// One slice (<= 64 rows) on the GPU at hand: tile shape, kernel, grid, slot bytes.
+struct SlicePlan {
+  TileShape shape{};
+  Launch launch{};
+  int tiles = 0, blocks = 0, iters = 0;
+  size_t slot_bytes = 0;
+};
+int plan_slice(int rows, int N, int K, int device, int sms, const KernelOptions& options, SlicePlan* out) {
+  SlicePlan& sp = *out;
+  const int mb = (rows + 15) / 16;
+  sp.shape = pick_shape(rows, N);
+  sp.tiles = (K / (sp.shape.kb * 16)) * (N / (sp.shape.nb * 16));
+  sp.launch = pick_launch(mb, sp.shape, sp.tiles, sms, options.tiled_small_m_blocks_per_sm);
+  int smem_optin = 0;
+  TL_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (sp.launch.smem_bytes > smem_optin) return kNoConfig;
+  int resident = 1;
+  if (int rc = detail::open_kernel(reinterpret_cast<const void*>(sp.launch.kernel), device, sp.launch.smem_bytes,
+                                   kThreads, sp.launch.occ, &resident))
+    return rc;
+  sp.blocks = std::min(resident * sms, sp.tiles);
+  sp.iters = (sp.tiles + sp.blocks - 1) / sp.blocks;
+  sp.blocks = (sp.tiles + sp.iters - 1) / sp.iters;  // no empty stripes
+  sp.slot_bytes = size_t(2) * std::min(sp.launch.occ * sms, sp.tiles) * sp.launch.slot_f4 * sizeof(float4);
+  return kOk;
+}
+
 }  // namespace
 
 namespace detail {
@@ -568,40 +595,21 @@ int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half
 
   int device = 0, sms = 0;
   if (int rc = detail::current_device_sms(&device, &sms)) return rc;
-  int smem_optin = 0;
-  TL_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                       device));
 
   // Slots for the largest need of any slice: only the first and the last can differ.
-  auto slot_need = [&](int rows) {
-    const int mb = (rows + 15) / 16;
-    const TileShape shape = pick_shape(rows, N);
-    const int tiles = (K / (shape.kb * 16)) * (N / (shape.nb * 16));
-    const Launch l = pick_launch(mb, shape, tiles, sms, options.tiled_small_m_blocks_per_sm);
-    return size_t(2) * std::min(l.occ * sms, tiles) * l.slot_f4 * sizeof(float4);
-  };
   const int slice_rows = kMaxMBlocks * 16;
   const int last_rows = M % slice_rows ? M % slice_rows : std::min(M, slice_rows);
-  const size_t slot_bytes = std::max(slot_need(std::min(M, slice_rows)), slot_need(last_rows));
+  SlicePlan first, last;
+  if (int rc = plan_slice(std::min(M, slice_rows), N, K, device, sms, options, &first)) return rc;
+  if (int rc = plan_slice(last_rows, N, K, device, sms, options, &last)) return rc;
+  const size_t slot_bytes = std::max(first.slot_bytes, last.slot_bytes);
   void* slots = nullptr;
   if (int rc = detail::stream_scratch(device, stream, slot_bytes, &slots)) return rc;
 
-  for (int row0 = 0; row0 < M; row0 += kMaxMBlocks * 16) {
-    const int rows = std::min(M - row0, kMaxMBlocks * 16);
-    const int mb = (rows + 15) / 16;
-    const TileShape shape = pick_shape(rows, N);
-    const int tiles = (K / (shape.kb * 16)) * (N / (shape.nb * 16));
-    const Launch l = pick_launch(mb, shape, tiles, sms, options.tiled_small_m_blocks_per_sm);
-    if (l.smem_bytes > smem_optin) return kNoConfig;
-    int resident = 1;
-    if (int rc = detail::open_kernel(reinterpret_cast<const void*>(l.kernel), device,
-                                     l.smem_bytes, kThreads, l.occ, &resident))
-      return rc;
-
-    int blocks = std::min(resident * sms, tiles);
-    const int iters = (tiles + blocks - 1) / blocks;
-    blocks = (tiles + iters - 1) / iters;  // no empty stripes
-
+  for (int row0 = 0; row0 < M; row0 += slice_rows) {
+    const int rows = std::min(M - row0, slice_rows);
+    SlicePlan sp;
+    if (int rc = plan_slice(rows, N, K, device, sms, options, &sp)) return rc;
     Params p;
     p.A = A + size_t(row0) * K;
     p.B = reinterpret_cast<const int4*>(B);
@@ -614,9 +622,9 @@ int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half
     p.N = N;
     p.K = K;
     p.groupsize = groupsize;
-    p.iters = iters;
-    p.tiles_per_group = groupsize > 0 ? groupsize / (shape.kb * 16) : 0;
-    l.kernel<<<blocks, kThreads, l.smem_bytes, stream>>>(p);
+    p.iters = sp.iters;
+    p.tiles_per_group = groupsize > 0 ? groupsize / (sp.shape.kb * 16) : 0;
+    sp.launch.kernel<<<sp.blocks, kThreads, sp.launch.smem_bytes, stream>>>(p);
     TL_CHECK_LAUNCH("marlin_kernel");
   }
   return kOk;
@@ -628,6 +636,40 @@ int marlin_int4_tc_gemm(const __half* A, const int32_t* B, __half* C, const __ha
                         int* workspace, int M, int N, int K, int group_size, cudaStream_t stream,
                         const KernelOptions& options) {
   return detail::marlin_gemm(A, B, s, nullptr, C, workspace, M, N, K, group_size, stream, options);
+}
+
+int marlin_plan(int M, int N, int K, int group_size, bool asym, const KernelOptions& options, GemmPlan* plan) {
+  *plan = GemmPlan{};
+  if (M < 1 || N < kTileAlign || K < kTileAlign || N % kTileAlign || K % kTileAlign) return kShapeUnsupported;
+  if (!marlin_group_size_ok(K, group_size)) return kNoConfig;
+  if (M <= detail::kSmallMMaxRows && options.decode_kernel) {
+    detail::SmallMGrid g{};
+    const int rc = detail::marlin_small_m_grid(M, N, K, group_size, asym, options, &g);
+    if (rc != kNoConfig) {
+      plan->kernel = "decode";
+      plan->blocks = g.blocks;
+      plan->warps_per_block = g.warps_per_block;
+      plan->units_per_warp = g.per_warp;
+      plan->cluster = g.cluster;
+      return rc;
+    }
+  }
+  int device = 0, sms = 0;
+  if (int rc = detail::current_device_sms(&device, &sms)) return rc;
+  const int slice_rows = kMaxMBlocks * 16;
+  const int last_rows = M % slice_rows ? M % slice_rows : std::min(M, slice_rows);
+  SlicePlan first, last;
+  if (int rc = plan_slice(std::min(M, slice_rows), N, K, device, sms, options, &first)) return rc;
+  if (int rc = plan_slice(last_rows, N, K, device, sms, options, &last)) return rc;
+  plan->kernel = "tiled";
+  plan->blocks = first.blocks;
+  plan->warps_per_block = kThreads / 32;
+  plan->slices = (M + slice_rows - 1) / slice_rows;
+  plan->last_slice_rows = last_rows;
+  plan->tiles_per_block = first.iters;
+  plan->last_tiles_per_block = last.iters;
+  plan->last_blocks_per_sm = last.launch.occ;
+  return kOk;
 }
 
 bool marlin_available(int device) {

@@ -59,6 +59,28 @@ int marlin_int4_tc_gemm(const __half* A, const int32_t* B, __half* C, const __ha
                         const KernelOptions& options = {});
 size_t marlin_workspace_ints(int N);
 
+// How a launcher shares a problem out on the GPU at hand: what a verifier needs to pick cases
+// that reach every code path (libverify/tier_shapes.cpp) and what a report shows. The
+// launchers make the same choices (they call the same planning code).
+struct GemmPlan {
+  const char* kernel = "";      // "decode" (M <= 16), "tiled" (Marlin, slices of 64 rows), "native"
+  int blocks = 0;               // grid of the (first) launch
+  int warps_per_block = 0;
+  int units_per_warp = 0;       // decode: 128 x 128 units in one warp's stripe
+  int cluster = 0;              // decode: blocks per cluster (0: blocks combine through slots)
+  int slices = 0;               // tiled: launches of up to 64 rows
+  int last_slice_rows = 0;      // tiled: rows of the last slice (1..64)
+  int tiles_per_block = 0;      // tiled: output tiles one block's stripe walks, first slice
+  int last_tiles_per_block = 0; // tiled: the same for the last slice
+  int last_blocks_per_sm = 0;   // tiled: blocks per SM of the last slice (2: the 16-row mode)
+  int k_splits = 0;             // native: split-K factor (fp32 partials when > 1)
+  int rows_per_block = 0;       // native: M rows per block (1, 2 or 4)
+  bool ragged_n = false;        // native: N % 8 != 0 (byte loads)
+};
+// rc as the launcher's (kShapeUnsupported, kNoConfig, kCudaError) when it would not run.
+int marlin_plan(int M, int N, int K, int group_size, bool asym, const KernelOptions& options, GemmPlan* plan);
+int int4_gemm_plan(int M, int N, int K, int group_size, GemmPlan* plan);
+
 // Correction pair: a_sum[m, g] = sum_{k in g} A[m, k] (fp32), and
 // C[m, n] += sum_g a_sum[m, g] * delta[g, n] (fp32 math, one rounding to fp16).
 int a_group_sum(const __half* A, float* a_sum, int M, int K, int group_size, cudaStream_t stream);

@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/group_size.h"
+#include "core/nibbles.h"
 #include "cuda/device_buffer.h"
 #include "cuda/tl_kernels.h"
 
@@ -95,6 +96,49 @@ class CudaBackend final : public KernelBackend {
       check_workspace_zero(ws, N);
       dC.download(C);
     });
+  }
+
+  KernelStatus native_gemm(const half_bits* A, const uint8_t* q_packed, const half_bits* scale,
+                           const half_bits* zero, half_bits* C, int M, int N, int K, int group_size) override {
+    return guarded([&] {
+      const int G = int(group_count(K, group_size));
+      DeviceBuffer<uint16_t> dA(size_t(M) * K), ds(size_t(G) * N), dz(size_t(G) * N), dC(size_t(M) * N);
+      DeviceBuffer<uint8_t> dq(size_t(K) * size_t(packed_row_bytes(N)));
+      dA.upload(A); ds.upload(scale); dz.upload(zero); dq.upload(q_packed);
+      dC.fill_bytes(0x7e);
+      const int rc = tl::cuda::int4_gemm(half(dA), dq.get(), half(ds), half(dz), half(dC), M, N, K, group_size,
+                                         stream_);
+      finish("int4_gemm", rc, M, N, K, group_size);
+      dC.download(C);
+    });
+  }
+
+  KernelPlan plan(PlanKernel kernel, int M, int N, int K, int group_size) override {
+    TL_CUDA_THROW(cudaSetDevice(device_));
+    tl::cuda::GemmPlan p;
+    const int rc = kernel == PlanKernel::kNative
+                       ? tl::cuda::int4_gemm_plan(M, N, K, group_size, &p)
+                       : tl::cuda::marlin_plan(M, N, K, group_size, kernel == PlanKernel::kMarlinAsymmetric,
+                                               tl::cuda::KernelOptions{}, &p);
+    KernelPlan k;
+    if (rc != tl::cuda::kOk) {
+      cudaGetLastError();
+      return k;
+    }
+    k.kernel = p.kernel;
+    k.blocks = p.blocks;
+    k.warps_per_block = p.warps_per_block;
+    k.units_per_warp = p.units_per_warp;
+    k.cluster = p.cluster;
+    k.slices = p.slices;
+    k.last_slice_rows = p.last_slice_rows;
+    k.tiles_per_block = p.tiles_per_block;
+    k.last_tiles_per_block = p.last_tiles_per_block;
+    k.last_blocks_per_sm = p.last_blocks_per_sm;
+    k.k_splits = p.k_splits;
+    k.rows_per_block = p.rows_per_block;
+    k.ragged_n = p.ragged_n;
+    return k;
   }
 
  private:

@@ -1,9 +1,10 @@
 // The GPU tiers' cases: run the kernel through the backend, compare every reference row with
 // the fp64 reference in floored ULPs (ulp_stats.h), scan every output for NaN/Inf, judge.
-#include "core/group_size.h"
 #include <cmath>
 #include <cstdio>
 
+#include "core/group_size.h"
+#include "core/nibbles.h"
 #include "libverify/reference_math.h"
 #include "libverify/tier_cases.h"
 #include "libverify/tolerances.h"
@@ -122,6 +123,22 @@ CaseResult run_wrapper_case(KernelBackend& backend, const QuantWeight& w,
   }
   const CaseReference ref = wrapper_reference(A.data(), M, w, sec.delta, kReferenceRowsMax);
   compare_and_judge(c, out, ref, w.N, bounds);
+  return c;
+}
+
+CaseResult run_native_case(KernelBackend& backend, const QuantWeight& w, const std::vector<half_bits>& A,
+                           int64_t M, const TierBounds& bounds) {
+  CaseResult c = new_case(M, w.K, w.N, w.group_size);
+  const std::vector<uint8_t> q = pack_nibbles(w.q.data(), w.K, w.N);
+  std::vector<half_bits> out(size_t(M * w.N));
+  const KernelStatus st = backend.native_gemm(A.data(), q.data(), w.scale.data(), w.zero.data(), out.data(), int(M),
+                                              int(w.N), int(w.K), int(w.group_size));
+  if (!st.ok) {
+    c.status = Status::kFailed;
+    c.message = st.message;
+    return c;
+  }
+  compare_and_judge(c, out, native_reference(A.data(), M, w, kReferenceRowsMax), w.N, bounds);
   return c;
 }
 

@@ -18,6 +18,20 @@ struct KernelStatus {
   static KernelStatus failure(std::string m) { return {false, std::move(m)}; }
 };
 
+// How the backend's launcher shares a problem out (cuda/tl_kernels.h GemmPlan, copied so that
+// this header needs no CUDA): the tiers pick their shapes from it (tier_shapes.h).
+struct KernelPlan {
+  std::string kernel;             // "decode", "tiled", "native"; empty: the launcher declines
+  int blocks = 0, warps_per_block = 0;
+  int units_per_warp = 0, cluster = 0;                              // decode
+  int slices = 0, last_slice_rows = 0, tiles_per_block = 0;         // tiled
+  int last_tiles_per_block = 0, last_blocks_per_sm = 0;             // tiled
+  int k_splits = 0, rows_per_block = 0;                             // native
+  bool ragged_n = false;                                            // native
+};
+
+enum class PlanKernel { kMarlinSymmetric, kMarlinAsymmetric, kNative };
+
 class KernelBackend {
  public:
   virtual ~KernelBackend() = default;
@@ -36,6 +50,14 @@ class KernelBackend {
   virtual KernelStatus mm_asymmetric(const half_bits* A, const int32_t* B, const half_bits* s,
                                      const half_bits* delta, half_bits* C, int M, int N, int K,
                                      int group_size) = 0;
+  // C = A * W_hat through the native int4_gemm on TinyLoop's layout: q packed two codes per
+  // byte [K, ceil(N/2)] (core/nibbles.h), scale / zero fp16 [G, N]. C is overwritten.
+  virtual KernelStatus native_gemm(const half_bits* A, const uint8_t* q_packed, const half_bits* scale,
+                                   const half_bits* zero, half_bits* C, int M, int N, int K,
+                                   int group_size) = 0;
+  // The plan the launcher would use for this problem on this device (kernel empty when it
+  // declines the shape).
+  virtual KernelPlan plan(PlanKernel kernel, int M, int N, int K, int group_size) = 0;
 };
 
 struct BackendProbe {

@@ -2,6 +2,7 @@
 // The source of truth is the weight's own q/scale/zero; the section is decoded back with the
 // libconvert decoder (the inverse of the packer, checked against upstream's golden files in
 // libconvert's tests) and compared bit for bit.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -17,6 +18,36 @@ std::string at(const char* what, int64_t i, int64_t N) {
   std::snprintf(buf, sizeof buf, "%s[%lld, %lld]", what, (long long)(i / N), (long long)(i % N));
   return buf;
 }
+
+// The mismatching entries of one [R, N] array: how many, the first, and the rectangle they lie
+// in, so that a message names the place ("in rows 128..143, columns 64..79") and a local fault
+// reads as local.
+struct Mismatches {
+  int64_t N, count = 0, first = -1, r0 = 0, r1 = 0, n0 = 0, n1 = 0;
+  explicit Mismatches(int64_t n) : N(n) {}
+  void add(int64_t i) {
+    const int64_t r = i / N, n = i % N;
+    if (count++ == 0) {
+      first = i;
+      r0 = r1 = r;
+      n0 = n1 = n;
+      return;
+    }
+    r0 = std::min(r0, r), r1 = std::max(r1, r), n0 = std::min(n0, n), n1 = std::max(n1, n);
+  }
+  // "3 of 1024 scales differ in groups 2..2, columns 0..255 (first s[2, 0]: ...)"
+  std::string describe(const char* what, const char* rows, int64_t total, const char* array,
+                       const std::string& first_values) const {
+    char buf[256];
+    if (count == 1)
+      std::snprintf(buf, sizeof buf, "1 of %lld %s differs: %s", (long long)total, what, at(array, first, N).c_str());
+    else
+      std::snprintf(buf, sizeof buf, "%lld of %lld %s differ in %s %lld..%lld, columns %lld..%lld (first %s",
+                    (long long)count, (long long)total, what, rows, (long long)r0, (long long)r1, (long long)n0,
+                    (long long)n1, at(array, first, N).c_str());
+    return std::string(buf) + (count == 1 ? " (" : ": ") + first_values + ")";
+  }
+};
 
 // Appends "; " + text to the message of a failing case.
 void fail(CaseResult& c, const std::string& text) {
@@ -58,40 +89,35 @@ CaseResult check_pack(const QuantWeight& w) {
   // Codes.
   std::vector<uint8_t> q(size_t(K * N));
   marlin_unpack_codes(sec.B.data(), K, N, q.data());
-  int64_t bad_q = 0, first_q = -1;
+  Mismatches bad_q(N);
   for (int64_t i = 0; i < K * N; ++i)
-    if (q[size_t(i)] != w.q[size_t(i)]) {
-      if (first_q < 0) first_q = i;
-      ++bad_q;
-    }
-  if (bad_q)
-    fail(c, std::to_string(bad_q) + " of " + std::to_string(K * N) + " codes differ (first " +
-                at("q", first_q, N) + ": " + std::to_string(q[size_t(first_q)]) + " decoded, " +
-                std::to_string(w.q[size_t(first_q)]) + " stored)");
+    if (q[size_t(i)] != w.q[size_t(i)]) bad_q.add(i);
+  if (bad_q.count)
+    fail(c, bad_q.describe("codes", "rows", K * N, "q",
+                           std::to_string(q[size_t(bad_q.first)]) + " decoded, " +
+                               std::to_string(w.q[size_t(bad_q.first)]) + " stored"));
 
   // Scales, undone with the permutation the contract's groupsize implies (G == 1: per column).
   std::vector<half_bits> s(size_t(G * N));
   marlin_unpermute_scales(sec.s.data(), G, N, G == 1, s.data());
   const std::vector<half_bits> delta = delta_contract(w.scale, w.zero);
   UlpAccumulator acc(0.0);
-  int64_t bad_s = 0, first_s = -1, bad_d = 0, first_d = -1;
+  Mismatches bad_s(N), bad_d(N);
   for (int64_t i = 0; i < G * N; ++i) {
     acc.add(s[size_t(i)], half_to_float(w.scale[size_t(i)]), 0.0, i);
     acc.add(sec.delta[size_t(i)], half_to_float(delta[size_t(i)]), 0.0, G * N + i);
-    if (s[size_t(i)] != w.scale[size_t(i)] && first_s < 0) first_s = i;
-    bad_s += s[size_t(i)] != w.scale[size_t(i)];
-    if (sec.delta[size_t(i)] != delta[size_t(i)] && first_d < 0) first_d = i;
-    bad_d += sec.delta[size_t(i)] != delta[size_t(i)];
+    if (s[size_t(i)] != w.scale[size_t(i)]) bad_s.add(i);
+    if (sec.delta[size_t(i)] != delta[size_t(i)]) bad_d.add(i);
   }
-  if (bad_s)
-    fail(c, std::to_string(bad_s) + " of " + std::to_string(G * N) + " scales differ (first " +
-                at("s", first_s, N) + ": " + std::to_string(half_to_float(s[size_t(first_s)])) +
-                " decoded, " + std::to_string(half_to_float(w.scale[size_t(first_s)])) + " stored)");
-  if (bad_d)
-    fail(c, std::to_string(bad_d) + " of " + std::to_string(G * N) +
-                " delta entries differ from float16(zero + 8*scale) (first " + at("delta", first_d, N) +
-                ": " + std::to_string(half_to_float(sec.delta[size_t(first_d)])) + " stored, " +
-                std::to_string(half_to_float(delta[size_t(first_d)])) + " expected)");
+  if (bad_s.count)
+    fail(c, bad_s.describe("scales", "groups", G * N, "s",
+                           std::to_string(half_to_float(s[size_t(bad_s.first)])) + " decoded, " +
+                               std::to_string(half_to_float(w.scale[size_t(bad_s.first)])) + " stored"));
+  if (bad_d.count)
+    fail(c, bad_d.describe("delta entries", "groups", G * N, "delta",
+                           std::to_string(half_to_float(sec.delta[size_t(bad_d.first)])) + " stored, " +
+                               std::to_string(half_to_float(delta[size_t(bad_d.first)])) +
+                               " expected = float16(zero + 8*scale)"));
 
   c.stats = acc.finish();
   c.has_stats = true;

@@ -17,7 +17,22 @@ enum class PlantedFault {
   kPerRowAsGrouped,      // per-row weight packed with groupsize K (grouped scale permutation)
   kScalesOffByOneGroup,  // group g carries the scales of group g + 1 (cyclically)
   kTransposed,           // codes packed from q^T (a square weight taken in [N, K] order)
+  // Local faults: one place of the section is wrong, the rest is right.
+  kOneGroupScales,       // the scales of one group (g = G / 2) are 1.25x too large
+  kOneColumnDelta,       // delta of one column (n = N / 2 + 3), every group, one code step off
+  kOneTilePermutation,   // one 16 x 16 tile (the middle one) packed transposed
+  kOneNibble,            // one code (k = K / 2 + 5, n = (N / 2 + 37) mod N) with its top bit flipped
+  kLastKTile,            // the last 16 rows of K never written (zero words: codes 0)
 };
+
+// Where a local fault is planted (the test checks the verifier names this place).
+struct FaultPlace {
+  int64_t k0 = 0, k1 = 0;  // rows of K (codes) or groups (scales, delta), inclusive
+  int64_t n0 = 0, n1 = 0;  // columns, inclusive
+};
+// The place plant_fault corrupts for a local fault of a K x N weight with G groups; all of
+// the weight for the global ones.
+FaultPlace planted_fault_place(PlantedFault fault, int64_t K, int64_t N, int64_t G);
 
 struct PlantedFaultSpec {
   PlantedFault fault;
@@ -30,7 +45,8 @@ PlantedFault planted_fault_from_name(const std::string& name);
 
 // Corrupts w.marlin (which must be present and correct). The weight's q/scale/zero stay the
 // truth. Throws tl::Error when the weight does not satisfy the fault's requirement (per-row
-// for kPerRowAsGrouped, G >= 2 for kScalesOffByOneGroup, K == N for kTransposed).
+// for kPerRowAsGrouped, G >= 2 for kScalesOffByOneGroup and kOneGroupScales, K == N for
+// kTransposed).
 void plant_fault(QuantWeight& w, PlantedFault fault);
 
 }  // namespace tl::verify

@@ -19,7 +19,26 @@ std::vector<int64_t> reference_rows(int64_t M, int max_rows) {
   }
   for (int64_t m = 0; m < 16; ++m) rows.push_back(m);
   for (int64_t m = M - 16; m < M; ++m) rows.push_back(m);
-  const int64_t inner = max_rows - 32;  // evenly spaced in [16, M - 16)
+  // Between them, first one row for each position in a 64-row slice of the tiled kernel that
+  // the boundary tiles do not already check, spread over the slices: a fault tied to one row
+  // of a slice cannot hide between samples (up to 48 rows, so up to 80 rows in all), then
+  // evenly spaced rows up to max_rows.
+  bool seen[64] = {};
+  for (int64_t m : rows) seen[m % 64] = true;
+  std::vector<int64_t> missing;
+  for (int64_t p = 0; p < 64; ++p)
+    if (!seen[p]) missing.push_back(p);
+  const int64_t slices = (M - 16) / 64 + 1;  // slices holding rows below M - 16
+  for (size_t j = 0; j < missing.size(); ++j) {
+    for (int64_t slice = int64_t(j) * slices / int64_t(missing.size()); slice >= 0; --slice) {
+      const int64_t m = slice * 64 + missing[j];
+      if (m >= 16 && m < M - 16) {
+        rows.push_back(m);
+        break;
+      }
+    }
+  }
+  const int64_t inner = max_rows - int64_t(rows.size());
   for (int64_t i = 0; i < inner; ++i) rows.push_back(16 + (i * (M - 32)) / inner + i % 7);
   std::sort(rows.begin(), rows.end());
   rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
@@ -86,9 +105,8 @@ GemmReference reference_gemm(const half_bits* A, int64_t K, int64_t N,
   constexpr int64_t kCols = 64;
   const int64_t blocks = (N + kCols - 1) / kCols;
   tl::parallel_for(blocks, resolve_threads(0), [&](int64_t b) {
-    const int64_t b0 = b, b1 = b + 1;
     std::vector<double> acc(R * kCols), aux(R * kCols), sq(R * kCols), sqm(R * kCols);
-    for (int64_t b = b0; b < b1; ++b) {
+    {
       const int64_t n0 = b * kCols, nc = std::min(kCols, N - n0);
       std::fill(acc.begin(), acc.end(), 0.0);
       std::fill(aux.begin(), aux.end(), 0.0);
@@ -163,6 +181,17 @@ CaseReference wrapper_reference(const half_bits* A, int64_t M, const QuantWeight
   return r;
 }
 
+CaseReference native_reference(const half_bits* A, int64_t M, const QuantWeight& w, int max_rows) {
+  CaseReference r;
+  r.rows = reference_rows(M, max_rows);
+  const std::vector<double> W_hat = dequant_asymmetric(w);
+  GemmReference g = reference_gemm(A, w.K, w.N, r.rows, W_hat.data());
+  r.ref = std::move(g.c);
+  r.sigma.resize(r.ref.size());
+  for (size_t i = 0; i < r.sigma.size(); ++i) r.sigma[i] = std::sqrt(g.sumsq[i]);
+  return r;
+}
+
 CaseReference correction_reference(const half_bits* A, const half_bits* C_in,
                                    const half_bits* delta, int64_t M, int64_t N, int64_t K,
                                    int64_t group_size) {
@@ -173,8 +202,6 @@ CaseReference correction_reference(const half_bits* A, const half_bits* C_in,
   r.ref.resize(size_t(M * N));
   r.sigma.resize(size_t(M * N));
   tl::parallel_for(M, resolve_threads(0), [&](int64_t m) {
-    const int64_t m0 = m, m1 = m + 1;
-    for (int64_t m = m0; m < m1; ++m)
       for (int64_t n = 0; n < N; ++n) {
         const double c = half_to_float(C_in[m * N + n]);
         double v = c, s2 = c * c;

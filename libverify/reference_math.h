@@ -16,7 +16,8 @@ namespace tl::verify {
 
 // Rows of an M-row output the references are computed for: all of them when M <= max_rows,
 // else the first and last 16 (every residue of a 16-row MMA tile, both boundary tiles) and
-// evenly spaced rows between, max_rows in total, sorted.
+// one row for every other position in a 64-row slice of the tiled kernel (spread over the
+// slices), then evenly spaced rows: max(max_rows, up to 80) rows, sorted.
 std::vector<int64_t> reference_rows(int64_t M, int max_rows);
 
 // Dequantized weights [K, N] in fp64, exact: (q - 8) * scale and q * scale + zero.
@@ -57,6 +58,9 @@ CaseReference symmetric_reference(const half_bits* A, int64_t M, const QuantWeig
 // sum_g (A_sum[g] * delta16[g])^2.
 CaseReference wrapper_reference(const half_bits* A, int64_t M, const QuantWeight& w,
                                 const std::vector<half_bits>& delta16, int max_rows);
+
+// Native tier: C = A * W_hat with the exact W_hat = q * scale + zero; sigma^2 = sum_k (a_k w_hat_k)^2.
+CaseReference native_reference(const half_bits* A, int64_t M, const QuantWeight& w, int max_rows);
 
 // Correction tier: C_out = C_in + sum_g A_sum[m, g] * delta[g, n] over every row;
 // sigma^2 = C_in^2 + sum_g (A_sum delta)^2.

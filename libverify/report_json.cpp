@@ -17,7 +17,8 @@ static json case_to_json(const CaseResult& c) {
             {"M", c.M}, {"K", c.K}, {"N", c.N}, {"group_size", c.group_size},
             {"status", status_name(c.status)},
             {"message", c.message},
-            {"total", c.total}};
+            {"total", c.total},
+            {"covers", c.covers}};
   if (c.has_stats) {
     const UlpStats& s = c.stats;
     json hist = json::object();
@@ -52,11 +53,12 @@ json report_to_json(const VerifyReport& r) {
                      {"reason", t.reason},
                      {"bounds", bounds},
                      {"seconds", t.seconds},
-                     {"cases", cases}});
+                     {"cases", cases},
+                     {"not_reached", t.not_reached}});
   }
   return {{"tool", "tl-verify"},
           {"version", TL_VERSION},
-          {"schema_version", 1},
+          {"schema_version", 2},
           {"file", r.file.empty() ? json(nullptr) : json(r.file)},
           {"seed", r.seed},
           {"device", r.device.empty() ? json(nullptr) : json(r.device)},

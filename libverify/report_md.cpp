@@ -33,6 +33,18 @@ void write_markdown_report(const VerifyReport& r, std::ostream& out) {
     std::snprintf(buf, sizeof buf, "\n## %s (%s, %.1f s)\n\n", tier_spec(t.id).name,
                   t.source.c_str(), t.seconds);
     out << buf;
+    const std::vector<std::string> reached = reached_paths(t);
+    if (!reached.empty() || !t.not_reached.empty()) {
+      out << "Kernel paths reached (" << reached.size() << "):";
+      for (size_t i = 0; i < reached.size(); ++i) out << (i ? ", " : " ") << escape_cell(reached[i]);
+      out << ".\n";
+      if (!t.not_reached.empty()) {
+        out << "\nNot reached on this device (" << t.not_reached.size() << "):";
+        for (size_t i = 0; i < t.not_reached.size(); ++i) out << (i ? ", " : " ") << escape_cell(t.not_reached[i]);
+        out << ".\n";
+      }
+      out << "\n";
+    }
     out << "| case | max ULP | mean ULP | p99 ULP | raw max ULP | rel err |";
     for (const char* b : kUlpBinNames) out << " " << b << " |";
     out << " status |\n|---|---|---|---|---|---|";

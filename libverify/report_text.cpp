@@ -38,6 +38,17 @@ void write_text_report(const VerifyReport& r, std::ostream& out) {
       }
       out << line;
     }
+    // Which kernel paths the cases reached (tier_shapes.h); those this GPU has not got.
+    const std::vector<std::string> reached = reached_paths(t);
+    if (!reached.empty() || !t.not_reached.empty()) {
+      std::snprintf(line, sizeof line, "%-11s %-44s ", name, "(coverage)");
+      out << line << reached.size() << " kernel path(s) reached";
+      if (!t.not_reached.empty()) {
+        out << "; not reached on this device:";
+        for (size_t i = 0; i < t.not_reached.size(); ++i) out << (i ? ", " : " ") << t.not_reached[i];
+      }
+      out << "\n";
+    }
   }
   out << "summary: " << passed << " tier(s) passed, " << failed << " failed, " << skipped
       << " skipped -> exit " << r.exit_code << "\n";

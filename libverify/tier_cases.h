@@ -24,6 +24,11 @@ CaseResult run_symmetric_case(KernelBackend& backend, const QuantWeight& w,
 CaseResult run_wrapper_case(KernelBackend& backend, const QuantWeight& w,
                             const std::vector<half_bits>& A, int64_t M, const TierBounds& bounds);
 
+// Native tier: backend.native_gemm on the weight's own q (packed two per byte), scale, zero
+// vs fp64 A * W_hat.
+CaseResult run_native_case(KernelBackend& backend, const QuantWeight& w, const std::vector<half_bits>& A,
+                           int64_t M, const TierBounds& bounds);
+
 // Correction tier: C_out = C_in + a_group_sum(A) * delta through the backend vs fp64.
 CaseResult run_correction_case(KernelBackend& backend, const std::vector<half_bits>& A,
                                const std::vector<half_bits>& C_in, const std::vector<half_bits>& delta,

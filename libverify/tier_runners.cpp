@@ -12,47 +12,10 @@
 #include "libverify/random_weights.h"
 #include "libverify/reference_math.h"
 #include "libverify/tier_cases.h"
+#include "libverify/tier_shapes.h"
 
 namespace tl::verify {
 namespace {
-
-struct Shape {
-  int64_t M, K, N, group;  // group: effective group size, -1 = per-row (== K)
-  bool production;         // false: small shapes, also run by the CPU-emulation tests
-};
-
-// Symmetric: small shapes (partial M tiles, per-column and grouped, K = group) plus production
-// shapes of the TinyLoop runtime (D = 2048, FFN = 8192: qkv/out 2048 x 2048..6144, mlp
-// 2048 x 8192 and 8192 x 2048) at batch 1 to 1024.
-const Shape kSymmetricShapes[] = {
-    {1, 128, 128, -1, false},      {16, 256, 256, 128, false},   {7, 512, 384, 128, false},
-    {33, 1024, 512, -1, false},    {100, 256, 256, 128, false},
-    {1, 2048, 2048, 128, true},    {1, 8192, 2048, -1, true},    {16, 2048, 8192, 128, true},
-    {16, 4096, 4096, -1, true},    {64, 8192, 2048, 128, true},  {128, 2048, 6144, -1, true},
-    {255, 4096, 4096, 128, true},  {1024, 2048, 2048, 128, true}, {1024, 8192, 2048, -1, true},
-    {1024, 2048, 8192, 128, true},
-};
-// Correction: any N (the pair has no tile constraint), per-row and grouped, G up to 64.
-const Shape kCorrectionShapes[] = {
-    {1, 128, 128, 128, false},   {16, 1024, 256, 128, false}, {7, 512, 384, -1, false},
-    {33, 256, 200, 128, false},  {64, 2048, 512, 128, false},
-    {64, 8192, 2048, 128, true}, {1, 2048, 1000, 128, true},  {16, 8192, 8192, -1, true},
-};
-// Wrapper: up to M = 64, N = 2048, K = 8192 with 64 groups.
-const Shape kWrapperShapes[] = {
-    {1, 128, 128, 128, false},   {16, 256, 256, 128, false},  {7, 512, 384, -1, false},
-    {33, 1024, 256, 128, false},
-    {1, 8192, 2048, 128, true},  {16, 4096, 2048, -1, true},  {64, 8192, 2048, 128, true},
-    {64, 2048, 2048, 128, true}, {5, 2048, 1024, -1, true},
-};
-
-template <size_t n>
-std::vector<Shape> pick(const Shape (&table)[n], bool small_only) {
-  std::vector<Shape> v;
-  for (const Shape& s : table)
-    if (!small_only || !s.production) v.push_back(s);
-  return v;
-}
 
 // One progress line per case (core/progress.h) on the context's stream (none: silent).
 class CaseProgress {
@@ -76,32 +39,32 @@ class CaseProgress {
   Progress p_;
 };
 
-int64_t effective_group(const Shape& s) { return s.group < 0 ? s.K : s.group; }
-
+// The synthetic cases: chosen per tier from the kernels' plans on this backend (tier_shapes.h).
 void run_synthetic(TierId id, const TierBounds& b, const RunContext& ctx, TierResult& r) {
   const char* name = tier_spec(id).name;
-  const std::vector<Shape> shapes =
-      id == TierId::kSymmetric ? pick(kSymmetricShapes, ctx.small_shapes)
-      : id == TierId::kCorrection ? pick(kCorrectionShapes, ctx.small_shapes)
-                                  : pick(kWrapperShapes, ctx.small_shapes);
-  CaseProgress progress(ctx.progress, name, shapes.size());
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    const Shape& s = shapes[i];
-    const int64_t gs = effective_group(s);
+  const TierShapes shapes = tier_shapes(id, *ctx.backend, ctx.small_shapes, ctx.thorough);
+  r.not_reached = shapes.not_reached;
+  CaseProgress progress(ctx.progress, name, shapes.cases.size());
+  for (size_t i = 0; i < shapes.cases.size(); ++i) {
+    const ShapeCase& s = shapes.cases[i];
     Rng rng = case_rng(ctx.seed, name, i);
     CaseResult c;
     if (id == TierId::kCorrection) {
-      const QuantWeight w = random_quant_weight(rng, "", s.K, s.N, gs);
+      const QuantWeight w = random_quant_weight(rng, "", s.K, s.N, s.group_size);
       const std::vector<half_bits> A = random_halves(rng, s.M, s.K);
       const std::vector<half_bits> C = random_halves(rng, s.M, s.N);
-      c = run_correction_case(*ctx.backend, A, C, delta_contract(w.scale, w.zero), s.M, s.N, s.K,
-                              gs, b);
+      c = run_correction_case(*ctx.backend, A, C, delta_contract(w.scale, w.zero), s.M, s.N, s.K, s.group_size, b);
+    } else if (id == TierId::kNative) {
+      const QuantWeight w = random_quant_weight(rng, "", s.K, s.N, s.group_size);
+      const std::vector<half_bits> A = random_halves(rng, s.M, s.K);
+      c = run_native_case(*ctx.backend, w, A, s.M, b);
     } else {
-      const QuantWeight w = random_packed_weight(rng, "", s.K, s.N, gs);
+      const QuantWeight w = random_packed_weight(rng, "", s.K, s.N, s.group_size);
       const std::vector<half_bits> A = random_halves(rng, s.M, s.K);
       c = id == TierId::kSymmetric ? run_symmetric_case(*ctx.backend, w, A, s.M, b)
                                    : run_wrapper_case(*ctx.backend, w, A, s.M, b);
     }
+    c.covers = s.covers;
     progress.done(c);
     r.cases.push_back(std::move(c));
   }
@@ -115,10 +78,49 @@ std::string no_section_reason(const EntryInfo& info) {
   return gate.ok ? "no Marlin section (not packed)" : "no Marlin section: " + gate.reason;
 }
 
+// Native tier on a file: every quantized weight at each of kFileTierMs (the kernel takes any
+// N; a group size that does not divide K is a skipped case, as the runtime would fall back).
+void run_native_on_file(const TierBounds& b, const RunContext& ctx, const std::vector<std::string>& names,
+                        TierResult& r) {
+  if (names.empty()) {
+    r.status = Status::kSkipped;
+    r.reason = "FILE has no quantized weight";
+    return;
+  }
+  const TinyloopReader& f = *ctx.file;
+  CaseProgress progress(ctx.progress, "native", names.size() * std::size(kFileTierMs));
+  for (size_t wi = 0; wi < names.size(); ++wi) {
+    const QuantWeight w = f.read_quant(names[wi], /*with_marlin=*/false);
+    for (size_t mi = 0; mi < std::size(kFileTierMs); ++mi) {
+      const int64_t M = kFileTierMs[mi];
+      CaseResult c;
+      if (w.K % w.group_size != 0) {
+        c.status = Status::kSkipped;
+        c.message = "int4_gemm needs K % group_size == 0 (K = " + std::to_string(w.K) + ", group_size = " +
+                    std::to_string(w.group_size) + ")";
+      } else {
+        Rng rng = case_rng(ctx.seed, "native", wi * std::size(kFileTierMs) + mi);
+        c = run_native_case(*ctx.backend, w, random_halves(rng, M, w.K), M, b);
+        c.covers = plan_covers(TierId::kNative, ctx.backend->plan(PlanKernel::kNative, int(M), int(w.N), int(w.K),
+                                                                   int(w.group_size)),
+                               M, w.K, w.N, w.group_size);
+      }
+      c.weight = w.name;
+      c.label = w.name + " m=" + std::to_string(M);
+      progress.done(c);
+      r.cases.push_back(std::move(c));
+    }
+  }
+}
+
 void run_on_file(TierId id, const TierBounds& b, const RunContext& ctx, TierResult& r) {
   const char* name = tier_spec(id).name;
   const TinyloopReader& f = *ctx.file;
   const std::vector<std::string> names = f.quant_names();
+  if (id == TierId::kNative) {
+    run_native_on_file(b, ctx, names, r);
+    return;
+  }
   size_t packed = 0;
   for (const std::string& n : names) packed += f.info(n).has_marlin;
   if (packed == 0) {
@@ -167,6 +169,11 @@ void run_on_file(TierId id, const TierBounds& b, const RunContext& ctx, TierResu
       }
       c.weight = w.name;
       c.label = w.name + " m=" + std::to_string(M);
+      if (id != TierId::kCorrection)
+        c.covers = plan_covers(id, ctx.backend->plan(id == TierId::kWrapper ? PlanKernel::kMarlinAsymmetric
+                                                                             : PlanKernel::kMarlinSymmetric,
+                                                      int(M), int(w.N), int(w.K), int(w.group_size)),
+                               M, w.K, w.N, w.group_size);
       progress.done(c);
       r.cases.push_back(std::move(c));
     }

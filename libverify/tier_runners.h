@@ -20,7 +20,8 @@ struct RunContext {
   const TinyloopReader* file = nullptr;  // null: synthetic run
   std::string file_path;                 // its path (the e2e tier reopens it)
   uint64_t seed = 0;
-  bool small_shapes = false;             // only the small synthetic shapes (tests on a CPU emulation)
+  bool small_shapes = false;             // only cheap synthetic shapes (tests on a CPU emulation)
+  bool thorough = false;                 // more shapes per kernel path (--thorough)
   std::ostream* progress = nullptr;      // one line per case
   // e2e: the options (tokens empty -> skipped; file and progress are filled in by run_tier)
   // and where its full result goes (the drift report is made from it).
@@ -30,7 +31,8 @@ struct RunContext {
 
 TierResult run_tier(TierId id, const TierBounds& bounds, const RunContext& ctx);
 
-// The M values each packed weight of a file is run at through the GPU tiers.
-constexpr int64_t kFileTierMs[] = {1, 16, 64};
+// The M values each weight of a file is run at through the GPU tiers: the decode kernel at 1
+// and 16 rows, the tiled kernel in one partial slice (33) and with a 16-row remainder (80).
+constexpr int64_t kFileTierMs[] = {1, 16, 33, 80};
 
 }  // namespace tl::verify

@@ -16,20 +16,25 @@ const std::vector<TierSpec>& tier_table() {
        "float16(zero + 8*scale); groupsize -1 iff group_size == K; B is [K/16, 2N]",
        "verify_pack", TierBounds{true, 0, 0, 1}},
       {TierId::kSymmetric, "symmetric", true, FileUse::kOptional, true, "",
-       "marlin_int4_tc_gemm vs fp64 A * ((q - 8) * s); random shapes M 1..1024, K, N 2048..8192, "
-       "groups 128 and -1 (or the file's B/s at M = 1, 16, 64)",
+       "marlin_int4_tc_gemm vs fp64 A * ((q - 8) * s); random shapes chosen from the launcher's "
+       "plan to reach every decode and tiled path, M 1..4096 (or the file's B/s at M = 1, 16, 33, 80)",
        "verify_symmetric_parity",
        TierBounds{false, kSymmetricMaxUlp, kSymmetricMaxRel, kGemmFloorFactor}},
       {TierId::kCorrection, "correction", true, FileUse::kOptional, true, "",
        "a_group_sum + correction_accum vs the CPU reference C + A_group_sum * delta "
-       "(random delta, or the file's)",
+       "(random delta on shapes for each path: M ranges, groups 32..K, ragged N; or the file's)",
        "verify_correction_kernel",
        TierBounds{false, kCorrectionMaxUlp, kCorrectionMaxRel, kCorrectionFloorFactor}},
       {TierId::kWrapper, "wrapper", true, FileUse::kOptional, true, "",
-       "marlin_mm_asymmetric vs fp64 A * W_hat, W_hat = q * scale + zero; random shapes up to "
-       "M 64, N 2048, K 8192 (or every packed weight of the file at M = 1, 16, 64)",
+       "marlin_mm_asymmetric vs fp64 A * W_hat, W_hat = q * scale + zero; random shapes as for "
+       "symmetric (or every packed weight of the file at M = 1, 16, 33, 80)",
        "verify_asymmetric_parity",
        TierBounds{false, kWrapperMaxUlp, kWrapperMaxRel, kGemmFloorFactor}},
+      {TierId::kNative, "native", true, FileUse::kOptional, true, "",
+       "int4_gemm (the native kernel: the dispatcher's fallback and a Marlin-less runtime's only "
+       "path) vs fp64 A * W_hat on TinyLoop's own q / scale / zero; random shapes from the kernel's "
+       "plan: row blocks, split-K, ragged N, groups 32..K (or every quantized weight of the file)",
+       "verify_native_int4", TierBounds{false, kNativeMaxUlp, kNativeMaxRel, kNativeFloorFactor}},
       {TierId::kE2e, "e2e", true, FileUse::kRequired, true, "",
        "model perplexity on --tokens with the Marlin path on vs off and vs fp16 weights: PPL "
        "drift, KLD, top-1 agreement, dispatch counts (drift report: --drift-json / --drift-md)",

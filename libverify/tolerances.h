@@ -59,6 +59,17 @@ constexpr double kASumBoundFactor = 1.0;
 constexpr double kWrapperMaxUlp = 8;
 constexpr double kWrapperMaxRel = 2e-3;
 
+// ---- native (int4_gemm vs fp64 A * W_hat) ----
+// The kernel dequantizes in fp32 (q * scale exact, + zero: one rounding of 2^-24 relative) and
+// accumulates in fp32 (~sqrt(K) u32 sigma, < 0.01 fp16 step at K = 8192), so the only visible
+// error is the final rounding: the fp16 nearest a value within ~1e-6 of the reference, 0 or 1
+// step from the fp16 nearest the reference. Bound 2 steps, as for the correction pair's fp32 math.
+constexpr double kNativeMaxUlp = 2;
+constexpr double kNativeMaxRel = 1e-3;  // output rounding alone ~ 2e-4
+// sigma = sqrt(sum_k (a_k w_hat_k)^2): the fp32 noise is ~ sqrt(K) u32 sigma, so at c = 1/16
+// elements are measured at their own fp16 spacing except under deep cancellation.
+constexpr double kNativeFloorFactor = 1.0 / 16;
+
 // ---- reference cost ----
 // The fp64 reference of an M x K x N case costs M*K*N multiply-adds on the CPU. For M above
 // this many rows we check a fixed sample: the first and last 16 rows (every row residue of a

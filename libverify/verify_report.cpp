@@ -1,5 +1,7 @@
 #include "libverify/verify_report.h"
 
+#include <algorithm>
+
 #include "core/exit_codes.h"
 
 namespace tl::verify {
@@ -11,6 +13,16 @@ const char* status_name(Status s) {
     case Status::kSkipped: return "skipped";
   }
   return "?";
+}
+
+std::vector<std::string> reached_paths(const TierResult& t) {
+  std::vector<std::string> out;
+  for (const CaseResult& c : t.cases) {
+    if (c.status == Status::kSkipped) continue;
+    for (const std::string& p : c.covers)
+      if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  }
+  return out;
 }
 
 int report_exit_code(const VerifyReport& r) {

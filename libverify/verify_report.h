@@ -28,6 +28,7 @@ struct CaseResult {
   UlpStats stats;
   int64_t total = 0;        // output elements (stats.count: those compared with a reference)
   std::string message;      // why it failed / was skipped; the worst element otherwise
+  std::vector<std::string> covers;  // the kernel paths this case exercises (tier_shapes.h)
 };
 
 struct TierResult {
@@ -38,6 +39,7 @@ struct TierResult {
   TierBounds bounds;        // in force (defaults or command-line overrides)
   double seconds = 0;
   std::vector<CaseResult> cases;
+  std::vector<std::string> not_reached;  // paths no case reached on this GPU (tier_shapes.h)
 };
 
 struct VerifyReport {
@@ -47,6 +49,10 @@ struct VerifyReport {
   std::vector<TierResult> tiers;
   int exit_code = 0;        // 0 passed, 1 failed, 77 all skipped
 };
+
+// The kernel paths the tier's cases that ran exercised (CaseResult::covers), each once, in the
+// order they first appear.
+std::vector<std::string> reached_paths(const TierResult& t);
 
 // The exit code the report implies: 1 if a tier failed, 0 if any tier ran, 77 otherwise.
 int report_exit_code(const VerifyReport& r);

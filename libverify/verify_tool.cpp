@@ -95,6 +95,7 @@ int run_tl_verify(const VerifyOptions& o) {
   ctx.file = reader.get();
   ctx.seed = report.seed;
   ctx.small_shapes = o.small_shapes;
+  ctx.thorough = o.thorough;
   ctx.progress = &err;
   std::optional<E2eResult> e2e;
   ctx.file_path = o.file;

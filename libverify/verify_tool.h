@@ -29,6 +29,7 @@ struct VerifyOptions {
   // e2e tier: e2e.tokens empty -> the tier is skipped (file, progress filled in by the tool).
   E2eOptions e2e;
   std::string drift_json_path, drift_md_path;  // the drift report files, empty: none
+  bool thorough = false;                // synthetic tiers: a second shape per kernel path
 
   std::ostream* out = nullptr;          // results table (stdout when null)
   std::ostream* err = nullptr;          // progress, skip reasons, failures (stderr when null)

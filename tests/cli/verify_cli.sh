@@ -7,8 +7,8 @@ mkdir -p "$TL_TMP" && rm -rf "${TL_TMP:?}"/*
 fail() { echo "FAIL: $*"; exit 1; }
 
 "$V" --help > "$TL_TMP/help" || fail "--help exit $?"
-for w in pack symmetric correction wrapper e2e --max-ulp-symmetric --max-rel-wrapper \
-         --max-ulp-correction "Exit codes" "ULP<=8 rel<=0.002"; do
+for w in pack symmetric correction wrapper native e2e --max-ulp-symmetric --max-rel-wrapper \
+         --max-ulp-correction --max-ulp-native --thorough "Exit codes" "ULP<=8 rel<=0.002"; do
   grep -q -- "$w" "$TL_TMP/help" || fail "--help lacks '$w'"
 done
 
@@ -37,14 +37,21 @@ grep -q "e2e: skipped: no FILE given" "$TL_TMP/err" || fail "e2e skip reason mis
 grep -q '"exit_code": 77' "$TL_TMP/skip.json" || fail "JSON report lacks exit_code 77"
 
 # Default run without FILE: the GPU tiers run (0) or are all skipped with a reason (77).
-"$V" --seed 42 > "$TL_TMP/out" 2> "$TL_TMP/err"; rc=$?
+"$V" --seed 42 --json "$TL_TMP/default.json" > "$TL_TMP/out" 2> "$TL_TMP/err"; rc=$?
 grep -q "seed 42" "$TL_TMP/out" || fail "seed not printed"
 if [ $rc -eq 77 ]; then
-  for t in symmetric correction wrapper; do
+  for t in symmetric correction wrapper native; do
     grep -q "^tl-verify: $t: skipped: ." "$TL_TMP/err" || fail "$t skipped without a reason"
   done
   echo "no GPU here: $(grep -m1 'symmetric: skipped' "$TL_TMP/err")"
 elif [ $rc -ne 0 ]; then
   cat "$TL_TMP/out" "$TL_TMP/err"; fail "synthetic GPU tiers: exit $rc"
+else
+  # The report names the kernel paths each tier reached (and those this GPU has not got).
+  for t in symmetric correction wrapper native; do
+    grep -q "^$t  *(coverage) *[0-9][0-9]* kernel path(s) reached" "$TL_TMP/out" || fail "$t: no coverage line"
+  done
+  grep -q '"covers": \[' "$TL_TMP/default.json" || fail "JSON lacks covers"
+  grep -q '"not_reached": \[' "$TL_TMP/default.json" || fail "JSON lacks not_reached"
 fi
 echo "ok"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The pack tier through the real binary: a correct pack passes (0) with JSON and Markdown
-# reports; each CPU-detectable planted fault exits 1 with a stderr line naming the pack tier
-# and the weight; the input file is never modified.
+# reports; each CPU-detectable planted fault exits 1 with a stderr line naming the pack tier,
+# the weight and, for the local faults, the place (rows or groups and columns; the places are
+# those of libverify/planted_faults.cpp for the fixture's shapes); the input is never modified.
 set -u
 V="$TL_BIN/tl-verify"
 FIX="$TL_BIN/../tests/make_verify_fixture"
@@ -39,5 +40,10 @@ delta-sign layers.0.mlp_down delta entries differ
 per-row-as-grouped layers.0.attn_out Marlin groupsize 256, expected -1
 scales-off-by-one-group layers.0.mlp_down scales differ
 transposed layers.0.attn_out codes differ
+one-group-scales layers.0.mlp_down scales differ in groups 2..2, columns 0..255
+one-column-delta layers.0.mlp_up delta entries differ in groups 0..1, columns 259..259
+one-tile-permutation layers.0.attn_out codes differ in rows 128..143, columns 128..143
+one-nibble layers.0.mlp_down 1 of 131072 codes differs: q\[261, 165\]
+last-k-tile layers.0.mlp_up codes differ in rows 240..255, columns 0..511
 LIST
 exit $status

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/nibbles.h"
 #include "libconvert/marlin_layout.h"
 
 namespace tl::verify::testing {
@@ -90,6 +91,73 @@ KernelStatus EmulatedBackend::mm_asymmetric(const half_bits* A, const int32_t* B
   if (!st.ok) return st;
   std::vector<float> a_sum(size_t(M) * size_t(group_count(K, group_size)));
   return correction(A, delta, C, a_sum.data(), M, N, K, group_size);
+}
+
+KernelStatus EmulatedBackend::native_gemm(const half_bits* A, const uint8_t* q_packed, const half_bits* scale,
+                                          const half_bits* zero, half_bits* C, int M, int N, int K, int group_size) {
+  ++calls;
+  if (M < 1 || N < 1 || K < 1 || group_size < 1 || K % group_size)
+    return KernelStatus::failure("emulated int4_gemm: rc=1 (problem shape unsupported) for k=" + std::to_string(K) +
+                                 " group_size=" + std::to_string(group_size));
+  const std::vector<uint8_t> q = unpack_nibbles(q_packed, K, N);
+  const int G = K / group_size;
+  std::vector<float> acc(static_cast<size_t>(N));
+  for (int m = 0; m < M; ++m) {
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int k = 0; k < K; ++k) {
+      int g = k / group_size;
+      const float a = half_to_float(A[size_t(m) * K + k]);
+      for (int n = 0; n < N; ++n) {
+        const int gz = (bug_ == EmulatedBug::kNativeLastGroup && G > 1 && g == G - 1) ? G - 2 : g;
+        const float w = float(q[size_t(k) * N + n]) * half_to_float(scale[size_t(g) * N + n]) +
+                        half_to_float(zero[size_t(gz) * N + n]);
+        acc[size_t(n)] += a * w;
+      }
+    }
+    for (int n = 0; n < N; ++n) C[size_t(m) * N + n] = float_to_half(acc[size_t(n)]);
+  }
+  return {};
+}
+
+KernelPlan EmulatedBackend::plan(PlanKernel kernel, int M, int N, int K, int group_size) {
+  constexpr int kSms = 132;
+  KernelPlan p;
+  if (kernel == PlanKernel::kNative) {
+    if (M < 1 || N < 1 || K < 1 || group_size < 1 || K % group_size) return p;
+    p.kernel = "native";
+    p.rows_per_block = M >= 4 ? 4 : (M == 3 ? 4 : M);
+    const long long base = (N + 255) / 256 * ((M + p.rows_per_block - 1) / p.rows_per_block);
+    p.k_splits = int(std::max<long long>(1, std::min<long long>((4LL * kSms + base - 1) / base, std::max(1, K / 256))));
+    p.ragged_n = N % 8 != 0;
+    p.blocks = int(base) * p.k_splits;
+    return p;
+  }
+  if (!marlin_gate(K, N, group_size).ok || M < 1) return p;
+  const int units = (K / 128) * (N / 128);
+  if (M <= 16) {
+    const int warps = std::min(kSms * 8, units);
+    p.kernel = "decode";
+    p.warps_per_block = M <= 8 ? 4 : 8;
+    p.units_per_warp = (units + warps - 1) / warps;
+    p.blocks = (units + p.warps_per_block * p.units_per_warp - 1) / (p.warps_per_block * p.units_per_warp);
+    return p;
+  }
+  auto iters = [&](int rows, int* occ) {
+    const int tiles = units;
+    *occ = rows <= 16 && tiles >= 28 * kSms ? 2 : 1;
+    const int blocks = std::min(*occ * kSms, tiles);
+    return (tiles + blocks - 1) / blocks;
+  };
+  p.kernel = "tiled";
+  p.warps_per_block = 8;
+  p.slices = (M + 63) / 64;
+  p.last_slice_rows = M % 64 ? M % 64 : 64;
+  int occ = 1;
+  p.tiles_per_block = iters(std::min(M, 64), &occ);
+  p.last_tiles_per_block = iters(p.last_slice_rows, &occ);
+  p.last_blocks_per_sm = occ;
+  p.blocks = std::min(kSms, units);
+  return p;
 }
 
 }  // namespace tl::verify::testing

@@ -4,7 +4,8 @@
 //     512, slice partials stored in fp16 (upstream Marlin's global reduction), fp16 output;
 //   per-column: fp32 sum of a * (q - 8), times s in fp32, fp16 output;
 //   correction: fp32 group sums, fp32 accumulation over groups, one rounding to fp16;
-//   wrapper: the GEMM into fp16 C, then the correction on it.
+//   wrapper: the GEMM into fp16 C, then the correction on it;
+//   native: W_hat = q * scale + zero in fp32, fp32 accumulation, one rounding.
 // `bug` plants a kernel fault, to show that each tier can fail.
 #pragma once
 
@@ -18,6 +19,7 @@ enum class EmulatedBug {
   kWrongGroup,        // grouped GEMM applies the scales of group g - 1 to the last group
   kUnwrittenTile,     // GEMM leaves the last 64 output columns unwritten (NaN pre-fill)
   kCorrectionOffByOne,  // correction skips the last row of each group in a_sum
+  kNativeLastGroup,     // native GEMM applies group G - 2's zero to the last group
 };
 
 class EmulatedBackend final : public KernelBackend {
@@ -31,6 +33,13 @@ class EmulatedBackend final : public KernelBackend {
   KernelStatus mm_asymmetric(const half_bits* A, const int32_t* B, const half_bits* s,
                              const half_bits* delta, half_bits* C, int M, int N, int K,
                              int group_size) override;
+  KernelStatus native_gemm(const half_bits* A, const uint8_t* q_packed, const half_bits* scale,
+                           const half_bits* zero, half_bits* C, int M, int N, int K, int group_size) override;
+  // A plan of the shape of the CUDA launchers' on a modelled GPU of 132 SMs (the H200's), so
+  // the shape selection runs here: decode: 8 warps per SM, per_warp = ceil(units / warps);
+  // tiled: slices of 64 rows, 128 x 128 tiles, 2 blocks per SM at 16 rows and >= 28 tiles per
+  // SM; native: the int4_gemm split-K rule.
+  KernelPlan plan(PlanKernel kernel, int M, int N, int K, int group_size) override;
   int calls = 0;
 
  private:

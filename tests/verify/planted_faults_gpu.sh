@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Each planted packing fault, written into a file the way a buggy packer would, must make the
 # GPU tiers (symmetric + wrapper, without the pack tier) exit 1 with a stderr line naming the
-# wrapper tier and the faulty weight. Exit 77 where the GPU tiers are skipped.
+# wrapper tier and the faulty weight -- and only that weight; for a fault confined to known
+# columns, the worst element named must lie in them. Exit 77 where the GPU tiers are skipped.
 set -u
 dir="$TL_TMP/planted_faults_gpu"
 rm -rf "$dir" && mkdir -p "$dir"
@@ -16,15 +17,28 @@ if [ $rc -ne 0 ]; then
   echo "FAIL: the correct file does not pass (rc $rc):"; cat "$dir/ok.out" "$dir/ok.err"; exit 1
 fi
 status=0
-while read -r fault weight; do
+while read -r fault weight cols; do
   f="$dir/$fault.tinyloop"
   "$TL_FIXTURE" "$f" --seed 23 --fault "$fault" --weight "$weight" || exit 2
   "$TL_VERIFY" "$f" --tiers symmetric,wrapper > "$dir/$fault.out" 2> "$dir/$fault.err"
   rc=$?
+  others=$(grep -o "FAILED [a-z]*: [^ ]* m=" "$dir/$fault.err" | grep -v "FAILED [a-z]*: $weight m=")
+  bad_col=""
+  if [ -n "$cols" ]; then
+    lo=${cols%..*}; hi=${cols#*..}
+    for n in $(grep "FAILED [a-z]*: $weight m=.*max ULP" "$dir/$fault.err" | sed -n 's/.* at C\[[0-9]*, \([0-9]*\)\].*/\1/p'); do
+      { [ "$n" -lt "$lo" ] || [ "$n" -gt "$hi" ]; } && bad_col="$bad_col $n"
+    done
+  fi
   if [ $rc -ne 1 ] || ! grep -q "FAILED wrapper: $weight m=" "$dir/$fault.err"; then
     echo "FAIL: fault $fault in $weight: rc $rc, expected 1 and 'FAILED wrapper: $weight m=...'"
     cat "$dir/$fault.err"
     status=1
+  elif [ -n "$others" ]; then
+    echo "FAIL: fault $fault in $weight also failed other weights: $others"; status=1
+  elif [ -n "$bad_col" ]; then
+    echo "FAIL: fault $fault in $weight: worst element outside columns $cols:$bad_col"
+    cat "$dir/$fault.err"; status=1
   else
     echo "ok: $fault in $weight caught: $(grep -m1 "FAILED" "$dir/$fault.err")"
   fi
@@ -34,5 +48,10 @@ delta-sign layers.0.mlp_up
 per-row-as-grouped layers.0.attn_out
 scales-off-by-one-group layers.0.mlp_down
 transposed layers.0.attn_out
+one-group-scales layers.0.mlp_down
+one-column-delta layers.0.mlp_up 259..259
+one-tile-permutation layers.0.attn_out 128..143
+one-nibble layers.0.mlp_down 165..165
+last-k-tile layers.0.mlp_up
 LIST
 exit $status

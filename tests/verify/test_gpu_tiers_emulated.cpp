@@ -8,6 +8,8 @@
 
 #include "libverify/random_weights.h"
 #include "libverify/tier_cases.h"
+#include "libverify/tier_runners.h"
+#include "libverify/tier_shapes.h"
 #include "libverify/tolerances.h"
 #include "verify/emulated_backend.h"
 #include "verify/fixture_file.h"
@@ -32,12 +34,13 @@ VerifyOptions synthetic(KernelBackend* b, std::vector<TierId> tiers) {
 TEST_CASE("emulated Marlin arithmetic passes every small synthetic shape of the three GPU tiers") {
   EmulatedBackend emu;
   const RunOutput r =
-      run_verify(synthetic(&emu, {TierId::kSymmetric, TierId::kCorrection, TierId::kWrapper}));
+      run_verify(synthetic(&emu, {TierId::kSymmetric, TierId::kCorrection, TierId::kWrapper, TierId::kNative}));
   INFO(r.out << r.err);
   CHECK(r.rc == 0);
   CHECK(r.out.find("failed\n") == std::string::npos);
   CHECK(r.out.find("device: CPU emulation") != std::string::npos);
-  CHECK(emu.calls >= 14);
+  CHECK(r.out.find("native      (coverage)") != std::string::npos);
+  CHECK(emu.calls >= 20);
   MESSAGE("emulated run:\n" << r.out);
 }
 
@@ -72,9 +75,10 @@ TEST_CASE("planted kernel bugs fail the tier that must catch them") {
   };
   const BugCase cases[] = {
       {EmulatedBug::kFp16Accumulation, TierId::kSymmetric, "FAILED symmetric: m="},
-      {EmulatedBug::kWrongGroup, TierId::kSymmetric, "FAILED symmetric: m=16 k=256 n=256 g=128: max ULP"},
+      {EmulatedBug::kWrongGroup, TierId::kSymmetric, " g=128: max ULP"},
       {EmulatedBug::kUnwrittenTile, TierId::kWrapper, "NaN"},
       {EmulatedBug::kCorrectionOffByOne, TierId::kCorrection, "FAILED correction: m="},
+      {EmulatedBug::kNativeLastGroup, TierId::kNative, "FAILED native: m="},
   };
   for (const BugCase& bc : cases) {
     EmulatedBackend emu(bc.bug);
@@ -82,6 +86,8 @@ TEST_CASE("planted kernel bugs fail the tier that must catch them") {
     INFO("bug " << int(bc.bug) << "\n" << r.out << r.err);
     CHECK(r.rc == 1);
     CHECK(r.err.find(bc.expect) != std::string::npos);
+    if (bc.bug == EmulatedBug::kWrongGroup || bc.bug == EmulatedBug::kNativeLastGroup)
+      CHECK(r.err.find(" g=-1: max ULP") == std::string::npos);  // one group: nothing to mix up
   }
 }
 
@@ -98,8 +104,9 @@ TEST_CASE("file tiers on the emulation: a correct pack passes, each planted faul
   RunOutput r = run_verify(o);
   INFO(r.out << r.err);
   CHECK(r.rc == 0);
-  for (const char* w : {"layers.0.attn_out m=1", "layers.0.mlp_up m=16", "layers.0.mlp_down m=64"})
+  for (const char* w : {"layers.0.attn_out m=1", "layers.0.mlp_up m=16", "layers.0.mlp_down m=80"})
     CHECK(r.out.find(w) != std::string::npos);
+  CHECK(r.out.find("native      head m=33") != std::string::npos);  // native runs unpacked weights too
   CHECK(std::filesystem::exists(o.json_path));
   CHECK(std::filesystem::exists(o.md_path));
 
@@ -126,7 +133,7 @@ TEST_CASE("file tiers on the emulation: a correct pack passes, each planted faul
     r = run_verify(g);
     INFO("fault " << int(fc.fault) << "\n" << r.out << r.err);
     CHECK(r.rc == 1);
-    for (int m : {1, 16, 64})
+    for (int64_t m : kFileTierMs)
       CHECK(r.err.find(std::string("FAILED wrapper: ") + fc.weight + " m=" + std::to_string(m) + ": ") !=
             std::string::npos);
     // The other packed weights pass.

@@ -57,7 +57,7 @@ struct FaultCase {
 TEST_CASE("every CPU-detectable planted fault fails the pack tier, naming the weight") {
   const FaultCase cases[] = {
       {PlantedFault::kSwappedPermEntry, "layers.0.mlp_up", "codes differ"},
-      {PlantedFault::kDeltaSign, "layers.0.mlp_down", "delta entries differ from float16(zero + 8*scale)"},
+      {PlantedFault::kDeltaSign, "layers.0.mlp_down", "delta entries differ in groups 0..3, columns 0..255"},
       {PlantedFault::kPerRowAsGrouped, "layers.0.attn_out", "Marlin groupsize 256, expected -1"},
       {PlantedFault::kScalesOffByOneGroup, "layers.0.mlp_up", "scales differ"},
       {PlantedFault::kTransposed, "layers.0.attn_out", "codes differ"},
@@ -78,6 +78,54 @@ TEST_CASE("every CPU-detectable planted fault fails the pack tier, naming the we
     CHECK(r.err.find(fc.expect) != std::string::npos);
     // Exactly one failure line: the other weights still pass.
     CHECK(r.err.find("FAILED") == r.err.rfind("FAILED"));
+  }
+}
+
+// One fault at one place of the section: the pack tier must fail that weight alone and name the
+// place (the rows or groups and the columns the mismatches lie in), on fresh random weights.
+TEST_CASE("each local planted fault fails the pack tier, naming the weight and the place") {
+  struct LocalFault {
+    PlantedFault fault;
+    const char* weight;
+    const char* what;  // "codes", "scales", "delta entries"
+  };
+  const LocalFault cases[] = {
+      {PlantedFault::kOneGroupScales, "layers.0.mlp_down", "scales"},
+      {PlantedFault::kOneColumnDelta, "layers.0.mlp_up", "delta entries"},
+      {PlantedFault::kOneTilePermutation, "layers.0.attn_out", "codes"},
+      {PlantedFault::kOneNibble, "layers.0.mlp_down", "codes"},
+      {PlantedFault::kLastKTile, "layers.0.mlp_up", "codes"},
+  };
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  const std::string dir = scratch_dir("pack_local_faults");
+  for (const LocalFault& lf : cases) {
+    const std::string file = dir + "/fault.tinyloop";
+    std::filesystem::remove(file);
+    write_verify_fixture(file, seed);
+    plant_fault_in_file(file, lf.weight, lf.fault);
+    int64_t K = 0, N = 0, G = 0;
+    for (const FixtureWeight& f : fixture_weights())
+      if (std::string(f.name) == lf.weight) K = f.K, N = f.N, G = f.K / f.group_size;
+    const FaultPlace at = planted_fault_place(lf.fault, K, N, G);
+    std::string place;
+    if (at.k0 == at.k1 && at.n0 == at.n1) {
+      place = std::string("differs: q[") + std::to_string(at.k0) + ", " + std::to_string(at.n0) + "]";
+    } else {
+      place = std::string(lf.what) + " differ in " + (std::string(lf.what) == "codes" ? "rows " : "groups ") +
+              std::to_string(at.k0) + ".." + std::to_string(at.k1) + ", columns " + std::to_string(at.n0) +
+              ".." + std::to_string(at.n1);
+    }
+    VerifyOptions o;
+    o.file = file;
+    o.tiers = {TierId::kPack};
+    o.seed = seed;
+    const RunOutput r = run_verify(o);
+    INFO("fault " << planted_faults()[size_t(lf.fault)].name << ", expecting '" << place << "'\n" << r.out << r.err);
+    CHECK(r.rc == 1);
+    CHECK(r.err.find(std::string("FAILED pack: ") + lf.weight + ": ") != std::string::npos);
+    CHECK(r.err.find(place) != std::string::npos);
+    CHECK(r.err.find("FAILED") == r.err.rfind("FAILED"));  // the other weights pass
   }
 }
 

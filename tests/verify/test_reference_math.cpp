@@ -2,6 +2,7 @@
 // the dequantizers and delta against their definitions (and libconvert's marlin_delta).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -54,6 +55,24 @@ TEST_CASE("reference_rows covers both boundary tiles and every row residue mod 1
   CHECK(residues.size() == 16);
   CHECK(r.front() == 0);
   CHECK(r.back() == 1023);
+}
+
+TEST_CASE("reference_rows checks every row position of a 64-row tiled slice") {
+  // A fault tied to one row of a slice (a warp's row offset, a remainder row) must land on a
+  // checked row whatever M is; at most 80 rows are computed.
+  for (int64_t M : {65, 80, 100, 127, 128, 144, 200, 1000, 1024, 1040, 4095, 4096, 8192}) {
+    const std::vector<int64_t> r = reference_rows(M, 64);
+    INFO("M = " << M);
+    CHECK(r.size() <= 80);
+    std::set<int64_t> pos;
+    for (int64_t m : r) {
+      CHECK(m >= 0);
+      CHECK(m < M);
+      pos.insert(m % 64);
+    }
+    CHECK(pos.size() == 64);
+    for (int64_t m = M - 16; m < M; ++m) CHECK(std::count(r.begin(), r.end(), m) == 1);
+  }
 }
 
 TEST_CASE("dequantizers, group sums and delta follow their definitions") {

@@ -19,19 +19,24 @@ TEST_CASE("parse_tier_list accepts table names and rejects others with the valid
 }
 
 TEST_CASE("every tier has a row; bound flags exist exactly for the numeric tiers") {
-  for (TierId id : {TierId::kPack, TierId::kSymmetric, TierId::kCorrection, TierId::kWrapper, TierId::kE2e})
+  for (TierId id : {TierId::kPack, TierId::kSymmetric, TierId::kCorrection, TierId::kWrapper, TierId::kNative,
+                    TierId::kE2e})
     CHECK(tier_spec(id).id == id);
   const std::vector<BoundFlag> flags = bound_flags();
-  CHECK(flags.size() == 6);  // ulp + rel for symmetric, correction, wrapper
-  bool saw = false;
+  CHECK(flags.size() == 8);  // ulp + rel for symmetric, correction, wrapper, native
+  bool saw = false, native = false;
   for (const BoundFlag& f : flags) {
     CHECK(!tier_spec(f.tier).bounds.exact);
     if (f.flag == "--max-ulp-correction") {
       saw = true;
       CHECK(f.default_value <= 2);  // the issue's contract for the correction pair
     }
+    native = native || f.flag == "--max-ulp-native";
   }
   CHECK(saw);
+  CHECK(native);
+  CHECK(tier_spec(TierId::kNative).needs_gpu);
+  CHECK(std::string(tier_spec(TierId::kNative).ctest) == "verify_native_int4");
   CHECK(tier_spec(TierId::kE2e).available);
   CHECK(tier_spec(TierId::kPack).bounds.exact);
 }

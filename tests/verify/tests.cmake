@@ -20,7 +20,7 @@ if(TARGET tl-verify)
 
   # Synthetic tiers on random data (the seed is printed; the JSON report is kept for CI).
   foreach(pair "verify_symmetric_parity:symmetric" "verify_asymmetric_parity:wrapper"
-               "verify_correction_kernel:correction" "verify_e2e:e2e")
+               "verify_correction_kernel:correction" "verify_native_int4:native" "verify_e2e:e2e")
     string(REPLACE ":" ";" pair ${pair})
     list(GET pair 0 name)
     list(GET pair 1 tier)
@@ -30,7 +30,7 @@ if(TARGET tl-verify)
   endforeach()
 
   # File tiers on a packed file made by the test: the wrapper on every packed weight at
-  # M = 1, 16, 64 (GPU), and the pack tier (CPU, runs everywhere).
+  # M = 1, 16, 33, 80 (GPU), and the pack tier (CPU, runs everywhere).
   add_test(NAME verify_mm_asymmetric
            COMMAND bash ${TL_VERIFY_TEST_DIR}/run_file_tier.sh verify_mm_asymmetric wrapper)
   add_test(NAME verify_pack COMMAND bash ${TL_VERIFY_TEST_DIR}/run_file_tier.sh verify_pack pack)

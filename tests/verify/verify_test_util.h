@@ -2,7 +2,9 @@
 // that captures stdout/stderr.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <random>
 #include <sstream>
 #include <string>
 
@@ -15,6 +17,13 @@ inline std::string scratch_dir(const std::string& name) {
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p.string();
+}
+
+// A seed for tests that assert a property on fresh random data (print it with INFO: a failure
+// reproduces with that seed).
+inline uint64_t fresh_seed() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) ^ rd();
 }
 
 struct RunOutput {

@@ -1,0 +1,179 @@
+#include "libverify/tier_shapes.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "core/group_size.h"
+
+namespace tl::verify {
+namespace {
+
+struct Requirement {
+  const char* name;
+  std::function<bool(const KernelPlan&, int64_t M, int64_t K, int64_t N, int64_t gs)> met;
+};
+
+bool in(int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; }
+
+// What each kernel path is, in the launchers' own terms (cuda/tl_kernels.h GemmPlan).
+const std::vector<Requirement>& marlin_requirements() {
+  static const std::vector<Requirement> r = {
+      {"decode M 1..8", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "decode" && M <= 8; }},
+      {"decode M 9..16", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "decode" && M > 8; }},
+      {"decode one unit per warp", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "decode" && p.units_per_warp == 1; }},
+      {"decode several units per warp (ring refills, scales a unit ahead)",
+       [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "decode" && p.units_per_warp >= 2 && M <= 8; }},
+      {"decode 9..16 rows, several units per warp",
+       [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "decode" && p.units_per_warp >= 2 && M > 8; }},
+      {"decode cluster combine (sm_90)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "decode" && p.cluster > 0; }},
+      {"decode flat combine (slots)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "decode" && p.cluster == 0 && p.blocks > 1; }},
+      {"decode per-column scales (G = 1)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "decode" && gs == K; }},
+      {"decode most groups (G >= 64)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "decode" && gs != K && K / gs >= 64; }},
+      {"tiled M 17..63", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && in(M, 17, 63); }},
+      {"tiled M 64..255", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && in(M, 64, 255); }},
+      {"tiled M 256..4095", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && in(M, 256, 4095); }},
+      {"tiled M >= 4096", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && M >= 4096; }},
+      {"tiled remainder slice of <= 16 rows",
+       [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && p.slices >= 2 && p.last_slice_rows <= 16; }},
+      {"tiled several tiles per block", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && p.tiles_per_block >= 2; }},
+      {"tiled two blocks per SM (16-row slice of a large layer)",
+       [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && p.last_blocks_per_sm == 2; }},
+      {"tiled per-column scales (G = 1)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "tiled" && gs == K; }},
+      {"tiled most groups (G >= 64)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "tiled" && gs != K && K / gs >= 64; }},
+  };
+  return r;
+}
+
+const std::vector<Requirement>& native_requirements() {
+  static const std::vector<Requirement> r = {
+      {"native 1 row per block (M = 1)", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && M == 1; }},
+      {"native 2 rows per block (M = 2)", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && M == 2; }},
+      {"native M = 3 on 4-row blocks", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && M == 3; }},
+      {"native M 4..16", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && in(M, 4, 16); }},
+      {"native M 17..63", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && in(M, 17, 63); }},
+      {"native M 64..4096", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && M >= 64; }},
+      {"native split-K (fp32 partials)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "native" && p.k_splits > 1; }},
+      {"native no split", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "native" && p.k_splits == 1; }},
+      {"native ragged N (byte loads)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "native" && p.ragged_n; }},
+      {"native split boundary inside a group",
+       [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) {
+         return p.kernel == "native" && p.k_splits > 1 && ((K + p.k_splits - 1) / p.k_splits) % gs != 0;
+       }},
+      {"native partial last row block (M % 4 != 0, M > 4)",
+       [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && M > 4 && M % 4 != 0; }},
+      {"native smallest group (32)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t gs) { return p.kernel == "native" && gs == 32; }},
+      {"native per-row (G = 1)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "native" && gs == K; }},
+      {"native most groups (G >= 64)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "native" && gs != K && K / gs >= 64; }},
+  };
+  return r;
+}
+
+// The correction pair has no plan to ask for: its requirements are on the shape alone.
+const std::vector<Requirement>& correction_requirements() {
+  static const std::vector<Requirement> r = {
+      {"correction M 1..16", [](const KernelPlan&, int64_t M, int64_t, int64_t, int64_t) { return M <= 16; }},
+      {"correction M 17..63", [](const KernelPlan&, int64_t M, int64_t, int64_t, int64_t) { return in(M, 17, 63); }},
+      {"correction M 64..4096", [](const KernelPlan&, int64_t M, int64_t, int64_t, int64_t) { return M >= 64; }},
+      {"correction smallest group (32)", [](const KernelPlan&, int64_t, int64_t, int64_t, int64_t gs) { return gs == 32; }},
+      {"correction one group (G = 1)", [](const KernelPlan&, int64_t, int64_t K, int64_t, int64_t gs) { return gs == K; }},
+      {"correction most groups (G >= 64)", [](const KernelPlan&, int64_t, int64_t K, int64_t, int64_t gs) { return gs != K && K / gs >= 64; }},
+      {"correction N not a multiple of 128", [](const KernelPlan&, int64_t, int64_t, int64_t N, int64_t) { return N % 128 != 0; }},
+  };
+  return r;
+}
+
+const std::vector<Requirement>& requirements(TierId tier) {
+  if (tier == TierId::kNative) return native_requirements();
+  if (tier == TierId::kCorrection) return correction_requirements();
+  return marlin_requirements();
+}
+
+struct Candidate {
+  int64_t M, K, N, gs;
+  KernelPlan plan;
+  double cost;
+};
+
+}  // namespace
+
+std::vector<std::string> tier_paths(TierId tier) {
+  std::vector<std::string> out;
+  if (tier == TierId::kPack || tier == TierId::kE2e) return out;
+  for (const Requirement& r : requirements(tier)) out.push_back(r.name);
+  return out;
+}
+
+std::vector<std::string> plan_covers(TierId tier, const KernelPlan& plan, int64_t M, int64_t K, int64_t N,
+                                     int64_t group_size) {
+  std::vector<std::string> out;
+  for (const Requirement& r : requirements(tier))
+    if (r.met(plan, M, K, N, group_size)) out.push_back(r.name);
+  return out;
+}
+
+TierShapes tier_shapes(TierId tier, KernelBackend& backend, bool small, bool thorough) {
+  std::vector<int64_t> Ms = {1, 2, 3, 8, 9, 16, 17, 40, 63, 64, 80, 144, 256, 1024, 4096};
+  if (thorough)
+    for (int64_t m : {5, 12, 33, 65, 100, 129, 200, 2048}) Ms.push_back(m);
+  std::vector<std::pair<int64_t, int64_t>> KN = {{128, 128},   {256, 256},   {1024, 512},  {1024, 1024},
+                                                 {2048, 2048}, {4096, 4096}, {8192, 2048}, {2048, 8192},
+                                                 {4096, 8192}, {8192, 4096}, {8192, 8192}};
+  if (tier == TierId::kNative || tier == TierId::kCorrection)
+    // N no multiple of 128 (the correction pair), of 8 and odd (int4_gemm's byte loads and the
+    // unused high nibble of the last byte).
+    for (auto kn : {std::make_pair(int64_t(256), int64_t(200)), std::make_pair(int64_t(256), int64_t(201)),
+                    std::make_pair(int64_t(1024), int64_t(1001)), std::make_pair(int64_t(8192), int64_t(1001))})
+      KN.push_back(kn);
+  const PlanKernel pk = tier == TierId::kNative   ? PlanKernel::kNative
+                        : tier == TierId::kWrapper ? PlanKernel::kMarlinAsymmetric
+                                                   : PlanKernel::kMarlinSymmetric;
+  std::vector<Candidate> pool;
+  for (int64_t M : Ms)
+    for (auto [K, N] : KN)
+      for (int64_t gs : {int64_t(32), int64_t(128), K}) {
+        if (small && (K > 1024 || N > 1024 || M > 100)) continue;
+        if (gs == K && K == 128) continue;  // the same case as gs = 128
+        // Marlin runs group 128 or one group per column (core/group_size.h, the gate); the
+        // native kernel and the correction pair take any group dividing K.
+        if (gs == 32 && tier != TierId::kNative && tier != TierId::kCorrection) continue;
+        Candidate c{M, K, N, gs, {}, 0};
+        if (tier != TierId::kCorrection) {
+          c.plan = backend.plan(pk, int(M), int(N), int(K), int(gs));
+          if (c.plan.kernel.empty()) continue;  // the launcher declines this shape
+        }
+        // The fp64 reference (at most 64 rows) dominates; a CPU emulation computes every row.
+        c.cost = double(std::min<int64_t>(M, 64)) * double(K) * double(N) * (small ? double(M) : 1.0);
+        pool.push_back(c);
+      }
+  std::sort(pool.begin(), pool.end(), [](const Candidate& a, const Candidate& b) { return a.cost < b.cost; });
+
+  TierShapes out;
+  std::vector<const Candidate*> chosen;
+  for (const Requirement& r : requirements(tier)) {
+    bool covered = false;
+    for (const Candidate* c : chosen) covered = covered || r.met(c->plan, c->M, c->K, c->N, c->gs);
+    if (covered) continue;
+    const auto it = std::find_if(pool.begin(), pool.end(),
+                                 [&](const Candidate& c) { return r.met(c.plan, c.M, c.K, c.N, c.gs); });
+    if (it == pool.end()) out.not_reached.push_back(r.name);
+    else chosen.push_back(&*it);
+  }
+  // Thorough: the second-cheapest candidate of every requirement too (another shape per path).
+  if (thorough)
+    for (const Requirement& r : requirements(tier)) {
+      int seen = 0;
+      for (const Candidate& c : pool)
+        if (r.met(c.plan, c.M, c.K, c.N, c.gs) && ++seen == 2) {
+          if (std::find(chosen.begin(), chosen.end(), &c) == chosen.end()) chosen.push_back(&c);
+          break;
+        }
+    }
+  std::sort(chosen.begin(), chosen.end(), [](const Candidate* a, const Candidate* b) {
+    return std::tie(a->M, a->K, a->N, a->gs) < std::tie(b->M, b->K, b->N, b->gs);
+  });
+  for (const Candidate* c : chosen)
+    out.cases.push_back({c->M, c->K, c->N, c->gs, plan_covers(tier, c->plan, c->M, c->K, c->N, c->gs)});
+  return out;
+}
+
+}  // namespace tl::verify

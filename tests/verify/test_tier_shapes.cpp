@@ -1,0 +1,110 @@
+// The synthetic cases of the GPU tiers come from the launchers' plans (tier_shapes.h): on the
+// emulation's model of a 132-SM GPU every path it has is reached, M spans the three ranges
+// the issue names, each case says what it covers, and what the model lacks (clusters) is
+// reported as not reached rather than silently missing.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "libverify/tier_shapes.h"
+#include "verify/emulated_backend.h"
+
+using namespace tl::verify;
+using namespace tl::verify::testing;
+
+namespace {
+
+std::set<std::string> covered(const TierShapes& s) {
+  std::set<std::string> out;
+  for (const ShapeCase& c : s.cases) out.insert(c.covers.begin(), c.covers.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every kernel path is reached or reported as not reached, and each case covers one") {
+  EmulatedBackend emu;
+  for (TierId id : {TierId::kSymmetric, TierId::kWrapper, TierId::kNative, TierId::kCorrection}) {
+    const TierShapes s = tier_shapes(id, emu, /*small=*/false, /*thorough=*/false);
+    const std::vector<std::string> paths = tier_paths(id);
+    INFO(tier_spec(id).name);
+    REQUIRE_FALSE(paths.empty());
+    const std::set<std::string> got = covered(s);
+    for (const std::string& p : paths) {
+      const bool reached = got.count(p) > 0;
+      const bool listed = std::count(s.not_reached.begin(), s.not_reached.end(), p) > 0;
+      INFO(p);
+      CHECK(reached != listed);  // exactly one of the two
+    }
+    for (const ShapeCase& c : s.cases) CHECK_FALSE(c.covers.empty());
+    // Ms across 1..16, 17..63 and 64..4096.
+    bool lo = false, mid = false, hi = false;
+    for (const ShapeCase& c : s.cases) {
+      lo = lo || c.M <= 16;
+      mid = mid || (c.M >= 17 && c.M <= 63);
+      hi = hi || (c.M >= 64 && c.M <= 4096);
+    }
+    CHECK(lo);
+    CHECK(mid);
+    CHECK(hi);
+  }
+  // The emulation models no clusters: the only Marlin path it cannot reach.
+  const TierShapes sym = tier_shapes(TierId::kSymmetric, emu, false, false);
+  CHECK(sym.not_reached == std::vector<std::string>{"decode cluster combine (sm_90)"});
+  CHECK(tier_shapes(TierId::kNative, emu, false, false).not_reached.empty());
+  CHECK(tier_shapes(TierId::kCorrection, emu, false, false).not_reached.empty());
+}
+
+TEST_CASE("the paths the issue names are among the cases: several units per warp, remainder slices, two "
+          "blocks per SM, smallest and largest group counts") {
+  EmulatedBackend emu;
+  const std::set<std::string> got = covered(tier_shapes(TierId::kSymmetric, emu, false, false));
+  for (const char* p : {"decode several units per warp (ring refills, scales a unit ahead)",
+                        "decode 9..16 rows, several units per warp", "tiled remainder slice of <= 16 rows",
+                        "tiled two blocks per SM (16-row slice of a large layer)", "tiled M >= 4096",
+                        "tiled per-column scales (G = 1)", "tiled most groups (G >= 64)",
+                        "decode per-column scales (G = 1)", "decode most groups (G >= 64)"})
+    CHECK_MESSAGE(got.count(p) == 1, p);
+  // A case the selection calls a remainder slice is one by the plan's own numbers.
+  for (const ShapeCase& c : tier_shapes(TierId::kSymmetric, emu, false, false).cases)
+    if (std::count(c.covers.begin(), c.covers.end(), "tiled remainder slice of <= 16 rows")) {
+      CHECK(c.M > 64);
+      CHECK(c.M % 64 >= 1);
+      CHECK(c.M % 64 <= 16);
+    }
+}
+
+TEST_CASE("small selections stay cheap; --thorough adds a second shape per path") {
+  EmulatedBackend emu;
+  for (TierId id : {TierId::kSymmetric, TierId::kWrapper, TierId::kNative, TierId::kCorrection}) {
+    const TierShapes small = tier_shapes(id, emu, true, false);
+    for (const ShapeCase& c : small.cases) {
+      CHECK(c.K <= 1024);
+      CHECK(c.N <= 1024);
+      CHECK(c.M <= 100);
+    }
+    const TierShapes def = tier_shapes(id, emu, false, false);
+    const TierShapes more = tier_shapes(id, emu, false, true);
+    CHECK(more.cases.size() > def.cases.size());
+    CHECK(covered(more) == covered(def));
+    // The default run's fp64 reference work: at most 64 rows per case, bounded so that a
+    // default tl-verify stays within ~30 s on a 16-core host (docs/verify.md).
+    double macs = 0;
+    for (const ShapeCase& c : def.cases) macs += double(std::min<int64_t>(c.M, 80)) * double(c.K) * double(c.N);
+    INFO(tier_spec(id).name << ": " << def.cases.size() << " cases, " << macs / 1e9 << " G multiply-adds");
+    CHECK(macs < 30e9);
+  }
+}
+
+TEST_CASE("file cases are described by the same paths") {
+  EmulatedBackend emu;
+  const KernelPlan p = emu.plan(PlanKernel::kMarlinSymmetric, 80, 256, 256, 128);
+  const std::vector<std::string> c = plan_covers(TierId::kSymmetric, p, 80, 256, 256, 128);
+  CHECK(std::count(c.begin(), c.end(), "tiled remainder slice of <= 16 rows") == 1);
+  CHECK(std::count(c.begin(), c.end(), "tiled M 64..255") == 1);
+  const KernelPlan d = emu.plan(PlanKernel::kMarlinSymmetric, 16, 256, 256, 256);
+  const std::vector<std::string> dc = plan_covers(TierId::kSymmetric, d, 16, 256, 256, 256);
+  CHECK(std::count(dc.begin(), dc.end(), "decode per-column scales (G = 1)") == 1);
+  CHECK(emu.plan(PlanKernel::kMarlinSymmetric, 16, 200, 256, 128).kernel.empty());  // N % 128 != 0
+}
