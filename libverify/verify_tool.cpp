@@ -84,8 +84,12 @@ int run_tl_verify(const VerifyOptions& o) {
   BackendProbe probe;
   KernelBackend* backend = o.backend;
   if (!backend && want_gpu) {
-    probe = open_gpu_backend();
-    backend = probe.backend.get();
+    if (o.probe_gpu) {
+      probe = open_gpu_backend();
+      backend = probe.backend.get();
+    } else {
+      probe.skip_reason = "no GPU backend (not probed)";
+    }
   }
   if (backend) report.device = backend->device_name();
 

@@ -36,6 +36,8 @@ struct VerifyOptions {
   // Test hooks (not on the command line):
   KernelBackend* backend = nullptr;     // used instead of probing the GPU
   bool small_shapes = false;            // synthetic tiers: only the small shapes
+  bool probe_gpu = true;                // false: no GPU is opened (the GPU tiers skip, as on a
+                                        // machine without one), for tests of the skip paths
 };
 
 // Runs the requested tiers, prints the table, writes the reports. Returns 0 (everything that

@@ -2,8 +2,10 @@
 # Runs on the GPU machine (through the `run` tool, carrying .device): the CUDA tests, the
 # compute-sanitizer checks and the kernel benchmark, with logs and JSON under $OUT and a short
 # summary printed last.
-#   bash scripts/device_run.sh [test] [sanitize] [bench-quick] [bench] [verify] [tiers] [faults]
-#                              [demo] [crosscheck] [hfcalib] [sanitize-model]
+#   bash scripts/device_run.sh [test] [sanitize] [bench-quick] [bench] [ab] [verify] [tiers]
+#                              [tiers-thorough] [faults] [demo] [crosscheck] [hfcalib] [sanitize-model]
+# ab: .device/bin/bench_kernels_base (another commit's build) and bench_kernels alternately,
+# base, new, base, new, with BENCH_ARGS; logs ab-base-N.log / ab-new-N.log.
 # Extra benchmark arguments: BENCH_ARGS="--sets 70b --g 128". SANITIZER_TESTS: a doctest
 # test-case filter for the sanitizer runs (e.g. "marlin*,int4*"). Each step has a time limit
 # (TEST_TIMEOUT, SANITIZER_TIMEOUT, BENCH_TIMEOUT seconds; rc 124 when it ran out) so that the
@@ -33,7 +35,7 @@ for step in "${steps[@]}"; do
       note "test_cuda: rc=$rc $(doctest_line "$OUT/test_cuda.log") ($(( $(date +%s) - start )) s)"
       ;;
     sanitize)
-      for tool in memcheck racecheck; do
+      for tool in memcheck racecheck synccheck; do
         start=$(date +%s)
         TL_TEST_QUICK=1 timeout "${SANITIZER_TIMEOUT:-120}" compute-sanitizer --tool "$tool" \
           --error-exitcode 9 "$bin/test_cuda" ${SANITIZER_TESTS:+-tc="$SANITIZER_TESTS"} \
@@ -50,6 +52,24 @@ for step in "${steps[@]}"; do
         > "$OUT/$step.log" 2>&1; rc=$?
       note "$step: rc=$rc ($(( $(date +%s) - start )) s)"
       while IFS= read -r line; do note "  $line"; done < <(sed -n '/^summary/,$p' "$OUT/$step.log" | grep -v "^wrote")
+      ;;
+    ab)
+      if [ ! -x "$bin/bench_kernels_base" ]; then note "ab: bench_kernels_base not staged"; continue; fi
+      for round in 1 2; do
+        for which in base new; do
+          exe=$bin/bench_kernels; [ "$which" = base ] && exe=$bin/bench_kernels_base
+          start=$(date +%s)
+          # shellcheck disable=SC2086
+          timeout "${BENCH_TIMEOUT:-480}" "$exe" ${BENCH_ARGS:-} > "$OUT/ab-$which-$round.log" 2>&1; rc=$?
+          note "ab $which $round: rc=$rc ($(( $(date +%s) - start )) s)"
+        done
+      done
+      ;;
+    tiers-thorough)  # the same with --thorough (a second shape per kernel path)
+      start=$(date +%s)
+      "$bin/tl-verify" --seed 20261201 --thorough --json "$OUT/verify_thorough.json" \
+        > "$OUT/verify_thorough.log" 2>&1; rc=$?
+      note "tl-verify --thorough: rc=$rc $(grep '^summary' "$OUT/verify_thorough.log") ($(( $(date +%s) - start )) s)"
       ;;
     verify)
       if [ -x "$bin/test_verify" ]; then
@@ -105,5 +125,10 @@ for step in "${steps[@]}"; do
   esac
 done
 
+printf '%s\n' "${summary[@]}" > "$OUT/summary.txt"
+# PACK=1: everything under $OUT in one archive (the run tool brings back at most 8 files).
+if [ "${PACK:-0}" = 1 ]; then
+  tar -C "$OUT" -czf /tmp/device_logs.tar.gz . && find "$OUT" -mindepth 1 -delete && mv /tmp/device_logs.tar.gz "$OUT/logs.tar.gz"
+fi
 echo "==== device_run summary ===="
 printf '%s\n' "${summary[@]}"

@@ -85,6 +85,32 @@ Reference ref_w_hat(const QuantCase& c, const std::vector<int64_t>& rows) {
   return make_reference(std::move(v), sq);
 }
 
+// The unfused composition (GEMM stored in fp16, then + A_sum * delta16): the wrapper tier's
+// full model (libverify/reference_math.h), sigma^2 = the W_hat terms + C_marlin^2 (its fp16
+// store, at the scale of C_marlin, which activations of one sign make far larger than the
+// result) + sum_g (A_sum[g] delta16[g])^2.
+Reference ref_composed(const QuantCase& c, const std::vector<int64_t>& rows) {
+  std::vector<double> v, sq, vm, sqm;
+  ref_rows(c, rows, c.zero.data(), false, &v, &sq);
+  ref_rows(c, rows, nullptr, false, &vm, &sqm);
+  const int64_t G = c.G();
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::vector<double> a_sum(size_t(G), 0.0);
+    for (int64_t k = 0; k < c.K; ++k)
+      a_sum[size_t(k / c.group_size)] += double(half_to_float(c.A[size_t(rows[r] * c.K + k)]));
+    for (int64_t n = 0; n < c.N; ++n) {
+      const size_t i = r * size_t(c.N) + size_t(n);
+      double corr = 0;
+      for (int64_t g = 0; g < G; ++g) {
+        const double t = a_sum[size_t(g)] * double(half_to_float(c.delta[size_t(g * c.N + n)]));
+        corr += t * t;
+      }
+      sq[i] += sqm[i] + vm[i] * vm[i] + corr;
+    }
+  }
+  return make_reference(std::move(v), sq);
+}
+
 // What the fused kernel computes, A ((q - 8) s + delta16): sigma^2 = sum_k (a_k w_k)^2.
 Reference ref_delta_form(const QuantCase& c, const std::vector<int64_t>& rows) {
   std::vector<double> v, sq;

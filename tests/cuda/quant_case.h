@@ -34,6 +34,8 @@ QuantCase make_quant_case(int64_t M, int64_t K, int64_t N, int64_t group_size, u
 // fp64 references for rows `rows`: W_marlin = (q - 8) s, and W_hat = q scale + zero.
 Reference ref_marlin(const QuantCase& c, const std::vector<int64_t>& rows);
 Reference ref_w_hat(const QuantCase& c, const std::vector<int64_t>& rows);
+// A * W_hat with the error model of the unfused GEMM + correction pair (its fp16 intermediate).
+Reference ref_composed(const QuantCase& c, const std::vector<int64_t>& rows);
 // W = (q - 8) s + delta with the stored fp16 delta: what marlin_mm_asymmetric computes.
 Reference ref_delta_form(const QuantCase& c, const std::vector<int64_t>& rows);
 

@@ -16,8 +16,10 @@
 namespace tl::test {
 namespace {
 
-// GEMM output (rounded once) + correction (fp32) rounded again: one more 0.5 ULP of C_marlin,
-// whose RMS is of the order of the result's, on top of the bound against W_hat.
+// GEMM output (rounded once) + correction (fp32) rounded again: one more 0.5 ULP of C_marlin
+// on top of the bound against W_hat, measured at the floor of ref_composed, whose sigma holds
+// C_marlin (activations of one sign make it far larger than the result: 11 ULP of the result
+// were seen on the H200 at K = 8192 with activations in [3, 5] before the term was there).
 constexpr double kMaxUlpComposed = kMaxUlpVsWHat + 1.0;
 
 struct ShapeCases {
@@ -84,7 +86,7 @@ void check_case(const QuantCase& c, const tl::cuda::KernelOptions& options = {})
   TL_REQUIRE_LAUNCH(tl::cuda::correction_accum(g.C.half(), g.a_sum.get(), g.delta.half(), M, N,
                                                int(c.G()), nullptr));
   const CompareResult rc = compare_rows("marlin+correction " + c.name(), g.C.download(), rows,
-                                        c.N, ref_hat, kMaxUlpComposed, kMaxRelFro);
+                                        c.N, ref_composed(c, rows), kMaxUlpComposed, kMaxRelFro);
   CHECK_MESSAGE(rc.nonfinite == 0, c.name());
   CHECK_MESSAGE(rc.max_ulp <= kMaxUlpComposed, c.name() << " composed " << rc.max_ulp);
   CHECK_MESSAGE(rc.rel_fro <= kMaxRelFro, c.name() << " composed rel " << rc.rel_fro);

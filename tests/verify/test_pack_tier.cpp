@@ -18,7 +18,8 @@ TEST_CASE("pack tier passes on a correct pack; GPU tiers skipped with reasons; u
   write_verify_fixture(file, 21);
   VerifyOptions o;
   o.file = file;
-  const RunOutput r = run_verify(o);  // every tier, no GPU backend here
+  o.probe_gpu = false;  // the skip path, also on a machine with a GPU
+  const RunOutput r = run_verify(o);  // every tier, no GPU backend
   INFO(r.out << r.err);
   CHECK(r.rc == 0);
   CHECK(r.out.find("layers.0.attn_out") != std::string::npos);
@@ -42,6 +43,7 @@ TEST_CASE("exit 77 when everything requested is skipped") {
   CHECK(r.err.find("pack: skipped: no Marlin section in FILE") != std::string::npos);
 
   VerifyOptions none;  // no FILE: pack needs one, the GPU tiers have no GPU
+  none.probe_gpu = false;
   r = run_verify(none);
   CHECK(r.rc == 77);
   CHECK(r.err.find("pack: skipped: no FILE given") != std::string::npos);
