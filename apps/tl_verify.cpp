@@ -22,6 +22,24 @@ int main(int argc, char** argv) {
   app.add_option("--md", opt.md_path, "write the report as Markdown");
   app.add_option("--tokens", opt.e2e.tokens, "e2e: token file (.u32 raw uint32 or .npy) to score");
   app.add_option("--baseline", opt.e2e.baseline, "e2e: a second .tinyloop (e.g. RTN) scored beside FILE");
+  app.add_option("--reference", opt.e2e.reference,
+                 "e2e: the original model (HF folder, .safetensors with config, dense .tinyloop); every path is "
+                 "reported against it (PPL ratio, KLD, same top-1, delta p)");
+  std::string device = "auto", score = "second-half";
+  app.add_option("--device", device, "e2e: cpu, cuda or auto (the GPU if usable, else the CPU)")->capture_default_str();
+  app.add_option("--score", score,
+                 "e2e: second-half (llama.cpp: the last ctx/2 tokens of each window) or all (tokens 1..ctx-1 of "
+                 "non-overlapping windows, the GPTQ paper's protocol)")
+      ->capture_default_str();
+  app.add_flag("--per-layer", opt.e2e.per_layer,
+               "e2e: rank the quantized weights by the KLD each adds alone (needs --reference)");
+  app.add_option("--per-layer-windows", opt.e2e.per_layer_windows, "e2e: windows --per-layer scores")
+      ->capture_default_str();
+  app.add_option("--max-ppl-ratio", opt.e2e.max_ppl_ratio,
+                 "e2e: bound on PPL(FILE) / PPL(reference) per path (0 = not gated)")->capture_default_str();
+  app.add_option("--max-ref-kld", opt.e2e.max_ref_kld,
+                 "e2e: bound on the mean KLD(reference || FILE) per path (0 = not gated)")->capture_default_str();
+  app.add_option("--threads", opt.e2e.threads, "e2e on the CPU: forward threads (0 = every core)")->capture_default_str();
   app.add_option("--ctx", opt.e2e.ctx, "e2e: window length")->capture_default_str();
   app.add_option("--stride", opt.e2e.stride, "e2e: window stride (0 = ctx)")->capture_default_str();
   app.add_option("--max-tokens", opt.e2e.max_tokens, "e2e: score at most this many tokens (0 = all)");
@@ -63,6 +81,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!tiers.empty()) opt.tiers = tv::parse_tier_list(tiers);
+    opt.e2e.device = tv::parse_e2e_device(device);
+    opt.e2e.score = tv::parse_score_mode(score);
     if (seed_opt->count() > 0) opt.seed = seed;
     for (size_t i = 0; i < flags.size(); ++i)
       if (bound_opts[i]->count() > 0) opt.bounds.push_back({flags[i].tier, flags[i].kind, values[i]});

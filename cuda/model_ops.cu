@@ -106,27 +106,43 @@ __global__ void qkv_split_rope_kernel(const __half* qkv, const float* cos_tab, c
 // (one key per lane for the scores); each warp keeps an online softmax (running max m, sum l)
 // and its query's output, DPL dims per lane, in registers. K tile rows are padded by one float so
 // the 32 lanes reading 32 different keys at the same dim hit 32 different banks.
+//
+// Any even d_head up to 256: DPL = ceil(dh / 32) dims per lane, the tiles sized for 32 * DPL
+// (dynamic shared memory, 74 KB at DPL = 8, above the 48 KB static limit). kFull: dh == 32 *
+// DPL, the common head sizes (32, 64, 96, 128, 256) with a compile-time dh, so their loops
+// unroll as before; otherwise (8, 80, 112, ...) dh is read at run time and the lanes or dims
+// beyond it hold zeros.
 constexpr int kAttnWarps = 8;
 constexpr int kKeyTile = 32;
+constexpr int kAttnMaxDpl = 8;  // d_head <= 256
 
-template <int DPL>  // dims per lane: dh = 32 * DPL
+constexpr size_t attention_smem_bytes(int dpl) {
+  return sizeof(float) * (size_t(kKeyTile) * (32 * dpl + 1) + size_t(kKeyTile) * 32 * dpl + size_t(kAttnWarps) * 32 * dpl);
+}
+
+template <int DPL, bool kFull>  // dims per lane: dh <= 32 * DPL (== when kFull)
 __global__ void attention_kernel(const __half* q, const __half* k, const __half* v, __half* out,
-                                 int T, int H, int Hkv) {
-  constexpr int DH = 32 * DPL;
-  __shared__ float ks[kKeyTile][DH + 1];
-  __shared__ float vs[kKeyTile][DH];
-  __shared__ float qs[kAttnWarps][DH];
+                                 int T, int H, int Hkv, int dh_runtime) {
+  constexpr int DH = 32 * DPL;  // the tiles' row length
+  const int dh = kFull ? DH : dh_runtime;
+  extern __shared__ float attn_smem[];
+  float (*ks)[DH + 1] = reinterpret_cast<float (*)[DH + 1]>(attn_smem);
+  float (*vs)[DH] = reinterpret_cast<float (*)[DH]>(attn_smem + kKeyTile * (DH + 1));
+  float (*qs)[DH] = reinterpret_cast<float (*)[DH]>(attn_smem + kKeyTile * (DH + 1) + kKeyTile * DH);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int s = blockIdx.z, h = blockIdx.y, kvh = h / (H / Hkv);
   const int q0 = blockIdx.x * kAttnWarps, i = q0 + warp;
   const bool active = i < T;
-  const __half* kb = k + (int64_t(s) * Hkv + kvh) * T * DH;
-  const __half* vb = v + (int64_t(s) * Hkv + kvh) * T * DH;
-  const float scale = 1.0f / sqrtf(float(DH));
+  const __half* kb = k + (int64_t(s) * Hkv + kvh) * T * dh;
+  const __half* vb = v + (int64_t(s) * Hkv + kvh) * T * dh;
+  const float scale = 1.0f / sqrtf(float(dh));
   if (active) {
-    const __half* qr = q + ((int64_t(s) * H + h) * T + i) * DH;
+    const __half* qr = q + ((int64_t(s) * H + h) * T + i) * dh;
 #pragma unroll
-    for (int u = 0; u < DPL; ++u) qs[warp][lane + 32 * u] = __half2float(qr[lane + 32 * u]) * scale;
+    for (int u = 0; u < DPL; ++u) {
+      const int d = lane + 32 * u;
+      qs[warp][d] = d < dh ? __half2float(qr[d]) * scale : 0.f;
+    }
   }
   float m = -INFINITY, l = 0.f, acc[DPL];
 #pragma unroll
@@ -136,9 +152,9 @@ __global__ void attention_kernel(const __half* q, const __half* k, const __half*
     __syncthreads();  // the previous tile is consumed (and qs is written before its first use)
     for (int idx = threadIdx.x; idx < kKeyTile * DH; idx += blockDim.x) {
       const int r = idx / DH, d = idx % DH, key = t0 + r;
-      const bool in = key < T;
-      ks[r][d] = in ? __half2float(kb[int64_t(key) * DH + d]) : 0.f;
-      vs[r][d] = in ? __half2float(vb[int64_t(key) * DH + d]) : 0.f;
+      const bool in = key < T && d < dh;
+      ks[r][d] = in ? __half2float(kb[int64_t(key) * dh + d]) : 0.f;
+      vs[r][d] = in ? __half2float(vb[int64_t(key) * dh + d]) : 0.f;
     }
     __syncthreads();
     if (!active || t0 > i) continue;  // uniform per warp; every thread still reaches the syncs
@@ -147,7 +163,7 @@ __global__ void attention_kernel(const __half* q, const __half* k, const __half*
     if (key <= i) {
       float d = 0.f;
 #pragma unroll 16
-      for (int e = 0; e < DH; ++e) d += qs[warp][e] * ks[lane][e];
+      for (int e = 0; e < dh; ++e) d += qs[warp][e] * ks[lane][e];
       sc = d;
     }
     const float m_new = fmaxf(m, warp_max(sc));  // finite: key t0 <= i is always in range
@@ -165,11 +181,26 @@ __global__ void attention_kernel(const __half* q, const __half* k, const __half*
     m = m_new;
   }
   if (active) {
-    __half* o = out + (int64_t(s) * T + i) * int64_t(H) * DH + int64_t(h) * DH;
+    __half* o = out + (int64_t(s) * T + i) * int64_t(H) * dh + int64_t(h) * dh;
     const float inv = 1.0f / l;
 #pragma unroll
-    for (int u = 0; u < DPL; ++u) o[lane + 32 * u] = __float2half_rn(acc[u] * inv);
+    for (int u = 0; u < DPL; ++u)
+      if (lane + 32 * u < dh) o[lane + 32 * u] = __float2half_rn(acc[u] * inv);
   }
+}
+
+template <int DPL>
+int launch_attention(const __half* q, const __half* k, const __half* v, __half* out, int n_seq, int T, int H,
+                     int Hkv, int dh, cudaStream_t stream) {
+  const dim3 grid((T + kAttnWarps - 1) / kAttnWarps, H, n_seq);
+  constexpr size_t smem = attention_smem_bytes(DPL);
+  const bool full = dh == 32 * DPL;
+  auto kernel = full ? attention_kernel<DPL, true> : attention_kernel<DPL, false>;
+  if (smem > 48 * 1024)  // above the default dynamic limit: opt in
+    TL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  kernel<<<grid, kAttnWarps * 32, smem, stream>>>(q, k, v, out, T, H, Hkv, dh);
+  TL_CHECK_LAUNCH("attention_kernel");
+  return kOk;
 }
 
 // ---- logits statistics ----
@@ -268,17 +299,17 @@ int qkv_split_rope(const __half* qkv, const float* cos_tab, const float* sin_tab
 int causal_attention(const __half* q, const __half* k, const __half* v, __half* out, int n_seq,
                      int T, int H, int Hkv, int dh, cudaStream_t stream) {
   if (H <= 0 || Hkv <= 0 || H % Hkv != 0 || T <= 0 || n_seq <= 0 || n_seq > 65535) return kShapeUnsupported;
-  const dim3 grid((T + kAttnWarps - 1) / kAttnWarps, H, n_seq);
-  const int threads = kAttnWarps * 32;
-  switch (dh) {
-    case 32: attention_kernel<1><<<grid, threads, 0, stream>>>(q, k, v, out, T, H, Hkv); break;
-    case 64: attention_kernel<2><<<grid, threads, 0, stream>>>(q, k, v, out, T, H, Hkv); break;
-    case 96: attention_kernel<3><<<grid, threads, 0, stream>>>(q, k, v, out, T, H, Hkv); break;
-    case 128: attention_kernel<4><<<grid, threads, 0, stream>>>(q, k, v, out, T, H, Hkv); break;
-    default: return kShapeUnsupported;
+  if (dh < 2 || dh % 2 != 0 || dh > 32 * kAttnMaxDpl) return kShapeUnsupported;
+  switch ((dh + 31) / 32) {
+    case 1: return launch_attention<1>(q, k, v, out, n_seq, T, H, Hkv, dh, stream);
+    case 2: return launch_attention<2>(q, k, v, out, n_seq, T, H, Hkv, dh, stream);
+    case 3: return launch_attention<3>(q, k, v, out, n_seq, T, H, Hkv, dh, stream);
+    case 4: return launch_attention<4>(q, k, v, out, n_seq, T, H, Hkv, dh, stream);
+    case 5: return launch_attention<5>(q, k, v, out, n_seq, T, H, Hkv, dh, stream);
+    case 6: return launch_attention<6>(q, k, v, out, n_seq, T, H, Hkv, dh, stream);
+    case 7: return launch_attention<7>(q, k, v, out, n_seq, T, H, Hkv, dh, stream);
+    default: return launch_attention<8>(q, k, v, out, n_seq, T, H, Hkv, dh, stream);
   }
-  TL_CHECK_LAUNCH("attention_kernel");
-  return kOk;
 }
 
 int swiglu_inplace(__half* gate, const __half* up, int64_t n, cudaStream_t stream) {

@@ -31,7 +31,7 @@ int qkv_split_rope(const __half* qkv, const float* cos_tab, const float* sin_tab
                    cudaStream_t stream);
 
 // out [n_seq * T, H dh] = softmax(q k^T / sqrt(dh), causal) v per (sequence, head); query head
-// h reads kv head h / (H / Hkv). dh % 32 == 0 and dh <= 128 (else kShapeUnsupported).
+// h reads kv head h / (H / Hkv). Any even dh from 2 to 256 (else kShapeUnsupported).
 int causal_attention(const __half* q, const __half* k, const __half* v, __half* out, int n_seq,
                      int T, int H, int Hkv, int dh, cudaStream_t stream);
 

@@ -1,24 +1,36 @@
-// The e2e tier of tl-verify: perplexity of a quantized .tinyloop on the GPU through the three
-// GEMM paths of the dispatcher, and how far apart they are.
+// The e2e tier of tl-verify: perplexity of a quantized .tinyloop, how far it is from the model
+// it was made from (--reference), and how far apart its kernel paths are.
 //
-//   fp16     every quantized weight's W_hat = q * scale + zero as an fp16 copy (cuBLAS): the
-//            reference the kernel paths are measured against (same weights, no int4 kernel)
+// On the GPU (--device cuda, or auto with a usable GPU) the file runs through the three GEMM
+// paths of the dispatcher:
+//   fp16     every quantized weight's W_hat = q * scale + zero as an fp16 copy (cuBLAS): what
+//            the kernel paths are measured against (same weights, no int4 kernel)
 //   native   Marlin dispatch off: int4_gemm on TinyLoop's q / scale / zero
 //   marlin   Marlin dispatch on: marlin_mm_asymmetric where a weight is packed, else fallback
+// On the CPU (--device cpu, or auto without a GPU) it runs libconvert's fp32 forward on W_hat,
+// the one path named native (device "cpu"), window by window on every core.
 //
-// Reported per path: PPL +- error (perplexity.h), KL divergence against the fp16 path per
-// scored token (mean, p99, max), top-1 agreement, dispatch counts per GEMM path and the reasons
-// of every fallback; per model: weights packed, the VRAM the Marlin sections add, the
-// dispatcher's first-dispatch line, and a CPU check (window 0 through libconvert's CPU forward vs
-// the GPU fp16 path). drift % = (PPL_marlin / PPL_native - 1) * 100.
-// Pass: |drift| <= max_drift_pct, mean KLD(fp16 || native) and mean KLD(fp16 || marlin) <=
-// max_kld, and the CPU check within kE2eCpuCheckMaxRel. A --baseline file (e.g. an RTN
-// quantization of the same model) is scored on the same windows and reported beside it (not
-// gated).
+// With --reference ORIG (the original checkpoint: an HF folder, a .safetensors file or a dense
+// .tinyloop, imported as gptq-quantize imports it) the reference runs on the same windows and
+// device with its dense weights, and every path of FILE (and of --baseline) is reported against
+// it (drift_stats.h): PPL ratio and ln ratio +- error, KLD(reference || path) distribution, top-1
+// agreement, delta p. --per-layer swaps one quantized weight (W_hat) at a time into the
+// reference on the first per_layer_windows windows and ranks the weights by the KLD each adds.
 //
-// Skips (status kSkipped, reason): built without CUDA, no device / below sm_80, no quantized
-// weight in the file. Bad input (unreadable file, bad tokens, ctx larger than the stream, ...)
-// throws tl::Error before any GPU work.
+// Reported per path besides: PPL +- error (perplexity.h), on the GPU KL divergence against the
+// fp16 path (mean, p99, max), top-1 agreement, dispatch counts per GEMM path and the reasons of
+// every fallback; per model: weights packed, the VRAM the Marlin sections add, the dispatcher's
+// first-dispatch line, and a CPU check (window 0 through the CPU forward vs the GPU fp16 path).
+// drift % = (PPL_marlin / PPL_native - 1) * 100.
+// Pass (GPU): |drift| <= max_drift_pct, mean KLD(fp16 || native) and mean KLD(fp16 || marlin) <=
+// max_kld, and the CPU check within kE2eCpuCheckMaxRel. With a reference, on any device:
+// PPL ratio <= max_ppl_ratio and mean KLD(reference || path) <= max_ref_kld for FILE's paths
+// where those bounds are set (> 0). A --baseline file (e.g. an RTN quantization of the same
+// model) is scored on the same windows and reported beside it (not gated).
+//
+// Skips (status kSkipped, reason): --device cuda without a usable GPU, no quantized weight in
+// the file. Bad input (unreadable file, bad tokens, ctx larger than the stream, a reference or
+// baseline of another shape, ...) throws tl::Error before any scoring.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "libverify/drift_stats.h"
 #include "libverify/model_gpu.h"
 #include "libverify/perplexity.h"
 #include "libverify/verify_report.h"
@@ -49,10 +62,22 @@ constexpr double kE2eMaxMeanKld = 2e-3;
 // accumulation over <= 16 blocks) give ~ 2^-12 * sqrt(112) ~ 3e-3; bound 2e-2.
 constexpr double kE2eCpuCheckMaxRel = 2e-2;
 
+enum class E2eDevice { kAuto, kCpu, kCuda };
+const char* e2e_device_name(E2eDevice d);  // "auto", "cpu", "cuda"
+E2eDevice parse_e2e_device(const std::string& s);  // tl::Error naming --device
+
 struct E2eOptions {
   std::string file;            // the quantized (ideally Marlin-packed) .tinyloop
   std::string tokens;          // token file (formats/token_file.h)
   std::string baseline;        // optional second .tinyloop scored beside it
+  std::string reference;       // optional original checkpoint the paths are measured against
+  E2eDevice device = E2eDevice::kAuto;
+  ScoreMode score = ScoreMode::kSecondHalf;
+  bool per_layer = false;      // rank the quantized weights by the KLD each adds (needs reference)
+  int64_t per_layer_windows = 8;
+  double max_ppl_ratio = 0;    // > 0: bound on PPL(FILE path) / PPL(reference)
+  double max_ref_kld = 0;      // > 0: bound on mean KLD(reference || FILE path)
+  int threads = 0;             // CPU forward threads (0: every core)
   int64_t ctx = 512;           // window length (capped by the model's max_seq only by choice)
   int64_t stride = 0;          // 0 = ctx
   int64_t max_tokens = 0;      // 0 = the whole stream
@@ -65,7 +90,11 @@ struct E2eOptions {
 
 struct E2ePathRow {
   GpuPath path = GpuPath::kFp16;
-  PathSummary s;               // PPL, KLD vs fp16, top-1 agreement
+  std::string device = "cuda"; // "cuda" or "cpu"
+  PathSummary s;               // PPL, and on the GPU KLD vs the fp16 path, top-1 agreement
+  PathTrace trace;             // per scored token (KLD against the reference, when there is one)
+  bool has_ref = false;        // vs_ref below is meaningful
+  RefComparison vs_ref;
   double seconds = 0;
   long long dispatches[3] = {0, 0, 0};          // GEMM calls per tl::cuda::GemmPath
   std::map<std::string, long long> fallbacks;   // reason -> calls (Marlin wanted, not taken)
@@ -83,6 +112,20 @@ struct E2eModelResult {
   const E2ePathRow* row(GpuPath p) const;
 };
 
+struct E2eReference {
+  std::string source;          // the path given to --reference
+  NllSummary nll;              // its PPL on the run's windows
+  PathTrace trace;
+  double seconds = 0;
+};
+
+// One quantized weight swapped into the reference, alone (--per-layer).
+struct LayerDrift {
+  std::string weight;
+  double kld_mean = 0, kld_mean_err = 0, ln_ppl_ratio = 0;
+  int64_t n = 0;               // tokens scored
+};
+
 struct E2eResult {
   Status status = Status::kSkipped;
   std::string reason;                // skip reason, or the failed checks joined by "; "
@@ -90,13 +133,21 @@ struct E2eResult {
   E2eOptions options;                // bounds in force
   int64_t n_tokens = 0;              // tokens in the file
   int64_t windows = 0, scored = 0, first_target = 0;
-  std::string device;
+  std::string device;                // "NVIDIA H200 (sm_90)" or "CPU (N threads)"
+  std::string device_kind;           // "cuda" or "cpu"
   E2eModelResult main;
   std::optional<E2eModelResult> baseline;
+  std::optional<E2eReference> reference;
+  std::vector<LayerDrift> per_layer;  // worst first
+  int64_t per_layer_windows = 0;
+  double tokens_per_second = 0;      // forward tokens (every window position) per second, per path
   double seconds = 0;
 };
 
 E2eResult run_e2e_tier(const E2eOptions& options);
+
+// Why --device auto would not use the GPU here (empty: it would).
+std::string e2e_gpu_unavailable_reason();
 
 // The same result in the tier framework's form: one case per (model, path), message holding
 // PPL / KLD / dispatch counts (no ULP statistics: has_stats = false).

@@ -42,9 +42,14 @@ const void* GpuModel::forward(const int32_t*, int, int, GpuPath) { return nullpt
 void GpuModel::logits_to_host(std::vector<float>*) const {}
 int64_t GpuModel::last_rows() const { return 0; }
 void GpuModel::row_stats(const int32_t*, std::vector<float>*, std::vector<int32_t>*, std::vector<float>*,
-                         std::vector<float>*) const {}
+                         std::vector<float>*, const GpuReference*, std::vector<float>*) const {}
 void GpuModel::save_reference() {}
+void GpuModel::save_reference(GpuReference&) const {}
 bool GpuModel::has_reference() const { return false; }
+void GpuModel::set_linear_fp16(const std::string&, const std::vector<float>&) {}
+struct GpuReference::Impl {};
+GpuReference::GpuReference() = default;
+GpuReference::~GpuReference() = default;
 
 #else
 
@@ -98,6 +103,15 @@ struct GpuModel::Impl {
   DevBuf ref_logits, ref_lse, targets, s_lse, s_arg, s_tgt, s_kld;
   bool has_ref = false;
   int64_t ref_rows = 0;
+
+  GpuLinear* find(const std::string& name) {
+    if (head.name == name) return &head;
+    for (auto* blocks : {&pre, &loop})
+      for (auto& b : *blocks)
+        for (GpuLinear& l : b->lin)
+          if (l.name == name) return &l;
+    return nullptr;
+  }
 
   void upload_linear(const LinearWeight& lw, GpuLinear& g) {
     g.name = lw.name;
@@ -309,6 +323,36 @@ void GpuModel::logits_to_host(std::vector<float>* out) const {
   for (size_t i = 0; i < n; ++i) (*out)[i] = half_to_float(h[i]);
 }
 
+struct GpuReference::Impl {
+  DevBuf logits, lse;
+  int64_t rows = 0, vocab = 0;
+};
+GpuReference::GpuReference() : impl(std::make_unique<Impl>()) {}
+GpuReference::~GpuReference() = default;
+
+void GpuModel::save_reference(GpuReference& into) const {
+  const Impl& m = *impl_;
+  GpuReference::Impl& r = *into.impl;
+  const size_t n = size_t(m.rows * m.c.vocab) * 2;
+  r.logits.reserve(n);
+  r.lse.reserve(size_t(m.rows) * 4);
+  TL_CUDA_THROW(cudaMemcpy(r.logits.as<void>(), m.logits.as<void>(), n, cudaMemcpyDeviceToDevice));
+  check_rc(cuda::logits_row_stats(r.logits.as<__half>(), nullptr, int(m.rows), int(m.c.vocab), r.lse.as<float>(),
+                                  nullptr, nullptr, nullptr), "reference row stats");
+  r.rows = m.rows;
+  r.vocab = m.c.vocab;
+}
+
+void GpuModel::set_linear_fp16(const std::string& name, const std::vector<float>& W) {
+  Impl& m = *impl_;
+  GpuLinear* g = m.find(name);
+  if (!g) throw Error("no such linear weight in the GPU model", "", name);
+  if (!g->has_fp16 || W.size() != size_t(g->K) * size_t(g->N))
+    throw Error("expected " + std::to_string(g->K) + " x " + std::to_string(g->N) + " weights with an fp16 copy", "", name);
+  const std::vector<half_bits> h = to_half(W);
+  TL_CUDA_THROW(cudaMemcpy(g->fp16.as<void>(), h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+}
+
 void GpuModel::save_reference() {
   Impl& m = *impl_;
   const size_t n = size_t(m.rows * m.c.vocab) * 2;
@@ -324,7 +368,8 @@ void GpuModel::save_reference() {
 bool GpuModel::has_reference() const { return impl_->has_ref; }
 
 void GpuModel::row_stats(const int32_t* targets, std::vector<float>* lse, std::vector<int32_t>* argmax,
-                         std::vector<float>* target_logit, std::vector<float>* kld) const {
+                         std::vector<float>* target_logit, std::vector<float>* kld, const GpuReference* other,
+                         std::vector<float>* kld_other) const {
   Impl& m = *impl_;
   const int R = int(m.rows), V = int(m.c.vocab);
   if (targets) TL_CUDA_THROW(cudaMemcpy(m.targets.as<int32_t>(), targets, size_t(R) * 4, cudaMemcpyHostToDevice));
@@ -342,6 +387,14 @@ void GpuModel::row_stats(const int32_t* targets, std::vector<float>* lse, std::v
     check_rc(cuda::kld_rows(m.ref_logits.as<__half>(), m.ref_lse.as<float>(), m.logits.as<__half>(), m.s_lse.as<float>(),
                             R, V, m.s_kld.as<float>(), nullptr), "kld_rows");
     down(m.s_kld, kld);
+  }
+  if (kld_other) {
+    const GpuReference::Impl* o = other ? other->impl.get() : nullptr;
+    if (!o || o->rows != m.rows || o->vocab != m.c.vocab)
+      throw Error("no reference logits of this batch and vocabulary", "", "kld");
+    check_rc(cuda::kld_rows(o->logits.as<__half>(), o->lse.as<float>(), m.logits.as<__half>(), m.s_lse.as<float>(), R, V,
+                            m.s_kld.as<float>(), nullptr), "kld_rows (reference)");
+    down(m.s_kld, kld_other);
   }
 }
 

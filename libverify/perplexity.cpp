@@ -7,9 +7,20 @@
 
 namespace tl::verify {
 
-WindowPlan plan_windows(int64_t n_tokens, int64_t ctx, int64_t stride, int64_t max_tokens) {
+const char* score_mode_name(ScoreMode m) { return m == ScoreMode::kAll ? "all" : "second-half"; }
+
+ScoreMode parse_score_mode(const std::string& s) {
+  if (s == "second-half") return ScoreMode::kSecondHalf;
+  if (s == "all") return ScoreMode::kAll;
+  throw Error("expected second-half or all, got '" + s + "'", "", "--score");
+}
+
+WindowPlan plan_windows(int64_t n_tokens, int64_t ctx, int64_t stride, int64_t max_tokens, ScoreMode mode) {
   if (ctx < 2) throw Error("expected --ctx >= 2, got " + std::to_string(ctx), "", "ctx");
   if (stride == 0) stride = ctx;
+  if (mode == ScoreMode::kAll && stride != ctx)
+    throw Error("--score all scores non-overlapping windows: expected --stride 0 or ctx = " + std::to_string(ctx) +
+                    ", got " + std::to_string(stride), "", "stride");
   if (stride < 1 || stride > ctx)
     throw Error("expected --stride in [1, ctx = " + std::to_string(ctx) + "] (0 = ctx), got " + std::to_string(stride),
                 "", "stride");
@@ -21,7 +32,8 @@ WindowPlan plan_windows(int64_t n_tokens, int64_t ctx, int64_t stride, int64_t m
   WindowPlan p;
   p.ctx = ctx;
   p.stride = stride;
-  p.first_target = ctx - std::min(stride, ctx / 2);
+  p.mode = mode;
+  p.first_target = mode == ScoreMode::kAll ? 1 : ctx - std::min(stride, ctx / 2);
   for (int64_t s = 0; s + ctx <= n; s += stride) p.starts.push_back(s);
   return p;
 }

@@ -12,6 +12,11 @@
 // ctx/2 + 1 .. ctx - 1, one fewer per window; we score ctx/2 .. ctx - 1, as the demo model's
 // training script does, so the two agree on the shipped fp16 figure.)
 //
+// Scoring all (`--score all`, the protocol of the GPTQ paper and of lm-eval's "perplexity" over
+// non-overlapping windows): windows at 0, ctx, 2 ctx, ... and every target but the first token
+// of a window, positions 1..ctx-1 (ctx - 1 scored tokens per window, the early ones with
+// little context, so the figure is higher than second-half scoring's).
+//
 // PPL = exp(mean NLL). Its error: the standard error of the mean NLL, sem = sd / sqrt(n) with
 // the sample standard deviation (n - 1), propagated through exp: PPL_err = PPL * sem (first
 // order), as llama.cpp prints "PPL = x +/- y". Tokens within a window are correlated, so this
@@ -25,7 +30,13 @@
 
 namespace tl::verify {
 
+enum class ScoreMode { kSecondHalf, kAll };
+const char* score_mode_name(ScoreMode m);  // "second-half", "all"
+// "second-half" / "all"; tl::Error naming --score otherwise.
+ScoreMode parse_score_mode(const std::string& s);
+
 struct WindowPlan {
+  ScoreMode mode = ScoreMode::kSecondHalf;
   int64_t ctx = 0, stride = 0;
   int64_t first_target = 0;      // first scored position in a window
   std::vector<int64_t> starts;   // window start offsets in the token stream
@@ -33,9 +44,11 @@ struct WindowPlan {
   int64_t scored_tokens() const { return scored_per_window() * int64_t(starts.size()); }
 };
 
-// stride 0 means ctx. max_tokens > 0 limits the stream to its first max_tokens tokens.
-// Throws tl::Error (item "ctx" / "stride" / "tokens") when no window fits or options are bad.
-WindowPlan plan_windows(int64_t n_tokens, int64_t ctx, int64_t stride, int64_t max_tokens = 0);
+// stride 0 means ctx. max_tokens > 0 limits the stream to its first max_tokens tokens. kAll
+// takes non-overlapping windows only (stride 0 or ctx). Throws tl::Error (item "ctx" /
+// "stride" / "tokens") when no window fits or options are bad.
+WindowPlan plan_windows(int64_t n_tokens, int64_t ctx, int64_t stride, int64_t max_tokens = 0,
+                        ScoreMode mode = ScoreMode::kSecondHalf);
 
 // Running mean / variance of per-token NLL (Welford, double).
 class NllStats {

@@ -35,9 +35,10 @@ const std::vector<TierSpec>& tier_table() {
        "path) vs fp64 A * W_hat on TinyLoop's own q / scale / zero; random shapes from the kernel's "
        "plan: row blocks, split-K, ragged N, groups 32..K (or every quantized weight of the file)",
        "verify_native_int4", TierBounds{false, kNativeMaxUlp, kNativeMaxRel, kNativeFloorFactor}},
-      {TierId::kE2e, "e2e", true, FileUse::kRequired, true, "",
-       "model perplexity on --tokens with the Marlin path on vs off and vs fp16 weights: PPL "
-       "drift, KLD, top-1 agreement, dispatch counts (drift report: --drift-json / --drift-md)",
+      {TierId::kE2e, "e2e", false, FileUse::kRequired, true, "",
+       "model perplexity on --tokens, on the GPU (fp16 / native / Marlin paths: drift, KLD, dispatch "
+       "counts) or the CPU (--device); with --reference the original model: PPL ratio, KLD, same top-1, "
+       "--per-layer ranking (drift report: --drift-json / --drift-md)",
        "verify_e2e", TierBounds{true, 0, 0, 1}},
   };
   return table;

@@ -28,6 +28,13 @@ ls -A "$TL_TMP" | grep -q '^\.' && fail "temporary file left behind: $(ls -A "$T
 [ $rc -eq 2 ] || fail "negative bound: exit $rc"
 grep -q -- "--max-rel-wrapper" "$TL_TMP/err" || fail "negative bound not named"
 "$V" --no-such-flag 2> /dev/null; [ $? -eq 2 ] || fail "unknown flag not exit 2"
+# e2e options: one line naming the option, exit 2.
+"$V" --device gpu 2> "$TL_TMP/err"; rc=$?
+[ $rc -eq 2 ] && grep -q -- "--device: expected cpu, cuda or auto, got 'gpu'" "$TL_TMP/err" || fail "bad --device: rc $rc $(cat "$TL_TMP/err")"
+"$V" --score half 2> "$TL_TMP/err"; rc=$?
+[ $rc -eq 2 ] && grep -q -- "--score: expected second-half or all" "$TL_TMP/err" || fail "bad --score: rc $rc $(cat "$TL_TMP/err")"
+"$V" --per-layer --tiers pack 2> "$TL_TMP/err"; rc=$?
+[ $rc -eq 2 ] && grep -q -- "need the e2e tier and --tokens" "$TL_TMP/err" || fail "--per-layer without e2e: rc $rc $(cat "$TL_TMP/err")"
 
 # Tiers that can never run without FILE (pack and e2e check a file): 77.
 "$V" --tiers pack,e2e --json "$TL_TMP/skip.json" > "$TL_TMP/out" 2> "$TL_TMP/err"; rc=$?

@@ -155,6 +155,29 @@ TEST_CASE("model gpu: every path's logits match the CPU forward (GQA, loop block
   }
 }
 
+TEST_CASE("model gpu: any even d_head (8, 80, 256) and GQA group matches the CPU forward") {
+  // The generic attention path (d_head not 32 * k, or above 128) and the 256-wide tiles in
+  // dynamic shared memory, on dense fp16 copies: only the attention differs from the tests above.
+  struct Shape { int64_t d_head, n_heads, n_kv_heads; };
+  for (const Shape sh : {Shape{8, 8, 2}, Shape{80, 4, 4}, Shape{256, 2, 1}, Shape{112, 3, 1}}) {
+    tl::ModelConfig c = gpu_config();
+    c.d_head = sh.d_head;
+    c.n_heads = sh.n_heads;
+    c.n_kv_heads = sh.n_kv_heads;
+    c.d_model = 192;
+    const tl::ModelWeights w = tl::random_model_weights(c, uint64_t(sh.d_head));
+    const int n_seq = 2, T = 77;
+    const auto tok = tokens_for(int64_t(n_seq) * T, c.vocab, uint64_t(sh.d_head) + 1);
+    const tl::ActMatrix cpu = tl::forward_logits(w, tok.data(), n_seq, T);
+    tl::verify::GpuModel gm(w, true);
+    gm.forward(tok.data(), n_seq, T, GpuPath::kFp16);
+    std::vector<float> logits;
+    gm.logits_to_host(&logits);
+    CAPTURE(sh.d_head);
+    compare_logits("d_head " + std::to_string(sh.d_head), cpu, logits);
+  }
+}
+
 TEST_CASE("model gpu: the e2e tier passes on a packed file and reports its paths") {
   const tl::ModelWeights w = quantized_model(32);
   const std::string dir = std::string(TL_TEST_TMP) + "/model_gpu_e2e";
@@ -183,4 +206,58 @@ TEST_CASE("model gpu: the e2e tier passes on a packed file and reports its paths
   REQUIRE(r.baseline.has_value());
   // The same file as baseline scores the same windows: identical PPL per path.
   for (size_t i = 0; i < 3; ++i) CHECK(r.baseline->rows[i].s.ppl == doctest::Approx(r.main.rows[i].s.ppl).epsilon(1e-6));
+}
+
+TEST_CASE("model gpu: the e2e tier against a reference, per layer, and the CPU e2e agreeing with the GPU") {
+  const tl::ModelWeights w = quantized_model(32);
+  const std::string dir = std::string(TL_TEST_TMP) + "/model_gpu_e2e_ref";
+  REQUIRE(std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str()) == 0);
+  tl::write_model_tinyloop(w, dir + "/m.tinyloop", tl::DType::F16);
+  // The original: the same random model, dense. And FILE's own W_hat as a dense model.
+  tl::write_model_tinyloop(tl::random_model_weights(gpu_config(), 32), dir + "/ref.tinyloop", tl::DType::F16);
+  tl::ModelWeights hat = tl::load_model_weights(dir + "/m.tinyloop", false);
+  for (const std::string& n : hat.linear_names()) hat.find_linear(n)->quant.reset();
+  tl::write_model_tinyloop(hat, dir + "/hat.tinyloop", tl::DType::F32);
+  tl::write_token_file_u32(dir + "/t.u32", tokens_for(1600, w.config.vocab, 43));
+  tl::verify::E2eOptions o;
+  o.file = dir + "/m.tinyloop";
+  o.tokens = dir + "/t.u32";
+  o.ctx = 128;
+  o.batch = 4;
+  o.device = tl::verify::E2eDevice::kCuda;
+  o.reference = dir + "/hat.tinyloop";
+  // Against its own W_hat the fp16 path is the same computation: no drift at all.
+  tl::verify::E2eResult same = tl::verify::run_e2e_tier(o);
+  REQUIRE(same.status == tl::verify::Status::kPassed);
+  const auto* f16 = same.main.row(GpuPath::kFp16);
+  REQUIRE(f16 != nullptr);
+  CHECK(f16->vs_ref.kld.max == 0.0);
+  CHECK(f16->vs_ref.ratio == 1.0);
+  CHECK(same.main.row(GpuPath::kMarlin)->vs_ref.kld.mean > 0);  // the kernels round differently
+  // Against the original: the quantization error, the same on both int4 paths within kernel noise.
+  o.reference = dir + "/ref.tinyloop";
+  o.per_layer = true;
+  o.per_layer_windows = 4;
+  const tl::verify::E2eResult g = tl::verify::run_e2e_tier(o);
+  INFO(g.reason);
+  REQUIRE(g.status == tl::verify::Status::kPassed);
+  CHECK(g.device_kind == "cuda");
+  const auto* nat = g.main.row(GpuPath::kNative);
+  const auto* mar = g.main.row(GpuPath::kMarlin);
+  REQUIRE(nat);
+  REQUIRE(mar);
+  CHECK(nat->vs_ref.kld.mean > 10 * nat->s.kld_mean);  // quantization >> kernel differences
+  CHECK(mar->vs_ref.kld.mean == doctest::Approx(nat->vs_ref.kld.mean).epsilon(0.1));
+  REQUIRE(g.per_layer.size() == 11);
+  for (size_t i = 1; i < g.per_layer.size(); ++i) CHECK(g.per_layer[i - 1].kld_mean >= g.per_layer[i].kld_mean);
+  // The CPU e2e on the same inputs: PPL within 0.5 % of the GPU's (fp16 activations there).
+  o.device = tl::verify::E2eDevice::kCpu;
+  o.per_layer = false;
+  const tl::verify::E2eResult c = tl::verify::run_e2e_tier(o);
+  REQUIRE(c.status == tl::verify::Status::kPassed);
+  const double d_file = c.main.rows[0].s.ppl / nat->s.ppl - 1, d_ref = c.reference->nll.ppl / g.reference->nll.ppl - 1;
+  MESSAGE("CPU vs GPU PPL: FILE native " << 100 * d_file << " %, reference " << 100 * d_ref << " %; KLD vs reference CPU "
+                                         << c.main.rows[0].vs_ref.kld.mean << " GPU " << nat->vs_ref.kld.mean);
+  CHECK(std::abs(d_file) < 5e-3);
+  CHECK(std::abs(d_ref) < 5e-3);
 }

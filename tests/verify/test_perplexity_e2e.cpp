@@ -1,6 +1,7 @@
-// The e2e tier's host side: input validation before any GPU work (bad input throws, exit 2),
-// the skip reasons (no tokens, no quantized weight, no usable GPU here), and the drift report
-// (text, Markdown, JSON) rendered from a result with known numbers.
+// The e2e tier's host side: input validation before any scoring (bad input throws, exit 2),
+// the skip reasons, the CPU e2e tier (--device cpu) with and without --reference, --per-layer
+// and --score all on tiny random models, and the drift report (text, Markdown, JSON against
+// docs/drift-report.schema.json) rendered from a result with known numbers.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -12,8 +13,10 @@
 #include "formats/token_file.h"
 #include "libconvert/minmax_quantizer.h"
 #include "libconvert/model_weights.h"
+#include "libconvert/model_forward.h"
 #include "libverify/drift_report.h"
 #include "libverify/e2e_tier.h"
+#include "verify/json_schema_check.h"
 
 using namespace tl::verify;
 
@@ -53,6 +56,7 @@ E2eResult known_result() {
   r.scored = 32768;
   r.first_target = 256;
   r.device = "NVIDIA H200 (sm_90)";
+  r.device_kind = "cuda";
   r.main.file = "m.tinyloop";
   r.main.info.quantized = 31;
   r.main.info.marlin_packed = 30;
@@ -125,17 +129,176 @@ TEST_CASE("e2e tier: bad input throws before any GPU work; skips say why") {
   r = run_e2e_tier(od);
   CHECK(r.status == Status::kSkipped);
   CHECK(r.reason.find("no quantized weight") != std::string::npos);
-  // Where no GPU model can be built, the tier skips with that reason (here: CPU machines).
+  // Where no GPU model can be built, --device cuda skips with that reason, auto scores on the CPU.
   const std::string why = gpu_model_unavailable_reason();
   if (!why.empty()) {
-    r = run_e2e_tier(o);
+    E2eOptions oc = o;
+    oc.device = E2eDevice::kCuda;
+    r = run_e2e_tier(oc);
     CHECK(r.status == Status::kSkipped);
-    CHECK(r.reason == why);
+    CHECK(r.reason == "--device cuda: " + why);
     CHECK(r.windows == 4);
     const TierResult t = e2e_tier_result(r);
     CHECK(t.status == Status::kSkipped);
     CHECK(t.cases.empty());
+    r = run_e2e_tier(o);
+    CHECK(r.status == Status::kPassed);
+    CHECK(r.device_kind == "cpu");
   }
+  // --per-layer needs a reference; --score all needs non-overlapping windows.
+  E2eOptions op = o;
+  op.per_layer = true;
+  CHECK_THROWS_WITH_AS(run_e2e_tier(op), doctest::Contains("--reference"), tl::Error);
+  E2eOptions oa = o;
+  oa.score = ScoreMode::kAll;
+  oa.stride = 32;
+  CHECK_THROWS_WITH_AS(run_e2e_tier(oa), doctest::Contains("non-overlapping"), tl::Error);
+  // A reference of another shape, or a quantized one: exit 2, naming the field.
+  {
+    tl::ModelWeights other = tiny_model(false);
+    other.config.d_model = 96;
+    other = tl::random_model_weights(other.config, 9);
+    tl::write_model_tinyloop(other, dir + "/wide.tinyloop", tl::DType::F16);
+    E2eOptions orf = o;
+    orf.reference = dir + "/wide.tinyloop";
+    CHECK_THROWS_WITH_AS(run_e2e_tier(orf), doctest::Contains("config.d_model"), tl::Error);
+    orf.reference = dir + "/q.tinyloop";
+    CHECK_THROWS_WITH_AS(run_e2e_tier(orf), doctest::Contains("quantized weights"), tl::Error);
+  }
+}
+
+namespace {
+
+// FILE = the tiny model with pre.0.mlp_up quantized, REF = the same model dense (both stored
+// fp16, so every other weight is bit-identical), tokens from a fixed stream.
+struct CpuCase {
+  std::string dir, file, ref, what_hat, tokens;
+};
+
+CpuCase cpu_case(const std::string& name) {
+  CpuCase c;
+  c.dir = scratch(name);
+  c.file = c.dir + "/q.tinyloop";
+  c.ref = c.dir + "/ref.tinyloop";
+  c.what_hat = c.dir + "/what.tinyloop";
+  c.tokens = c.dir + "/t.u32";
+  tl::write_model_tinyloop(tiny_model(true), c.file, tl::DType::F16);
+  tl::write_model_tinyloop(tiny_model(false), c.ref, tl::DType::F16);
+  // W_hat as a dense model: the quantized file's exact weights, nothing quantized.
+  tl::ModelWeights hat = tl::load_model_weights(c.file, false);
+  hat.pre[0].mlp_up.quant.reset();
+  tl::write_model_tinyloop(hat, c.what_hat, tl::DType::F32);
+  std::vector<int32_t> tok(640);
+  for (size_t i = 0; i < tok.size(); ++i) tok[i] = int32_t((i * 7 + i / 5) % 32);
+  tl::write_token_file_u32(c.tokens, tok);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("e2e on the CPU: PPL as the forward computes it, the same for any thread count") {
+  const CpuCase c = cpu_case("cpu_ppl");
+  E2eOptions o;
+  o.file = c.file;
+  o.tokens = c.tokens;
+  o.ctx = 64;
+  o.device = E2eDevice::kCpu;
+  o.threads = 1;
+  const E2eResult one = run_e2e_tier(o);
+  o.threads = 2;
+  const E2eResult two = run_e2e_tier(o);
+  REQUIRE(one.status == Status::kPassed);
+  CHECK(one.device_kind == "cpu");
+  REQUIRE(one.main.rows.size() == 1);
+  CHECK(one.main.rows[0].path == GpuPath::kNative);
+  CHECK(one.main.rows[0].trace.nll == two.main.rows[0].trace.nll);  // bit for bit
+  // The same number straight from the forward and perplexity.cpp's accumulation.
+  const tl::ModelWeights w = tl::load_model_weights(c.file, false);
+  const std::vector<int32_t> tok = tl::read_token_file(c.tokens, 32);
+  const WindowPlan plan = plan_windows(int64_t(tok.size()), 64, 0);
+  PathAccum acc;
+  for (int64_t s : plan.starts) {
+    const tl::ActMatrix l = tl::forward_logits(w, tok.data() + s, 1, 64);
+    accumulate_windows(plan, tok.data() + s, 1, l.data(), 32, acc);
+  }
+  CHECK(one.main.rows[0].s.ppl == doctest::Approx(acc.nll.ppl()).epsilon(1e-12));
+  CHECK(one.scored == 10 * 32);
+  CHECK(one.tokens_per_second > 0);
+  // --score all: ctx - 1 targets per non-overlapping window.
+  o.score = ScoreMode::kAll;
+  const E2eResult all = run_e2e_tier(o);
+  CHECK(all.scored == 10 * 63);
+  CHECK(all.first_target == 1);
+  CHECK(all.main.rows[0].s.tokens == 10 * 63);
+}
+
+TEST_CASE("e2e on the CPU against the reference: zero for identical weights, the quantized weight's error otherwise") {
+  const CpuCase c = cpu_case("cpu_ref");
+  E2eOptions o;
+  o.file = c.file;
+  o.tokens = c.tokens;
+  o.ctx = 64;
+  o.device = E2eDevice::kCpu;
+  // The reference holding exactly FILE's W_hat: the same logits, so no drift at all.
+  o.reference = c.what_hat;
+  const E2eResult same = run_e2e_tier(o);
+  REQUIRE(same.status == Status::kPassed);
+  REQUIRE(same.reference);
+  const E2ePathRow& s0 = same.main.rows[0];
+  REQUIRE(s0.has_ref);
+  CHECK(s0.vs_ref.ratio == 1.0);
+  CHECK(s0.vs_ref.kld.max == 0.0);
+  CHECK(s0.vs_ref.top1 == 1.0);
+  CHECK(s0.vs_ref.dp_rms == 0.0);
+  CHECK(same.reference->nll.ppl == s0.s.ppl);
+  // The original model: the quantization error of pre.0.mlp_up shows, and --per-layer puts it
+  // all on that weight (the only quantized one: swapping it alone into the reference is FILE).
+  o.reference = c.ref;
+  o.per_layer = true;
+  o.per_layer_windows = 10;
+  const E2eResult r = run_e2e_tier(o);
+  REQUIRE(r.status == Status::kPassed);
+  const E2ePathRow& row = r.main.rows[0];
+  CHECK(row.vs_ref.kld.mean > 0);
+  CHECK(row.vs_ref.kld.max >= row.vs_ref.kld.p99);
+  CHECK(row.vs_ref.kld.p99 >= row.vs_ref.kld.median);
+  CHECK(row.vs_ref.ratio == doctest::Approx(row.s.ppl / r.reference->nll.ppl).epsilon(1e-9));
+  CHECK(row.vs_ref.top1 < 1.0 + 1e-12);
+  REQUIRE(r.per_layer.size() == 1);
+  CHECK(r.per_layer[0].weight == "pre.0.mlp_up");
+  CHECK(r.per_layer[0].kld_mean == doctest::Approx(row.vs_ref.kld.mean).epsilon(1e-12));
+  CHECK(r.per_layer[0].ln_ppl_ratio == doctest::Approx(row.vs_ref.ln_ratio).epsilon(1e-12));
+  // A KLD bound below what the quantization costs fails the tier, naming it.
+  o.per_layer = false;
+  o.max_ref_kld = row.vs_ref.kld.mean / 2;
+  const E2eResult bad = run_e2e_tier(o);
+  CHECK(bad.status == Status::kFailed);
+  CHECK(bad.reason.find("exceeds --max-ref-kld") != std::string::npos);
+  o.max_ref_kld = 0;
+  o.max_ppl_ratio = 1e-3;
+  CHECK(run_e2e_tier(o).reason.find("exceeds --max-ppl-ratio") != std::string::npos);
+  // The report of a real CPU run validates against the schema and carries the reference.
+  std::ifstream sf(std::string(TL_GOLDEN_DIR) + "/../../docs/drift-report.schema.json");
+  REQUIRE(sf.good());
+  const nlohmann::json schema = nlohmann::json::parse(sf);
+  for (const E2eResult* res : {&r, &same}) {
+    const nlohmann::json j = drift_report_json(*res);
+    CHECK(tl::verify::testing::check_schema(j, schema, schema) == "");
+    CHECK(j["reference"]["n_scored"] == 320);
+    CHECK(j["paths"][0]["name"] == "native");
+    CHECK(j["paths"][0]["device"] == "cpu");
+  }
+  const nlohmann::json j = drift_report_json(r);
+  CHECK(j["per_layer"][0]["weight"] == "pre.0.mlp_up");
+  CHECK(j["paths"][0]["kld"]["mean"].get<double>() == doctest::Approx(row.vs_ref.kld.mean));
+  std::ostringstream md, txt;
+  write_drift_markdown(r, md);
+  write_drift_text(r, txt);
+  CHECK(md.str().find("### Against the original model") != std::string::npos);
+  CHECK(md.str().find("<svg") != std::string::npos);
+  CHECK(md.str().find("`pre.0.mlp_up`") != std::string::npos);
+  CHECK(txt.str().find("reference ref.tinyloop") != std::string::npos);
+  CHECK(txt.str().find("tokens/s per model") != std::string::npos);
 }
 
 TEST_CASE("e2e tier: drift report renders the known numbers") {
@@ -146,7 +309,7 @@ TEST_CASE("e2e tier: drift report renders the known numbers") {
   const std::string m = md.str(), t = txt.str();
   INFO(m);
   CHECK(m.find("| path | PPL | note |") != std::string::npos);
-  CHECK(m.find("| fp16 (W_hat as fp16 copies, cuBLAS) | 3.0200 ± 0.0111 | reference; 32768 tokens scored |") != std::string::npos);
+  CHECK(m.find("| fp16 (W_hat as fp16 copies, cuBLAS) | 3.0200 ± 0.0111 | kernel reference; 32768 tokens scored |") != std::string::npos);
   CHECK(m.find("| Marlin + correction | 3.0204 ± 0.0111 |") != std::string::npos);
   CHECK(m.find("drift +0.012 % vs native") != std::string::npos);
   CHECK(m.find("30/31 packed, 120 Marlin GEMMs, 4 fallbacks (N % 128 != 0: 4); +3.0 MiB VRAM") != std::string::npos);
@@ -157,10 +320,21 @@ TEST_CASE("e2e tier: drift report renders the known numbers") {
   CHECK(j["status"] == "passed");
   CHECK(j["scored_tokens"] == 32768);
   CHECK(j["model"]["drift_pct"].get<double>() == doctest::Approx(0.0123));
-  CHECK(j["model"]["paths"].size() == 3);
-  CHECK(j["model"]["paths"][2]["fallbacks"]["N % 128 != 0"] == 4);
-  CHECK(j["model"]["paths"][1]["vs_reference"]["top1_agreement"].get<double>() == doctest::Approx(0.9991));
+  CHECK(j["paths"].size() == 6);
+  CHECK(j["paths"][2]["name"] == "marlin");
+  CHECK(j["paths"][2]["fallbacks"]["N % 128 != 0"] == 4);
+  CHECK(j["paths"][1]["vs_fp16"]["top1_agreement"].get<double>() == doctest::Approx(0.9991));
+  CHECK(j["paths"][1]["ppl_ratio"].is_null());  // no --reference
+  CHECK(j["paths"][4]["model"] == "baseline");
+  CHECK(j["reference"].is_null());
   CHECK(j["baseline"]["file"] == "dir/rtn.tinyloop");
+  std::ifstream sf(std::string(TL_GOLDEN_DIR) + "/../../docs/drift-report.schema.json");
+  REQUIRE(sf.good());
+  const nlohmann::json schema = nlohmann::json::parse(sf);
+  CHECK(tl::verify::testing::check_schema(j, schema, schema) == "");
+  nlohmann::json broken = j;
+  broken["paths"][0]["name"] = "native-int4";
+  CHECK(tl::verify::testing::check_schema(broken, schema, schema) != "");
   // The tier-framework form: one case per (model, path).
   const TierResult tr = e2e_tier_result(r);
   CHECK(tr.cases.size() == 6);

@@ -45,5 +45,5 @@ TEST_CASE("--help table lists every tier with GPU/FILE columns and its bound") {
   const std::string h = tier_help_table();
   for (const TierSpec& t : tier_table()) CHECK(h.find(t.name) != std::string::npos);
   CHECK(h.find("ULP<=8 rel<=0.002") != std::string::npos);
-  CHECK(h.find("PPL drift") != std::string::npos);
+  CHECK(h.find("PPL ratio, KLD") != std::string::npos);
 }
