@@ -573,6 +573,18 @@ int plan_slice(int rows, int N, int K, int device, int sms, const KernelOptions&
   return kOk;
 }
 
+// Rows of the last slice of M (1..64), and the plans of the first and the last slice (every
+// slice between is a full one, planned like the first).
+int last_slice_rows(int M) {
+  const int slice_rows = kMaxMBlocks * 16;
+  return M % slice_rows ? M % slice_rows : std::min(M, slice_rows);
+}
+int plan_first_last(int M, int N, int K, int device, int sms, const KernelOptions& options, SlicePlan* first,
+                    SlicePlan* last) {
+  if (int rc = plan_slice(std::min(M, kMaxMBlocks * 16), N, K, device, sms, options, first)) return rc;
+  return plan_slice(last_slice_rows(M), N, K, device, sms, options, last);
+}
+
 }  // namespace
 
 namespace detail {
@@ -598,10 +610,8 @@ int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half
 
   // Slots for the largest need of any slice: only the first and the last can differ.
   const int slice_rows = kMaxMBlocks * 16;
-  const int last_rows = M % slice_rows ? M % slice_rows : std::min(M, slice_rows);
   SlicePlan first, last;
-  if (int rc = plan_slice(std::min(M, slice_rows), N, K, device, sms, options, &first)) return rc;
-  if (int rc = plan_slice(last_rows, N, K, device, sms, options, &last)) return rc;
+  if (int rc = plan_first_last(M, N, K, device, sms, options, &first, &last)) return rc;
   const size_t slot_bytes = std::max(first.slot_bytes, last.slot_bytes);
   void* slots = nullptr;
   if (int rc = detail::stream_scratch(device, stream, slot_bytes, &slots)) return rc;
@@ -657,10 +667,9 @@ int marlin_plan(int M, int N, int K, int group_size, bool asym, const KernelOpti
   int device = 0, sms = 0;
   if (int rc = detail::current_device_sms(&device, &sms)) return rc;
   const int slice_rows = kMaxMBlocks * 16;
-  const int last_rows = M % slice_rows ? M % slice_rows : std::min(M, slice_rows);
   SlicePlan first, last;
-  if (int rc = plan_slice(std::min(M, slice_rows), N, K, device, sms, options, &first)) return rc;
-  if (int rc = plan_slice(last_rows, N, K, device, sms, options, &last)) return rc;
+  if (int rc = plan_first_last(M, N, K, device, sms, options, &first, &last)) return rc;
+  const int last_rows = last_slice_rows(M);
   plan->kernel = "tiled";
   plan->blocks = first.blocks;
   plan->warps_per_block = kThreads / 32;

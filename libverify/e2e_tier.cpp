@@ -48,11 +48,38 @@ size_t trace_index(const WindowPlan& plan, int64_t w, int64_t t) {
   return size_t(w * plan.scored_per_window() + (t - plan.first_target));
 }
 
-void size_trace(PathTrace& t, const WindowPlan& plan, bool with_kld) {
-  const size_t n = size_t(plan.scored_tokens());
+void size_trace(PathTrace& t, size_t n, bool with_kld) {
   t.nll.assign(n, 0.0);
   t.top1.assign(n, 0);
   if (with_kld) t.kld.assign(n, 0.f);
+}
+void size_trace(PathTrace& t, const WindowPlan& plan, bool with_kld) {
+  size_trace(t, size_t(plan.scored_tokens()), with_kld);
+}
+
+// Windows w0 .. w0 + nb - 1 of the plan and their targets (row r predicts token r + 1 of its
+// window; -1 for the last row of a window).
+void gather_batch(const std::vector<int32_t>& tokens, const WindowPlan& plan, int64_t w0, int64_t nb,
+                  std::vector<int32_t>* chunk, std::vector<int32_t>* targets) {
+  gather_windows(tokens, plan, w0, nb, chunk);
+  const int64_t ctx = plan.ctx;
+  targets->assign(chunk->size(), -1);
+  for (int64_t r = 0; r < nb * ctx; ++r)
+    if (r % ctx + 1 < ctx) (*targets)[size_t(r)] = (*chunk)[size_t(r + 1)];
+}
+
+// A batch's row statistics (from GpuModel::row_stats) into a trace: the scored rows of windows
+// w0 .. w0 + nb - 1, row wi * ctx + t - 1 predicting position t; kld may be null.
+void record_batch(const WindowPlan& plan, int64_t w0, int64_t nb, const std::vector<float>& lse,
+                  const std::vector<float>& tgt, const std::vector<int32_t>& arg, const std::vector<float>* kld,
+                  PathTrace& tr) {
+  for (int64_t wi = 0; wi < nb; ++wi)
+    for (int64_t t = plan.first_target; t < plan.ctx; ++t) {
+      const size_t row = size_t(wi * plan.ctx + t - 1), i = trace_index(plan, w0 + wi, t);
+      tr.nll[i] = double(lse[row]) - double(tgt[row]);
+      tr.top1[i] = arg[row];
+      if (kld) tr.kld[i] = (*kld)[row];
+    }
 }
 
 // The fields of two configs that must agree for their logits to be compared.
@@ -146,26 +173,13 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
                     opt.progress);
   for (int64_t w0 = 0; w0 < n_win; w0 += batch) {
     const int64_t nb = std::min(batch, n_win - w0);
-    gather_windows(tokens, plan, w0, nb, &chunk);
-    targets.assign(chunk.size(), -1);
-    for (int64_t r = 0; r < nb * ctx; ++r)
-      if (r % ctx + 1 < ctx) targets[size_t(r)] = chunk[size_t(r + 1)];
-    // Scored rows of this batch: row wi * ctx + t - 1 predicts position t.
-    auto record = [&](PathTrace& tr, const std::vector<float>* k) {
-      for (int64_t wi = 0; wi < nb; ++wi)
-        for (int64_t t = plan.first_target; t < ctx; ++t) {
-          const size_t row = size_t(wi * ctx + t - 1), i = trace_index(plan, w0 + wi, t);
-          tr.nll[i] = double(lse[row]) - double(tgt[row]);
-          tr.top1[i] = arg[row];
-          if (k) tr.kld[i] = (*k)[row];
-        }
-    };
+    gather_batch(tokens, plan, w0, nb, &chunk, &targets);
     if (ref_gm) {
       const auto tp = Clock::now();
       ref_gm->forward(chunk.data(), int(nb), int(ctx), GpuPath::kFp16);
       ref_gm->save_reference(ref_logits);
       ref_gm->row_stats(targets.data(), &lse, &arg, &tgt, nullptr);
-      record(ref->trace, nullptr);
+      record_batch(plan, w0, nb, lse, tgt, arg, nullptr, ref->trace);
       ref->seconds += seconds_since(tp);
     }
     for (size_t mi = 0; mi < models.size(); ++mi) {
@@ -182,7 +196,7 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
         gm.row_stats(targets.data(), &lse, &arg, &tgt, is_fp16 ? nullptr : &kld, ref_gm ? &ref_logits : nullptr,
                      ref_gm ? &kld_ref : nullptr);
         if (is_fp16) ref_arg = arg;
-        record(row.trace, ref_gm ? &kld_ref : nullptr);
+        record_batch(plan, w0, nb, lse, tgt, arg, ref_gm ? &kld_ref : nullptr, row.trace);
         PathAccum& a = m.acc[p];
         for (int64_t wi = 0; wi < nb; ++wi)
           for (int64_t t = plan.first_target; t < ctx; ++t) {
@@ -270,6 +284,15 @@ void score_cpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
 
 // ---- --per-layer ----
 
+// One swapped weight's trace on the first windows against the reference's trace there.
+LayerDrift layer_drift(const std::string& name, const PathTrace& tr, const PathTrace& ref_trace) {
+  PathTrace rt;
+  rt.nll.assign(ref_trace.nll.begin(), ref_trace.nll.begin() + std::ptrdiff_t(tr.nll.size()));
+  rt.top1.assign(ref_trace.top1.begin(), ref_trace.top1.begin() + std::ptrdiff_t(tr.nll.size()));
+  const RefComparison c = compare_to_reference(tr, rt);
+  return {name, c.kld.mean, c.kld.mean_err, c.ln_ratio, c.n};
+}
+
 // The KLD each quantized weight of `q` adds on its own: the reference with that one weight's
 // W_hat, on the first `n_windows` windows, against the reference's logits there.
 std::vector<LayerDrift> per_layer_cpu(const std::vector<int32_t>& tokens, const WindowPlan& plan,
@@ -297,9 +320,7 @@ std::vector<LayerDrift> per_layer_cpu(const std::vector<int32_t>& tokens, const 
     std::vector<float> saved = lq->W;
     std::swap(l->W, saved);
     PathTrace tr;
-    tr.nll.assign(size_t(n_windows * plan.scored_per_window()), 0.0);
-    tr.top1.assign(tr.nll.size(), 0);
-    tr.kld.assign(tr.nll.size(), 0.f);
+    size_trace(tr, size_t(n_windows * plan.scored_per_window()), true);
     parallel_for(n_windows, threads, [&](int64_t w) {
       const int32_t* win = tokens.data() + plan.starts[size_t(w)];
       const ActMatrix logits = forward_logits(work, win, 1, ctx);
@@ -311,12 +332,8 @@ std::vector<LayerDrift> per_layer_cpu(const std::vector<int32_t>& tokens, const 
       }
     });
     std::swap(l->W, saved);
-    PathTrace rt;
-    rt.nll.assign(ref_trace.nll.begin(), ref_trace.nll.begin() + std::ptrdiff_t(tr.nll.size()));
-    rt.top1.assign(ref_trace.top1.begin(), ref_trace.top1.begin() + std::ptrdiff_t(tr.nll.size()));
-    const RefComparison c = compare_to_reference(tr, rt);
-    out.push_back({name, c.kld.mean, c.kld.mean_err, c.ln_ratio, c.n});
-    progress.finished("per-layer " + name + ": KLD " + fmt("%.3g", c.kld.mean), 1.0);
+    out.push_back(layer_drift(name, tr, ref_trace));
+    progress.finished("per-layer " + name + ": KLD " + fmt("%.3g", out.back().kld_mean), 1.0);
   }
   return out;
 }
@@ -330,11 +347,7 @@ std::vector<LayerDrift> per_layer_gpu(const std::vector<int32_t>& tokens, const 
     if (q.find_linear(n)->quant) names.push_back(n);
   const int64_t ctx = plan.ctx, batch = std::max<int64_t>(1, opt.batch);
   std::vector<PathTrace> traces(names.size());
-  for (PathTrace& tr : traces) {
-    tr.nll.assign(size_t(n_windows * plan.scored_per_window()), 0.0);
-    tr.top1.assign(tr.nll.size(), 0);
-    tr.kld.assign(tr.nll.size(), 0.f);
-  }
+  for (PathTrace& tr : traces) size_trace(tr, size_t(n_windows * plan.scored_per_window()), true);
   Progress progress("tl-verify", names.size() * size_t((n_windows + batch - 1) / batch), 0, opt.progress == nullptr,
                     opt.progress);
   GpuReference ref_logits;
@@ -342,10 +355,7 @@ std::vector<LayerDrift> per_layer_gpu(const std::vector<int32_t>& tokens, const 
   std::vector<float> lse, tgt, kld;
   for (int64_t w0 = 0; w0 < n_windows; w0 += batch) {
     const int64_t nb = std::min(batch, n_windows - w0);
-    gather_windows(tokens, plan, w0, nb, &chunk);
-    targets.assign(chunk.size(), -1);
-    for (int64_t r = 0; r < nb * ctx; ++r)
-      if (r % ctx + 1 < ctx) targets[size_t(r)] = chunk[size_t(r + 1)];
+    gather_batch(tokens, plan, w0, nb, &chunk, &targets);
     ref_gm.forward(chunk.data(), int(nb), int(ctx), GpuPath::kFp16);
     ref_gm.save_reference(ref_logits);
     for (size_t i = 0; i < names.size(); ++i) {
@@ -357,25 +367,13 @@ std::vector<LayerDrift> per_layer_gpu(const std::vector<int32_t>& tokens, const 
       ref_gm.forward(chunk.data(), int(nb), int(ctx), GpuPath::kFp16);
       ref_gm.set_linear_fp16(names[i], lr->W);
       ref_gm.row_stats(targets.data(), &lse, &arg, &tgt, nullptr, &ref_logits, &kld);
-      for (int64_t wi = 0; wi < nb; ++wi)
-        for (int64_t t = plan.first_target; t < ctx; ++t) {
-          const size_t row = size_t(wi * ctx + t - 1), j = trace_index(plan, w0 + wi, t);
-          traces[i].nll[j] = double(lse[row]) - double(tgt[row]);
-          traces[i].top1[j] = arg[row];
-          traces[i].kld[j] = kld[row];
-        }
+      record_batch(plan, w0, nb, lse, tgt, arg, &kld, traces[i]);
       progress.finished("per-layer " + names[i] + " (windows " + std::to_string(w0 + nb) + "/" +
                         std::to_string(n_windows) + ")");
     }
   }
   std::vector<LayerDrift> out;
-  for (size_t i = 0; i < names.size(); ++i) {
-    PathTrace rt;
-    rt.nll.assign(ref_trace.nll.begin(), ref_trace.nll.begin() + std::ptrdiff_t(traces[i].nll.size()));
-    rt.top1.assign(ref_trace.top1.begin(), ref_trace.top1.begin() + std::ptrdiff_t(traces[i].nll.size()));
-    const RefComparison c = compare_to_reference(traces[i], rt);
-    out.push_back({names[i], c.kld.mean, c.kld.mean_err, c.ln_ratio, c.n});
-  }
+  for (size_t i = 0; i < names.size(); ++i) out.push_back(layer_drift(names[i], traces[i], ref_trace));
   return out;
 }
 

@@ -146,15 +146,20 @@ GemmReference reference_gemm(const half_bits* A, int64_t K, int64_t N,
   return out;
 }
 
-CaseReference symmetric_reference(const half_bits* A, int64_t M, const QuantWeight& w, int max_rows) {
+// A * W for one weight form, sigma^2 = sum_k (a_k W)^2 (the kernel rounds only these terms).
+static CaseReference one_weight_reference(const half_bits* A, int64_t M, int64_t K, int64_t N,
+                                          const std::vector<double>& W, int max_rows) {
   CaseReference r;
   r.rows = reference_rows(M, max_rows);
-  const std::vector<double> W = dequant_symmetric(w);
-  GemmReference g = reference_gemm(A, w.K, w.N, r.rows, W.data());
+  GemmReference g = reference_gemm(A, K, N, r.rows, W.data());
   r.ref = std::move(g.c);
   r.sigma.resize(g.sumsq.size());
   for (size_t i = 0; i < r.sigma.size(); ++i) r.sigma[i] = std::sqrt(g.sumsq[i]);
   return r;
+}
+
+CaseReference symmetric_reference(const half_bits* A, int64_t M, const QuantWeight& w, int max_rows) {
+  return one_weight_reference(A, M, w.K, w.N, dequant_symmetric(w), max_rows);
 }
 
 CaseReference wrapper_reference(const half_bits* A, int64_t M, const QuantWeight& w,
@@ -182,14 +187,7 @@ CaseReference wrapper_reference(const half_bits* A, int64_t M, const QuantWeight
 }
 
 CaseReference native_reference(const half_bits* A, int64_t M, const QuantWeight& w, int max_rows) {
-  CaseReference r;
-  r.rows = reference_rows(M, max_rows);
-  const std::vector<double> W_hat = dequant_asymmetric(w);
-  GemmReference g = reference_gemm(A, w.K, w.N, r.rows, W_hat.data());
-  r.ref = std::move(g.c);
-  r.sigma.resize(r.ref.size());
-  for (size_t i = 0; i < r.sigma.size(); ++i) r.sigma[i] = std::sqrt(g.sumsq[i]);
-  return r;
+  return one_weight_reference(A, M, w.K, w.N, dequant_asymmetric(w), max_rows);
 }
 
 CaseReference correction_reference(const half_bits* A, const half_bits* C_in,

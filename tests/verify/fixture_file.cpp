@@ -21,6 +21,17 @@ const std::vector<FixtureWeight>& fixture_weights() {
   return w;
 }
 
+const FixtureWeight& fixture_weight(const std::string& name) {
+  for (const FixtureWeight& f : fixture_weights())
+    if (name == f.name) return f;
+  throw Error("no fixture weight named " + name);
+}
+
+FaultPlace fixture_fault_place(const std::string& weight, PlantedFault fault) {
+  const FixtureWeight& f = fixture_weight(weight);
+  return planted_fault_place(fault, f.K, f.N, f.K / f.group_size);
+}
+
 void write_verify_fixture(const std::string& path, uint64_t seed, bool with_marlin) {
   TinyloopWriter out(path, "tl-verify-test-fixture");
   for (size_t i = 0; i < fixture_weights().size(); ++i) {

@@ -19,6 +19,9 @@ struct FixtureWeight {
 // attn_out 256 x 256 per-row (square: every fault applies), mlp_up 256 x 512 g128,
 // mlp_down 512 x 256 g128, head 256 x 200 per-row (N % 128 != 0: never packed).
 const std::vector<FixtureWeight>& fixture_weights();
+// The fixture weight of this name; where plant_fault puts a fault in it.
+const FixtureWeight& fixture_weight(const std::string& name);
+FaultPlace fixture_fault_place(const std::string& weight, PlantedFault fault);
 
 // Writes the fixture; with_marlin: every packable weight gets its section (tl::marlin_pack).
 void write_verify_fixture(const std::string& path, uint64_t seed, bool with_marlin = true);

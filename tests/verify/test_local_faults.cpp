@@ -61,10 +61,7 @@ TEST_CASE("local packing faults fail the GPU tiers on the emulation, naming the 
     std::filesystem::remove(bad);
     write_verify_fixture(bad, seed);
     plant_fault_in_file(bad, lf.weight, lf.fault);
-    int64_t K = 0, N = 0, G = 0;
-    for (const FixtureWeight& f : fixture_weights())
-      if (std::string(f.name) == lf.weight) K = f.K, N = f.N, G = f.K / f.group_size;
-    const FaultPlace at = planted_fault_place(lf.fault, K, N, G);
+    const FaultPlace at = fixture_fault_place(lf.weight, lf.fault);
     VerifyOptions o;
     o.file = bad;
     o.backend = &emu;

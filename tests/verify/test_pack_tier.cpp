@@ -106,10 +106,7 @@ TEST_CASE("each local planted fault fails the pack tier, naming the weight and t
     std::filesystem::remove(file);
     write_verify_fixture(file, seed);
     plant_fault_in_file(file, lf.weight, lf.fault);
-    int64_t K = 0, N = 0, G = 0;
-    for (const FixtureWeight& f : fixture_weights())
-      if (std::string(f.name) == lf.weight) K = f.K, N = f.N, G = f.K / f.group_size;
-    const FaultPlace at = planted_fault_place(lf.fault, K, N, G);
+    const FaultPlace at = fixture_fault_place(lf.weight, lf.fault);
     std::string place;
     if (at.k0 == at.k1 && at.n0 == at.n1) {
       place = std::string("differs: q[") + std::to_string(at.k0) + ", " + std::to_string(at.n0) + "]";
