@@ -47,7 +47,7 @@ for t in "${targets[@]}"; do
     tail -n 30 "$log"
   fi
   echo "| $t | $took | ${execs:-?} | $rate | ${cov:-?} | ${ft:-?} | ${corp:-?} | $result |" > "$work/report/$t.md"
-  echo "fuzz_$t: ${execs:-?} executions in ${seconds}s, cov ${cov:-?}, $result"
+  echo "fuzz_$t: ${execs:-?} executions in ${took}s, cov ${cov:-?}, $result"
 done
 {
   echo "| target | seconds | executions | exec/s | coverage (edges) | features | corpus | result |"
