@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/group_size.h"
 #include "formats/safetensors.h"
 #include "formats/tinyloop_file.h"
 #include "libconvert/gptq_checkpoint.h"
@@ -37,8 +38,8 @@ struct Layer {
   std::vector<uint8_t> q;        // [K, N]
   std::vector<int32_t> z;        // [G, N]
   std::vector<tl::half_bits> s;  // [G, N]
-  int64_t G() const { return gs == -1 ? 1 : K / gs; }
-  int64_t eff_gs() const { return gs == -1 ? K : gs; }
+  int64_t eff_gs() const { return tl::group_size_from_upstream(gs, K); }
+  int64_t G() const { return tl::group_count(K, eff_gs()); }
   // The checkpoint's own dequantized weight, exact in fp32 and double.
   double w(int64_t k, int64_t n) const {
     const size_t g = size_t((k / eff_gs()) * N + n);
