@@ -3,7 +3,7 @@
 #include <string>
 
 #include "apps/tool_main.h"
-#include "libconvert/marlin_layout.h"
+#include "formats/marlin_layout.h"
 #include "libconvert/marlin_pack_tool.h"
 
 int main(int argc, char** argv) {
@@ -14,19 +14,24 @@ int main(int argc, char** argv) {
                "Gate: K % 128 == 0, N % 128 == 0, group size in {" + groups +
                "per-row}; other weights stay unpacked and are listed.\n"
                "An already-packed weight is re-packed and must match its stored section."};
-  app.set_version_flag("--version", std::string(TL_VERSION));
+  tl::add_version_flag(app, "marlin-pack");
   tl::MarlinPackOptions o;
   app.add_option("INPUT", o.input, ".tinyloop file, or GPTQ checkpoint folder (AutoGPTQ / GPTQModel)")
       ->required();
   auto* out = app.add_option("-o,--output", o.output, "output .tinyloop (written atomically)");
   app.add_flag("--in-place", o.in_place, "rewrite INPUT (temporary file + rename)")->excludes(out);
   app.add_option("--only", o.only, "pack only weights whose name matches this ECMAScript regex");
+  app.add_flag("--drop-native", o.drop_native,
+               "store packed weights compact: the Marlin section + zero only, one copy of the codes (~4.3 instead "
+               "of ~8.5 bits per weight at g128); readers rebuild q/scale from it (docs/format.md)");
+  app.add_flag("--require-all", o.require_all,
+               "exit 1 and write nothing if any weight would stay unpacked (reasons on stderr)");
   app.add_flag("--json", o.json, "print a JSON report on stdout (per weight + totals)");
-  app.add_flag("-q,--quiet", o.quiet, "no per-weight progress on stderr");
+  app.add_flag("-q,--quiet", o.quiet, "no per-weight progress or summary on stderr");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return tl::cli_exit(app, e);
+    return tl::cli_exit(app, e, argc, argv, "marlin-pack takes one INPUT; give the output with -o OUTPUT (or --in-place)");
   }
   return tl::tool_main("marlin-pack", [&] { return tl::run_marlin_pack(o); });
 }

@@ -5,6 +5,7 @@
 
 #include "apps/tool_main.h"
 #include "formats/inspect.h"
+#include "libconvert/checkpoint_import.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Lists the tensors, quantized weights (group size, provenance), Marlin sections and "
@@ -13,20 +14,27 @@ int main(int argc, char** argv) {
                "--extract NAME -o OUT.safetensors writes one entry's arrays; a quantized weight "
                "becomes q (U8 [K, N]), scale, zero (F16 [G, N]), w_hat (F32 [K, N]) and, if packed, "
                "marlin.B (I32 [K/16, 2N]), marlin.s, marlin.delta (F16 [G, N]). See docs/format.md."};
-  app.set_version_flag("--version", std::string(TL_VERSION));
+  tl::add_version_flag(app, "tl-inspect");
   tl::InspectOptions o;
+  // --extract accepts HF names through the mapping gptq-quantize imports with (one table for
+  // both tools; libformats cannot link libconvert, the binary can).
+  o.map_name = tl::hf_to_tinyloop_name;
   app.add_option("FILE", o.path, ".tinyloop, .safetensors, index .json, checkpoint folder or calibration .h5")
       ->required();
-  auto* ex = app.add_option("--extract", o.extract, "entry to write out (see the listing for names)");
+  auto* ex = app.add_option("--extract", o.extract,
+                            "entry to write out (see the listing for names; HF names such as "
+                            "model.layers.0.mlp.up_proj.weight are mapped to the stored ones)");
   app.add_option("-o,--output", o.output, "output .safetensors for --extract (written atomically)")->needs(ex);
   ex->needs(app.get_option("--output"));
   app.add_flag("--json", o.json, "machine-readable JSON on stdout");
-  app.add_flag("--check", o.check, "read every entry back: checksums, dtypes, shapes, finite values");
+  app.add_flag("--check", o.check,
+               "read every entry back: checksums, dtypes, shapes, finite values (progress on stderr "
+               "for files of 64 MiB and more)");
   app.add_flag("-q,--quiet", o.quiet, "print nothing on stdout (use the exit code)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return tl::cli_exit(app, e);
+    return tl::cli_exit(app, e, argc, argv);
   }
   return tl::tool_main("tl-inspect", [&] { return tl::run_inspect(o); });
 }

@@ -14,7 +14,9 @@ int main(int argc, char** argv) {
   CLI::App app{"tl-verify: check Marlin packing and kernels against fp64 references, with fp16 "
                "ULP reports.\nWithout FILE the GPU tiers run on fresh seeded random data; with "
                "FILE the pack tier and the GPU tiers run on the file's own packed weights."};
+  tl::add_version_flag(app, "tl-verify");
   app.add_option("FILE", opt.file, "a .tinyloop file (optional)");
+  app.add_flag("-q,--quiet", opt.quiet, "no progress lines on stderr (skip reasons, failures and the seed stay)");
   std::string tiers;
   app.add_option("--tiers", tiers, "comma-separated tiers to run (default: all): " +
                                        tv::tier_names_joined(","));
@@ -72,7 +74,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return tl::cli_exit(app, e);
+    return tl::cli_exit(app, e, argc, argv);
   }
 
   return tl::tool_main("tl-verify", [&] {
@@ -80,9 +82,14 @@ int main(int argc, char** argv) {
       tv::dump_logits(opt.file, opt.e2e.tokens, opt.e2e.ctx, dump_windows, dump_npy);
       return 0;
     }
-    if (!tiers.empty()) opt.tiers = tv::parse_tier_list(tiers);
-    opt.e2e.device = tv::parse_e2e_device(device);
-    opt.e2e.score = tv::parse_score_mode(score);
+    // Enum values are case-insensitive (--tiers PACK, --device CUDA), as in every tool.
+    auto lower = [](std::string s) {
+      for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+      return s;
+    };
+    if (!tiers.empty()) opt.tiers = tv::parse_tier_list(lower(tiers));
+    opt.e2e.device = tv::parse_e2e_device(lower(device));
+    opt.e2e.score = tv::parse_score_mode(lower(score));
     if (seed_opt->count() > 0) opt.seed = seed;
     for (size_t i = 0; i < flags.size(); ++i)
       if (bound_opts[i]->count() > 0) opt.bounds.push_back({flags[i].tier, flags[i].kind, values[i]});

@@ -1,7 +1,7 @@
 // GPU-side random layers for bench_kernels: generating a 70B layer (470 M codes) on the CPU
 // would cost more device-machine time than timing it. B is random bits (every 32-bit word is a
 // valid Marlin word); the other layouts are decoded from it with the layout formulas of
-// libconvert/marlin_layout.h, so the correctness check before timing compares the kernels
+// formats/marlin_layout.h, so the correctness check before timing compares the kernels
 // against cuBLAS on exactly the same weights.
 #pragma once
 

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "libconvert/marlin_layout.h"
+#include "formats/marlin_layout.h"
 
 namespace {
 

@@ -18,6 +18,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -53,9 +55,11 @@ class GroupSize {
   int64_t rows_ = 128;
 };
 
-// "32".."256" as in kGptqGroupSizes, "row", or "-1" (GPTQ's spelling of per row).
+// "32".."256" as in kGptqGroupSizes, "row" (any case), or "-1" (GPTQ's spelling of per row).
 inline bool parse_group_size(const std::string& s, GroupSize* out) {
-  if (s == "row" || s == "-1") {
+  std::string low = s;
+  for (char& c : low) c = (c >= 'A' && c <= 'Z') ? char(c - 'A' + 'a') : c;
+  if (low == "row" || s == "-1") {
     *out = GroupSize::per_row();
     return true;
   }
@@ -105,10 +109,10 @@ struct MarlinGate {
 };
 
 // Whether the Marlin kernel can run a [K, N] weight with this effective group size; every
-// reason that fails, joined with "; ".
+// reason that fails, joined with " and " ("; " separates the weights' reasons in a tally).
 inline MarlinGate marlin_gate(int64_t K, int64_t N, int64_t group_size) {
   MarlinGate g;
-  auto add = [&g](const std::string& s) { g.reason += (g.reason.empty() ? "" : "; ") + s; };
+  auto add = [&g](const std::string& s) { g.reason += (g.reason.empty() ? "" : " and ") + s; };
   if (K <= 0 || K % kMarlinTileK != 0) add("K = " + std::to_string(K) + " is not a multiple of " + std::to_string(kMarlinTileK));
   if (N <= 0 || N % kMarlinTileN != 0) add("N = " + std::to_string(N) + " is not a multiple of " + std::to_string(kMarlinTileN));
   if (!marlin_group_size_ok(K, group_size)) {
@@ -119,5 +123,34 @@ inline MarlinGate marlin_gate(int64_t K, int64_t N, int64_t group_size) {
   g.ok = g.reason.empty();
   return g;
 }
+
+// Which weights fail the gate, and why, counted: the one wording of "cannot run on Marlin"
+// in gptq-quantize's warning, marlin-pack's summary and tl-verify's skip reason.
+class MarlinGateTally {
+ public:
+  void add(const std::string& weight, const std::string& reason) {
+    if (first_.empty()) first_ = weight;
+    ++count_;
+    for (auto& r : reasons_)
+      if (r.first == reason) {
+        ++r.second;
+        return;
+      }
+    reasons_.push_back({reason, 1});
+  }
+  size_t count() const { return count_; }
+  const std::string& first() const { return first_; }
+  // "15 x group size 64 is not supported by ...; 2 x N = 50257 is not a multiple of 128"
+  std::string text() const {
+    std::string out;
+    for (const auto& r : reasons_) out += (out.empty() ? "" : "; ") + std::to_string(r.second) + " x " + r.first;
+    return out;
+  }
+
+ private:
+  std::vector<std::pair<std::string, size_t>> reasons_;
+  std::string first_;
+  size_t count_ = 0;
+};
 
 }  // namespace tl

@@ -6,12 +6,18 @@
 //
 // one line per finished item, with the time since the start and an ETA weighted by each item's
 // work (the caller's unit: FLOPs, bytes, windows; items of unknown work count 1), and note()
-// lines for phases. On a terminal a live bar -- "[#####.....] 3/15 ETA 0:17 pre.1.attn_qkv" --
+// lines for phases. Work comes in kinds (gptq-quantize: 0 = the GPTQ sweeps, 1 = the forward
+// passes of calibration), each with its own rate: the wall time between two reports is charged
+// to the kind of the later one (so parallel workers are not counted twice), and the ETA is the
+// sum over kinds of remaining work x that kind's seconds per unit (a kind not yet seen runs at
+// the average rate). A phase with nothing to print per item reports with advance(). On a terminal a live bar -- "[#####.....] 3/15 ETA 0:17 pre.1.attn_qkv" --
 // is redrawn below the lines; elsewhere (a pipe, a log file, CI) only plain lines appear. quiet:
 // nothing at all. Thread-safe: workers may report concurrently.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cstdio>
 #include <iostream>
 #include <mutex>
@@ -33,20 +39,22 @@ inline std::string format_duration(double seconds) {
 
 class Progress {
  public:
+  static constexpr int kKinds = 4;
   // tool: the prefix of note() lines ("gptq-quantize"); out: null for std::cerr. total_items
-  // and total_work: what finishes the run (total_work 0: count items).
+  // and total_work: what finishes the run (total_work 0: count items), of kind 0.
   Progress(std::string tool, size_t total_items, double total_work, bool quiet, std::ostream* out = nullptr)
-      : tool_(std::move(tool)), out_(out ? out : &std::cerr), total_(total_items),
-        total_work_(total_work > 0 ? total_work : double(total_items)), by_items_(total_work <= 0),
-        quiet_(quiet), tty_(out == nullptr && isatty(2) != 0), t0_(Clock::now()) {}
+      : tool_(std::move(tool)), out_(out ? out : &std::cerr), total_(total_items), by_items_(total_work <= 0),
+        quiet_(quiet), tty_(out == nullptr && isatty(2) != 0), t0_(now()), last_(t0_) {
+    kinds_[0].total = total_work > 0 ? total_work : double(total_items);
+  }
   ~Progress() { end(); }
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
 
   // More work than planned (a phase whose size is known only now).
-  void add_work(double work, size_t items = 0) {
+  void add_work(double work, size_t items = 0, int kind = 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    total_work_ += work;
+    kinds_[slot(kind)].total += work;
     total_ += items;
   }
   // The item now running (shown in the live bar only).
@@ -56,10 +64,10 @@ class Progress {
     if (!quiet_ && tty_) redraw();
   }
   // One item finished: "[ i/n] line | elapsed, ETA".
-  void finished(const std::string& line, double work = 1) {
+  void finished(const std::string& line, double work = 1, int kind = 0) {
     std::lock_guard<std::mutex> lock(mu_);
     ++done_;
-    done_work_ += by_items_ ? 1 : work;
+    charge(kind, by_items_ && kind == 0 ? 1 : work);
     if (quiet_) return;
     clear();
     const int w = int(std::to_string(total_).size());
@@ -67,6 +75,15 @@ class Progress {
     std::snprintf(head, sizeof head, "[%*zu/%zu] ", w, done_, total_);
     *out_ << head << line << " | " << format_duration(elapsed()) << " elapsed" << eta_text() << "\n" << std::flush;
     redraw();
+  }
+  // Work done that has no line of its own (a forward pass); the live bar moves.
+  void advance(double work, int kind = 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    charge(kind, work);
+    if (!quiet_ && tty_) {
+      clear();
+      redraw();
+    }
   }
   // A phase or an event: "tool: message".
   void note(const std::string& message) {
@@ -76,17 +93,62 @@ class Progress {
     *out_ << tool_ << ": " << message << "\n" << std::flush;
     redraw();
   }
+  // "ETA 0:17" text of now ("" when nothing is known or left), for a caller's own lines.
+  std::string eta() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return eta_text();
+  }
   void end() {
     std::lock_guard<std::mutex> lock(mu_);
     if (!quiet_) clear();
   }
-  double elapsed() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
+  double elapsed() const { return now() - t0_; }
+  // Tests replace the clock (seconds, monotonic) to check the ETA without waiting.
+  void set_clock(std::function<double()> clock) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const double shift = clock() - now();
+    clock_ = std::move(clock);
+    t0_ += shift;
+    last_ += shift;
+  }
 
  private:
   using Clock = std::chrono::steady_clock;
+  struct Kind {
+    double total = 0, done = 0, seconds = 0;
+  };
+  static int slot(int kind) { return kind < 0 ? 0 : kind >= kKinds ? kKinds - 1 : kind; }
+  double now() const {
+    return clock_ ? clock_() : std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  }
+  void charge(int kind, double work) {
+    const double t = now();
+    Kind& k = kinds_[slot(kind)];
+    k.done += work;
+    k.seconds += t - last_;
+    last_ = t;
+  }
+  double remaining_seconds() const {
+    double done = 0, secs = 0;
+    for (const Kind& k : kinds_) done += k.done, secs += k.seconds;
+    if (done <= 0) return -1;
+    const double avg = secs / done;
+    double left = 0;
+    for (const Kind& k : kinds_)
+      if (k.total > k.done) left += (k.total - k.done) * (k.done > 0 ? k.seconds / k.done : avg);
+    return left;
+  }
   std::string eta_text() const {
-    if (done_work_ <= 0 || done_work_ >= total_work_) return "";
-    return ", ETA " + format_duration(elapsed() * (total_work_ - done_work_) / done_work_);
+    const double left = remaining_seconds();
+    if (left <= 0) return "";
+    // Time since the last report counts as progress on the current phase.
+    const double since = now() - last_;
+    return ", ETA " + format_duration(std::max(0.0, left - since));
+  }
+  double fraction() const {
+    double done = 0, total = 0;
+    for (const Kind& k : kinds_) done += std::min(k.done, k.total), total += k.total;
+    return total > 0 ? done / total : 0;
   }
   void clear() {
     if (tty_ && bar_shown_) {
@@ -97,20 +159,21 @@ class Progress {
   void redraw() {
     if (!tty_ || done_ >= total_) return;
     constexpr int kWidth = 30;
-    const double frac = total_work_ > 0 ? done_work_ / total_work_ : 0;
-    const int fill = int(frac * kWidth);
+    const int fill = int(fraction() * kWidth);
+    const std::string eta = eta_text();
     *out_ << "[" << std::string(size_t(fill), '#') << std::string(size_t(kWidth - fill), '.') << "] " << done_ << "/"
-          << total_ << (done_work_ > 0 ? eta_text() : " ETA -") << " " << current_ << std::flush;
+          << total_ << (eta.empty() ? " ETA -" : eta) << " " << current_ << std::flush;
     bar_shown_ = true;
   }
 
   std::string tool_;
   std::ostream* out_;
   size_t total_, done_ = 0;
-  double total_work_, done_work_ = 0;
+  Kind kinds_[kKinds];
   bool by_items_, quiet_, tty_, bar_shown_ = false;
   std::string current_;
-  Clock::time_point t0_;
+  std::function<double()> clock_;
+  double t0_, last_;
   std::mutex mu_;
 };
 

@@ -1,4 +1,4 @@
-// The asymmetric correction pair (see libconvert/marlin_layout.h for the algebra):
+// The asymmetric correction pair (see formats/marlin_layout.h for the algebra):
 //   a_group_sum:      a_sum[m, g] = sum_{k in group g} A[m, k]            (fp32)
 //   correction_accum: C[m, n] += sum_g a_sum[m, g] * delta[g, n]           (fp32, one rounding)
 // so that C_marlin + correction = A * W_hat. marlin_mm_asymmetric fuses the same algebra into

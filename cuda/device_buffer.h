@@ -27,6 +27,24 @@ inline void throw_if_cuda_error(cudaError_t e, const char* call, const char* fil
                   file + ":" + std::to_string(line));
 }
 
+// Why device 0 cannot be used, or "" when it can: the one wording of every "no GPU" message
+// (the GPU tiers' skip, the e2e tier's --device cuda, gptq-quantize --device cuda). A missing or
+// too old driver reads as what it is on a GPU-less machine, not as a version mismatch.
+inline std::string cuda_device_unavailable_reason() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
+    cudaGetLastError();
+    return "no CUDA GPU on this machine (no NVIDIA driver loaded)";
+  }
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return std::string("no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
+  }
+  if (count == 0) return "no CUDA device";
+  return "";
+}
+
 }  // namespace tl::cuda
 
 // Evaluates a CUDA runtime call; throws tl::cuda::CudaError when it fails.

@@ -79,18 +79,24 @@ bool CalibReader::has(const std::string& name) const {
   return false;
 }
 
+int64_t CalibReader::dim(const std::string& name) const {
+  const std::string& path = impl_->path;
+  const std::string dp = impl_->dataset(name);
+  if (!has(name)) throw Error("missing dataset (no Hessian for this weight)", path, dp);
+  const h5::DatasetInfo di = h5::dataset_info(impl_->file, dp, path);
+  if (di.type_class != H5T_FLOAT || di.type_size != 4) throw Error("expected dtype float32", path, dp);
+  if (di.shape.size() != 2 || di.shape[0] != di.shape[1] || di.shape[0] <= 0)
+    throw Error("expected a square shape [K, K], found " + shape_str(di.shape), path, dp);
+  return di.shape[0];
+}
+
 Hessian CalibReader::read(const std::string& name) const {
   const std::string& path = impl_->path;
   const hid_t f = impl_->file;
   const std::string dp = impl_->dataset(name);
-  if (!has(name)) throw Error("missing dataset (no Hessian for this weight)", path, dp);
-  const h5::DatasetInfo di = h5::dataset_info(f, dp, path);
-  if (di.type_class != H5T_FLOAT || di.type_size != 4) throw Error("expected dtype float32", path, dp);
-  if (di.shape.size() != 2 || di.shape[0] != di.shape[1] || di.shape[0] <= 0)
-    throw Error("expected a square shape [K, K], found " + shape_str(di.shape), path, dp);
   Hessian h;
   h.name = name;
-  h.K = di.shape[0];
+  h.K = dim(name);
   h.H = h5::read<float>(f, dp, path, nullptr, {h.K, h.K});
   h.nsamples = impl_->golden ? h5::attr_int(f, "/", "nsamples", path) : h5::attr_int(f, dp, "nsamples", path);
   if (h.nsamples <= 0) throw Error("nsamples = " + std::to_string(h.nsamples) + ": expected > 0", path, dp);

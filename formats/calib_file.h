@@ -26,6 +26,7 @@ class CalibReader {
   std::vector<std::string> names() const;
   bool has(const std::string& name) const;
   Hessian read(const std::string& name) const;  // checks dtype float32 and shape [K, K]
+  int64_t dim(const std::string& name) const;    // K, from metadata only (the same checks)
 
  private:
   struct Impl;

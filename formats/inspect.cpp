@@ -1,14 +1,19 @@
 #include "formats/inspect.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 
+#include "formats/atomic_output.h"
 #include "formats/calib_file.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "formats/file_check.h"
 #include "formats/h5_util.h"
 #include "formats/h5_write.h"
+#include "formats/report_header.h"
 #include "formats/safetensors.h"
 #include "formats/tinyloop_schema.h"
 
@@ -25,6 +30,44 @@ const char* file_kind_name(FileKind k) {
 
 static bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool natural_less(const std::string& a, const std::string& b) {
+  const auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && digit(a[ie])) ++ie;
+      while (je < b.size() && digit(b[je])) ++je;
+      // Compare the values without leading zeros: the longer run is the larger number, and runs
+      // of one length compare as text (no overflow for any length).
+      size_t is = i, js = j;
+      while (is + 1 < ie && a[is] == '0') ++is;
+      while (js + 1 < je && b[js] == '0') ++js;
+      if (ie - is != je - js) return ie - is < je - js;
+      if (const int c = a.compare(is, ie - is, b, js, je - js)) return c < 0;
+      i = ie;
+      j = je;
+    } else {
+      if (a[i] != b[j]) return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]);
+      ++i;
+      ++j;
+    }
+  }
+  if (i == a.size() && j == b.size()) return a < b;  // equal but for leading zeros: still a total order
+  return i == a.size();                               // a prefix first
+}
+
+static std::vector<std::string> natural_sorted(std::vector<std::string> v) {
+  std::sort(v.begin(), v.end(), natural_less);
+  return v;
+}
+
+static uint64_t file_bytes(const std::string& path) {
+  std::error_code ec;
+  const auto n = std::filesystem::file_size(path, ec);
+  return ec ? 0 : uint64_t(n);
 }
 
 FileKind detect_file_kind(const std::string& path) {
@@ -48,6 +91,7 @@ static int64_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
+
 static nlohmann::json summary_tinyloop(const std::string& path) {
   TinyloopReader r(path);
   nlohmann::json s = {{"file", path}, {"kind", "tinyloop"}};
@@ -60,23 +104,26 @@ static nlohmann::json summary_tinyloop(const std::string& path) {
   } else {
     s["config"] = nullptr;
   }
-  uint64_t total = 0;
+  uint64_t total = 0, dense_bytes = 0, quant_bytes = 0, marlin_bytes = 0;
+  int64_t dense_params = 0, quant_params = 0, packed = 0;
   s["tensors"] = nlohmann::json::array();
-  for (const std::string& n : r.dense_names()) {
+  for (const std::string& n : natural_sorted(r.dense_names())) {
     const EntryInfo e = r.info(n);
     const uint64_t bytes = uint64_t(numel(e.shape)) * dtype_size(e.dtype);
     s["tensors"].push_back({{"name", n}, {"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"bytes", bytes},
                             {"stored_bytes", e.stored_bytes}, {"attributes", e.attributes}});
     total += e.stored_bytes;
+    dense_bytes += e.stored_bytes;
+    dense_params += numel(e.shape);
   }
   s["quantized"] = nlohmann::json::array();
   const hid_t f = r.impl()->file;
-  for (const std::string& n : r.quant_names()) {
+  for (const std::string& n : natural_sorted(r.quant_names())) {
     r.check_quant(n);  // a malformed layout is exit 2 here too, not a listing of garbage
     const EntryInfo e = r.info(n);
     const int64_t K = e.shape[0], N = e.shape[1];
     nlohmann::json prov = e.attributes;
-    for (const char* a : {"bits", "group_size", "K", "N", "G"}) prov.erase(a);
+    for (const char* a : {"bits", "group_size", "K", "N", "G", "codes"}) prov.erase(a);
     nlohmann::json q = {{"name", n},
                         {"K", K},
                         {"N", N},
@@ -91,19 +138,43 @@ static nlohmann::json summary_tinyloop(const std::string& path) {
     for (const std::string& c : h5::list_links(f, gp, path))
       if (c != "q" && c != "scale" && c != "zero" && c != "marlin") extra.push_back(c);
     q["extra_datasets"] = extra;
+    // Bytes by what is stored, never by what a layout implies: a packed weight may hold its
+    // Marlin section and zero only (no q / scale), and the split still adds up.
+    uint64_t mb = 0;
     if (e.has_marlin) {
       const std::string mp = gp + "/marlin";
+      mb = e.marlin_bytes;
       q["marlin"] = {{"groupsize", e.marlin_groupsize},
                      {"layout", h5::attr_string(f, mp, "layout", path)},
                      {"B_shape", h5::dataset_info(f, mp + "/B", path).shape},
-                     {"s_shape", h5::dataset_info(f, mp + "/s", path).shape}};
+                     {"s_shape", h5::dataset_info(f, mp + "/s", path).shape},
+                     {"compact", e.compact}};  // codes only here (docs/format.md, compact weights)
+      ++packed;
     } else {
       q["marlin"] = nullptr;
     }
     s["quantized"].push_back(q);
     total += e.stored_bytes;
+    marlin_bytes += mb;
+    quant_bytes += e.stored_bytes - std::min(mb, e.stored_bytes);
+    quant_params += K * N;
   }
   s["stored_bytes"] = total;
+  const int64_t nq = int64_t(s["quantized"].size());
+  s["summary"] = {
+      {"parameters", dense_params + quant_params},
+      {"dense_parameters", dense_params},
+      {"quantized_parameters", quant_params},
+      {"dense_tensors", s["tensors"].size()},
+      {"quantized_weights", nq},
+      {"packed", packed},
+      {"unpacked", nq - packed},
+      {"bytes", {{"dense", dense_bytes}, {"quantized", quant_bytes}, {"marlin", marlin_bytes}, {"total", total}}},
+      // Everything a quantized weight stores (codes, scales, zeros, runtime channels, Marlin
+      // section) per weight: what the file costs per parameter, not the nominal bit width.
+      {"bits_per_quantized_weight",
+       quant_params > 0 ? nlohmann::json(double(quant_bytes + marlin_bytes) * 8 / double(quant_params)) : nullptr},
+      {"file_bytes", file_bytes(path)}};
   return s;
 }
 
@@ -112,13 +183,22 @@ static nlohmann::json summary_safetensors(const std::string& path) {
   nlohmann::json s = {{"file", path}, {"kind", "safetensors"}, {"shards", r.shard_paths()}, {"metadata", r.metadata()}};
   s["tensors"] = nlohmann::json::array();
   uint64_t total = 0;
-  for (const std::string& n : r.names()) {
+  int64_t params = 0;
+  for (const std::string& n : natural_sorted(r.names())) {
     const SafetensorsEntry& e = r.entry(n);
     s["tensors"].push_back({{"name", n}, {"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"bytes", e.nbytes},
                             {"shard", e.shard}});
     total += e.nbytes;
+    params += numel(e.shape);
   }
   s["bytes"] = total;
+  uint64_t fb = 0;
+  for (const std::string& p : r.shard_paths()) fb += file_bytes(p);
+  s["summary"] = {{"parameters", params},
+                  {"tensors", s["tensors"].size()},
+                  {"shards", r.shard_paths().size()},
+                  {"bytes", {{"tensors", total}}},
+                  {"file_bytes", fb}};
   return s;
 }
 
@@ -128,13 +208,17 @@ static nlohmann::json summary_calib(const std::string& path) {
   const bool golden = !h5::has_attr(f, "/", "format");
   nlohmann::json s = {{"file", path}, {"kind", "calibration"}, {"layout", golden ? "golden" : "tinyloop-calib"}};
   s["hessians"] = nlohmann::json::array();
-  for (const std::string& n : r.names()) {
+  uint64_t total = 0;
+  for (const std::string& n : natural_sorted(r.names())) {
     const std::string dp = golden ? "/" + n : "/hessian/" + n;
     const h5::DatasetInfo di = h5::dataset_info(f, dp, path);
     const int64_t ns = golden ? h5::attr_int(f, "/", "nsamples", path) : h5::attr_int(f, dp, "nsamples", path);
+    const uint64_t bytes = uint64_t(numel(di.shape)) * di.type_size;
     s["hessians"].push_back({{"name", n}, {"dtype", di.type_class == H5T_FLOAT && di.type_size == 4 ? "F32" : "?"},
-                             {"shape", di.shape}, {"nsamples", ns}, {"bytes", uint64_t(numel(di.shape)) * di.type_size}});
+                             {"shape", di.shape}, {"nsamples", ns}, {"bytes", bytes}});
+    total += bytes;
   }
+  s["summary"] = {{"hessians", s["hessians"].size()}, {"bytes", {{"hessians", total}}}, {"file_bytes", file_bytes(path)}};
   return s;
 }
 
@@ -165,13 +249,23 @@ std::string shape_of(const nlohmann::json& j) { return shape_str(j.get<std::vect
 // Columns padded to their widest cell.
 struct Table {
   std::vector<std::vector<std::string>> rows;
-  std::string render(const std::string& indent) const {
+  std::vector<size_t> widths() const {
     std::vector<size_t> w;
     for (const auto& r : rows)
       for (size_t i = 0; i < r.size(); ++i) {
         if (w.size() <= i) w.push_back(0);
         w[i] = std::max(w[i], r[i].size());
       }
+    return w;
+  }
+  // Where a column appended after the current ones would start.
+  size_t width(const std::string& indent) const {
+    size_t n = indent.size();
+    for (size_t x : widths()) n += x + 2;
+    return n;
+  }
+  std::string render(const std::string& indent) const {
+    const std::vector<size_t> w = widths();
     std::string out;
     for (const auto& r : rows) {
       std::string line = indent;
@@ -191,6 +285,82 @@ std::string compact(const nlohmann::json& j) {
   return s;
 }
 
+// "1,234,567": parameter counts are read at a glance.
+std::string grouped(int64_t v) {
+  std::string d = std::to_string(v < 0 ? -v : v), out;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i > 0 && (d.size() - i) % 3 == 0) out += ',';
+    out += d[i];
+  }
+  return v < 0 ? "-" + out : out;
+}
+
+// A provenance value for the table: floats to 4 significant digits (a loss of 48571.234375 reads
+// 4.857e+04), long strings cut in the middle (a source path keeps its start and its file name),
+// nested objects in the same short form. The full values stay in --json.
+constexpr size_t kMaxTableString = 32;
+std::string short_string(const std::string& t) {
+  if (t.size() <= kMaxTableString) return t;
+  const size_t slash = t.find_last_of('/');
+  if (slash != std::string::npos && t.size() - slash + 3 < kMaxTableString)  // "<start>.../<file name>"
+    return t.substr(0, kMaxTableString - (t.size() - slash) - 3) + "..." + t.substr(slash);
+  return t.substr(0, kMaxTableString / 2 - 2) + "..." + t.substr(t.size() - (kMaxTableString / 2 - 1));
+}
+
+std::string short_value(const nlohmann::json& v, bool top = true) {
+  if (v.is_number_float()) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.4g", v.get<double>());
+    return b;
+  }
+  if (v.is_string()) {
+    const std::string t = short_string(v.get<std::string>());
+    return top ? t : "\"" + t + "\"";
+  }
+  if (v.is_object() || v.is_array()) {
+    std::string s = v.is_object() ? "{" : "[";
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (it != v.begin()) s += ",";
+      if (v.is_object()) s += "\"" + it.key() + "\":";
+      s += short_value(it.value(), false);
+    }
+    return s + (v.is_object() ? "}" : "]");
+  }
+  return v.dump();
+}
+
+// key=value pairs that fit in `budget` characters; what does not fit is counted ("+3 more"), so
+// a row of the quantized table stays about kTableWidth wide however much provenance there is.
+constexpr size_t kTableWidth = 120;
+constexpr size_t kMinProvenance = 40;  // room for method and loss at least (the row grows instead)
+// What tells two quantizations apart leads (the method and its loss), then the rest by name.
+constexpr const char* kProvenanceFirst[] = {"method", "loss", "damp", "block_size", "act_order"};
+std::string short_provenance(const nlohmann::json& prov, size_t budget) {
+  std::vector<std::string> pairs;
+  for (const char* k : kProvenanceFirst)
+    if (prov.contains(k)) pairs.push_back(std::string(k) + "=" + short_value(prov[k]));
+  for (auto it = prov.begin(); it != prov.end(); ++it)
+    if (std::find(std::begin(kProvenanceFirst), std::end(kProvenanceFirst), it.key()) == std::end(kProvenanceFirst))
+      pairs.push_back(it.key() + "=" + short_value(it.value()));
+  std::string out;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const std::string more = " +" + std::to_string(pairs.size() - i) + " more";
+    const std::string next = (out.empty() ? "" : " ") + pairs[i];
+    const bool last = i + 1 == pairs.size();
+    if (out.size() + next.size() + (last ? 0 : more.size()) <= budget) {
+      out += next;
+      continue;
+    }
+    if (out.empty()) {  // even the first pair is too long: cut it
+      const size_t keep = budget > more.size() + 3 ? budget - more.size() - 3 : 8;
+      out = pairs[i].substr(0, keep) + "...";
+      return i + 1 < pairs.size() ? out + " +" + std::to_string(pairs.size() - i - 1) + " more" : out;
+    }
+    return out + more;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string format_inspect_table(const nlohmann::json& s) {
@@ -205,6 +375,32 @@ std::string format_inspect_table(const nlohmann::json& s) {
   if (kind == "safetensors") o << ", " << s["shards"].size() << " shard(s), " << human_bytes(s["bytes"]);
   if (kind == "calibration") o << ", layout " << s["layout"].get<std::string>();
   o << ")\n";
+  // The totals first: what a reader of a large listing wants before its rows.
+  const auto& sm = s["summary"];
+  Table sum;
+  if (kind == "tinyloop") {
+    const auto& b = sm["bytes"];
+    sum.rows.push_back({"parameters:", grouped(sm["parameters"]) + " (dense " + grouped(sm["dense_parameters"]) +
+                                           ", quantized " + grouped(sm["quantized_parameters"]) + ")"});
+    sum.rows.push_back({"quantized weights:", sm["quantized_weights"].dump() + " (packed " + sm["packed"].dump() +
+                                                  ", unpacked " + sm["unpacked"].dump() + ")"});
+    sum.rows.push_back({"stored:", "dense " + human_bytes(b["dense"]) + ", quantized codes+scales " +
+                                       human_bytes(b["quantized"]) + ", Marlin sections " + human_bytes(b["marlin"]) +
+                                       ", total " + human_bytes(b["total"])});
+    std::string bits = "-";
+    if (!sm["bits_per_quantized_weight"].is_null()) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.2f", sm["bits_per_quantized_weight"].get<double>());
+      bits = buf;
+    }
+    sum.rows.push_back({"bits per quantized weight:", bits});
+  } else if (kind == "safetensors") {
+    sum.rows.push_back({"parameters:", grouped(sm["parameters"]) + " in " + sm["tensors"].dump() + " tensor(s)"});
+  } else {
+    sum.rows.push_back({"hessians:", sm["hessians"].dump() + " (" + human_bytes(sm["bytes"]["hessians"]) + ")"});
+  }
+  sum.rows.push_back({"file size:", human_bytes(sm["file_bytes"])});
+  o << "summary:\n" << sum.render("  ");
   if (kind == "tinyloop") {
     o << "config: " << (s["config"].is_null() ? std::string("(none)") : compact(s["config"])) << "\n";
     Table t;
@@ -213,16 +409,22 @@ std::string format_inspect_table(const nlohmann::json& s) {
       t.rows.push_back({e["name"], e["dtype"], shape_of(e["shape"]), human_bytes(e["bytes"])});
     o << "dense tensors: " << s["tensors"].size() << "\n" << (s["tensors"].empty() ? "" : t.render("  "));
     Table q;
-    q.rows.push_back({"name", "K x N", "bits", "group_size", "G", "marlin", "stored", "extra", "provenance"});
+    q.rows.push_back({"name", "K x N", "bits", "group_size", "G", "marlin", "stored", "extra"});
     for (const auto& e : s["quantized"]) {
       std::string extra;
       for (const auto& x : e["extra_datasets"]) extra += (extra.empty() ? "" : ",") + x.get<std::string>();
       const std::string marlin = e["marlin"].is_null() ? "-" : "gs=" + e["marlin"]["groupsize"].dump() + " " +
-                                                                   e["marlin"]["layout"].get<std::string>();
+                                                                   e["marlin"]["layout"].get<std::string>() +
+                                                                   (e["marlin"].value("compact", false) ? " compact" : "");
       q.rows.push_back({e["name"], e["K"].dump() + " x " + e["N"].dump(), e["bits"].dump(), e["group_size"].dump(),
-                        e["G"].dump(), marlin, human_bytes(e["stored_bytes"]), extra.empty() ? "-" : extra,
-                        compact(e["provenance"])});
+                        e["G"].dump(), marlin, human_bytes(e["stored_bytes"]), extra.empty() ? "-" : extra});
     }
+    // The provenance column gets what the other columns leave of the line width.
+    const size_t used = q.width("  ");
+    const size_t budget = used + kMinProvenance < kTableWidth ? kTableWidth - used : kMinProvenance;
+    q.rows[0].push_back("provenance");
+    for (size_t i = 1; i < q.rows.size(); ++i)
+      q.rows[i].push_back(short_provenance(s["quantized"][i - 1]["provenance"], budget));
     o << "quantized weights: " << s["quantized"].size() << "\n" << (s["quantized"].empty() ? "" : q.render("  "));
     o << "stored: " << human_bytes(s["stored_bytes"]) << "\n";
   } else if (kind == "safetensors") {
@@ -242,28 +444,131 @@ std::string format_inspect_table(const nlohmann::json& s) {
   return o.str();
 }
 
-int check_all_entries(const std::string& path) {
-  int n = 0;
-  switch (detect_file_kind(path)) {
+int check_all_entries(const std::string& path, bool progress) {
+  // The listing's entries, in its order, give the progress lines their labels and weights.
+  const nlohmann::json s = inspect_summary(path);
+  struct Item {
+    std::string name, label;
+    uint64_t bytes;
+    bool quantized;
+  };
+  std::vector<Item> items;
+  const auto add = [&](const nlohmann::json& e, const std::string& detail, uint64_t bytes, bool quantized = false) {
+    items.push_back({e["name"], e["name"].get<std::string>() + " " + detail + " " + human_bytes(bytes), bytes, quantized});
+  };
+  const FileKind kind = detect_file_kind(path);
+  if (kind == FileKind::Tinyloop) {
+    for (const auto& e : s["tensors"]) add(e, e["dtype"].get<std::string>() + " " + shape_of(e["shape"]), e["stored_bytes"]);
+    for (const auto& e : s["quantized"])
+      add(e, e["K"].dump() + "x" + e["N"].dump() + " gs=" + e["group_size"].dump() + (e["marlin"].is_null() ? "" : " marlin"),
+          e["stored_bytes"], true);
+  } else {
+    for (const auto& e : s[kind == FileKind::Calibration ? "hessians" : "tensors"])
+      add(e, e["dtype"].get<std::string>() + " " + shape_of(e["shape"]), e["bytes"]);
+  }
+  uint64_t total = 0;
+  for (const Item& i : items) total += i.bytes;
+  // A small file is read back in a blink: progress lines would only bury the verdict (and the
+  // one-line error of a damaged file), so they are for files that take a while.
+  Progress p("tl-inspect", items.size(), double(total), !progress || total < kCheckProgressMinBytes);
+  const auto done = [&](const Item& i) { p.finished(i.label, double(i.bytes)); };
+  switch (kind) {
     case FileKind::Tinyloop: {
       TinyloopReader r(path);
       if (r.has_config()) r.config();
-      for (const auto& name : r.dense_names()) { r.read_dense(name); ++n; }
-      for (const auto& name : r.quant_names()) { r.read_quant(name); ++n; }
+      for (const Item& i : items) {
+        p.started(i.name);
+        if (i.quantized) r.read_quant(i.name);
+        else r.read_dense(i.name);
+        done(i);
+      }
       break;
     }
     case FileKind::Calibration: {
       CalibReader r(path);
-      for (const auto& name : r.names()) { r.read(name); ++n; }
+      for (const Item& i : items) { p.started(i.name); r.read(i.name); done(i); }
       break;
     }
     case FileKind::Safetensors: {
       SafetensorsReader r(path);
-      for (const auto& name : r.names()) { r.read(name).check_finite(r.shard_paths()[size_t(r.entry(name).shard)]); ++n; }
+      for (const Item& i : items) {
+        p.started(i.name);
+        r.read(i.name).check_finite(r.shard_paths()[size_t(r.entry(i.name).shard)]);
+        done(i);
+      }
       break;
     }
   }
-  return n;
+  return int(items.size());
+}
+
+namespace {
+
+// Levenshtein distance (two rows): ranks the stored names for "did you mean".
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace
+
+std::string resolve_entry_name(const std::string& path, const std::string& name, const NameMap& map,
+                               std::string* note) {
+  if (note) note->clear();
+  const FileKind kind = detect_file_kind(path);
+  std::vector<std::string> names;
+  const char* what = "no such tensor";
+  switch (kind) {
+    case FileKind::Tinyloop: {
+      TinyloopReader r(path);
+      names = r.dense_names();
+      for (const std::string& n : r.quant_names()) names.push_back(n);
+      what = "no such tensor or quantized weight";
+      break;
+    }
+    case FileKind::Calibration: names = CalibReader(path).names(); what = "no such Hessian"; break;
+    case FileKind::Safetensors: names = SafetensorsReader(path).names(); break;
+  }
+  names = natural_sorted(std::move(names));
+  const auto stored = [&](const std::string& n) { return std::binary_search(names.begin(), names.end(), n, natural_less); };
+  if (stored(name)) return name;
+  // HF names come with or without ".weight" (the module or its parameter).
+  std::vector<std::string> tries = {name};
+  if (!ends_with(name, ".weight")) tries.push_back(name + ".weight");
+  std::vector<std::string> queries = {name};  // what "did you mean" compares with
+  for (const std::string& t : tries) {
+    if (t != name && stored(t)) {
+      if (note) *note = name + " is stored as " + t;
+      return t;
+    }
+    int part = -1;
+    const std::string m = map ? map(t, &part) : std::string();
+    if (m.empty()) continue;
+    queries.push_back(m);
+    if (!stored(m)) continue;
+    if (note)
+      *note = part >= 0 ? name + " is stored fused as " + m + " (q, k, v along N)" : name + " is stored as " + m;
+    return m;
+  }
+  if (names.empty()) throw Error(std::string(what) + " (the file holds no entries)", path, name);
+  // The closest stored name to what was asked or to what it maps to (pre.3.mlp_up in a file
+  // of two layers suggests pre.0.mlp_up, not the literal HF name's neighbour).
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const std::string& n : names)
+    for (const std::string& q : queries)
+      if (const size_t d = edit_distance(q, n); d < best_d) {
+        best_d = d;
+        best = n;
+      }
+  throw Error(std::string(what) + "; did you mean '" + best + "'?", path, name);
 }
 
 static Tensor half_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<half_bits>& v) {
@@ -346,14 +651,29 @@ nlohmann::json extract_entry(const std::string& path, const std::string& name, c
   return desc;
 }
 
+// The report_header keys first, then the document's own. nlohmann::json keeps keys sorted;
+// ordered_json keeps insertion order, so the header leads as tools promise.
+static std::string dump_with_header(const nlohmann::json& body) {
+  const nlohmann::json h = report_header("tl-inspect", kInspectSchemaVersion);
+  nlohmann::ordered_json out;
+  for (const char* k : {"tool", "version", "schema_version"}) out[k] = h[k];
+  for (const auto& [k, v] : h.items()) out[k] = v;  // any key report_header adds later
+  for (const auto& [k, v] : body.items()) out[k] = v;
+  return out.dump(2);
+}
+
 int run_inspect(const InspectOptions& o) {
   if (!o.extract.empty()) {
     if (o.output.empty()) throw Error("--extract needs -o OUT.safetensors");
     check_no_aliases({{"FILE", o.path}}, {{"-o", o.output}});
-    const nlohmann::json d = extract_entry(o.path, o.extract, o.output);
+    std::string note;
+    const std::string name = resolve_entry_name(o.path, o.extract, o.map_name, &note);
+    nlohmann::json d = extract_entry(o.path, name, o.output);
+    if (name != o.extract) d["requested"] = o.extract;
+    if (!note.empty() && !o.quiet) notice(note);
     // With the arrays going to standard output, the listing goes to stderr.
     std::FILE* listing = (o.output == "-" || o.output == "/dev/stdout") ? stderr : stdout;
-    if (o.json && !o.quiet) std::fprintf(listing, "%s\n", d.dump(2).c_str());
+    if (o.json && !o.quiet) std::fprintf(listing, "%s\n", dump_with_header(d).c_str());
     if (!o.quiet && !o.json) {
       for (const auto& a : d["arrays"])
         std::fprintf(listing, "%s  %s  %s\n", a["name"].get<std::string>().c_str(), a["dtype"].get<std::string>().c_str(),
@@ -363,9 +683,9 @@ int run_inspect(const InspectOptions& o) {
     return 0;
   }
   nlohmann::json s = inspect_summary(o.path);
-  if (o.check) s["checked_entries"] = check_all_entries(o.path);
+  if (o.check) s["checked_entries"] = check_all_entries(o.path, !o.quiet);
   if (o.quiet) return 0;
-  if (o.json) std::printf("%s\n", s.dump(2).c_str());
+  if (o.json) std::printf("%s\n", dump_with_header(s).c_str());
   else std::printf("%s%s", format_inspect_table(s).c_str(),
                    o.check ? ("checked: " + s["checked_entries"].dump() + " entries read back, all valid\n").c_str() : "");
   return 0;

@@ -3,6 +3,8 @@
 // weight's arrays to a safetensors file (names and orientations documented in docs/format.md).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -17,13 +19,39 @@ const char* file_kind_name(FileKind k);
 // check then says what is wrong). Throws tl::Error for missing / empty paths and other HDF5.
 FileKind detect_file_kind(const std::string& path);
 
-// Summary of the whole file; reads metadata only (no tensor data).
+// The one order of every list tl-inspect prints (tensors, quantized weights, safetensors
+// tensors, Hessians): runs of digits compare as numbers, so pre.2 comes before pre.10 and a
+// model's layers read top to bottom; anything else compares byte by byte.
+bool natural_less(const std::string& a, const std::string& b);
+
+// The schema_version of tl-inspect's --json documents (listing and --extract), after the
+// tl::report_header keys; bump it when a key changes meaning or goes away.
+constexpr int kInspectSchemaVersion = 1;
+
+// Summary of the whole file; reads metadata only (no tensor data). Lists in natural_less
+// order; "summary" holds the totals (parameters, counts, bytes by kind, bits per weight).
 nlohmann::json inspect_summary(const std::string& path);
-// Human-readable rendering of inspect_summary().
+// Human-readable rendering of inspect_summary(): lines stay readable (provenance is shortened;
+// the full values are in the JSON).
 std::string format_inspect_table(const nlohmann::json& summary);
 // Reads every tensor back (checksums, dtypes, shapes, finite values); throws on the first
-// problem. Returns the number of entries read.
-int check_all_entries(const std::string& path);
+// problem. Returns the number of entries read. progress: one tl::Progress line per entry on
+// stderr, for files large enough that the read-back takes a while (kCheckProgressMinBytes).
+constexpr uint64_t kCheckProgressMinBytes = uint64_t(64) << 20;
+int check_all_entries(const std::string& path, bool progress = false);
+
+// Maps a foreign tensor name (a Hugging Face one) to the name it is stored under; empty when
+// unknown; *part = 0/1/2 when the tensor is the q/k/v part of a fused weight, else -1. The
+// mapping belongs to checkpoint import (libconvert's hf_to_tinyloop_name), which libformats
+// does not link: tl-inspect's main passes it in.
+using NameMap = std::function<std::string(const std::string& name, int* part)>;
+
+// The entry --extract NAME means: NAME itself, else NAME + ".weight", else their mapping by
+// `map`. `note` (if given) says how a foreign name was resolved ("... is stored fused as
+// pre.0.attn_qkv (q, k, v along N)"), empty when NAME is stored as is. An unknown NAME throws
+// tl::Error naming the closest stored name (edit distance).
+std::string resolve_entry_name(const std::string& path, const std::string& name, const NameMap& map,
+                               std::string* note = nullptr);
 
 // Writes the arrays of entry `name` to a safetensors file at `out` (atomic). A .tinyloop dense
 // tensor or a safetensors tensor is written as stored under its own name; a quantized weight as
@@ -40,6 +68,7 @@ struct InspectOptions {
   bool json = false;    // JSON on stdout instead of the table
   bool check = false;   // also read every entry back (checksums, shapes, finite values)
   bool quiet = false;   // nothing on stdout (with --check: validate only); no notes on stderr
+  NameMap map_name;     // foreign names for --extract (may be empty)
 };
 // Runs one tl-inspect invocation; results on stdout, notes on stderr; throws tl::Error.
 int run_inspect(const InspectOptions& o);

@@ -207,8 +207,13 @@ SafetensorsReader::SafetensorsReader(const std::string& path_in) : impl_(std::ma
   std::ifstream in(path);
   nlohmann::json idx = nlohmann::json::parse(in, nullptr, false);
   if (idx.is_discarded() || !idx.is_object()) throw Error("invalid JSON (expected an object)", path);
-  if (!idx.contains("weight_map") || !idx["weight_map"].is_object())
+  if (!idx.contains("weight_map") || !idx["weight_map"].is_object()) {
+    // The likeliest mix-up: the model's config.json given instead of its folder.
+    if (idx.contains("model_type") || idx.contains("architectures") || idx.contains("hidden_size"))
+      throw Error("this is a model config (config.json), not a safetensors index: pass the folder that holds it "
+                  "and the weights", path);
     throw Error("expected an object 'weight_map' (tensor name -> shard file)", path, "weight_map");
+  }
   std::map<std::string, std::string> wmap;
   std::vector<std::string> files;
   for (auto it = idx["weight_map"].begin(); it != idx["weight_map"].end(); ++it) {

@@ -14,6 +14,11 @@
 //           B      int32 [K/16, 2N]   bit-identical to upstream marlin.Layer.pack
 //           s      float16 [G, N]     permuted scales
 //           delta  float16 [G, N]     zero + 8 * scale
+//   A compact weight (marlin-pack --drop-native; attribute codes = "marlin") stores the codes
+//   once: zero + marlin/{B, s}, no q, scale or delta. The reader rebuilds q and scale from the
+//   section (the exact inverse of the packer) and delta from scale and zero (marlin_delta), so
+//   every consumer sees the same QuantWeight as from the native form. A file holding a compact
+//   weight has format_version 2; this build reads 1 and 2.
 //
 // Every dataset is chunked with the Fletcher32 checksum filter. Readers check the version,
 // dtypes and shapes and throw tl::Error naming the file, the dataset and what was expected.
@@ -36,7 +41,8 @@
 
 namespace tl {
 
-constexpr int kTinyloopFormatVersion = 1;
+constexpr int kTinyloopFormatVersion = 1;         // written when every weight is native
+constexpr int kTinyloopCompactFormatVersion = 2;  // written when some weight is compact
 constexpr const char* kMarlinLayoutTag = "ist-daslab-marlin-v1";
 
 struct MarlinSection {
@@ -46,6 +52,10 @@ struct MarlinSection {
   std::vector<half_bits> s;             // [G, N], Marlin-permuted
   std::vector<half_bits> delta;         // [G, N], natural order
 };
+
+// How a packed weight's codes are stored: both forms (native q + scale, and the Marlin section),
+// or the Marlin section only (compact: one copy of the codes, ~half the bytes).
+enum class CodeStorage { kNative, kMarlinOnly };
 
 struct QuantWeight {
   std::string name;
@@ -72,8 +82,10 @@ struct EntryInfo {
   std::vector<int64_t> shape;           // dense: stored shape; quantized: {K, N}
   int64_t group_size = 0;               // quantized only
   bool has_marlin = false;
+  bool compact = false;                 // codes only in the Marlin section (CodeStorage::kMarlinOnly)
   int64_t marlin_groupsize = 0;
   uint64_t stored_bytes = 0;            // payload bytes of the entry's datasets
+  uint64_t marlin_bytes = 0;            // of which the Marlin section's (quantized, packed only)
   nlohmann::json attributes = nlohmann::json::object();
 };
 
@@ -116,12 +128,16 @@ class TinyloopWriter {
 
   void write_config(const ModelConfig& config);
   void write_dense(const Tensor& t);
-  void write_quant(const QuantWeight& w);  // with its Marlin section if present
+  // With its Marlin section if present; kMarlinOnly needs one (the compact form above).
+  void write_quant(const QuantWeight& w, CodeStorage storage = CodeStorage::kNative);
   // Copies an entry (dense or quantized, every dataset and attribute, known or not) unchanged.
   void copy_entry(const TinyloopReader& src, const std::string& name);
-  // Copies a quantized weight unchanged except that its marlin/ group is replaced by `m`.
-  void copy_quant_with_marlin(const TinyloopReader& src, const std::string& name,
-                              const MarlinSection& m);
+  // Copies quantized weight w.name (as read from src) with its marlin/ group replaced by `m`,
+  // in the given storage: unknown datasets and attributes travel unchanged; kMarlinOnly leaves
+  // out q, scale and delta; kNative writes q and scale from `w` where src holds none (a compact
+  // source).
+  void copy_quant_with_marlin(const TinyloopReader& src, const QuantWeight& w, const MarlinSection& m,
+                              CodeStorage storage);
   // Copies /config and the root attributes this writer does not set itself.
   void copy_config_and_attributes(const TinyloopReader& src);
   // Closes the file and renames it onto the target path.

@@ -13,6 +13,7 @@
 #include "core/utf8.h"
 #include "formats/file_check.h"
 #include "formats/h5_write.h"
+#include "formats/marlin_layout.h"
 #include "formats/tinyloop_schema.h"
 
 namespace tl {
@@ -43,9 +44,10 @@ TinyloopReader::TinyloopReader(const std::string& path) : impl_(std::make_unique
   if (!h5::has_attr(f, "/", "format_version"))
     throw Error("root attribute 'format_version' is missing (expected " + std::to_string(kTinyloopFormatVersion) + ")", path);
   const int64_t v = h5::attr_int(f, "/", "format_version", path);
-  if (v != kTinyloopFormatVersion)
-    throw Error("unsupported format_version " + std::to_string(v) + ": this build reads version " +
-                    std::to_string(kTinyloopFormatVersion) + " (use a tinyloop-tools release that matches the file)",
+  if (v != kTinyloopFormatVersion && v != kTinyloopCompactFormatVersion)
+    throw Error("unsupported format_version " + std::to_string(v) + ": this build reads versions " +
+                    std::to_string(kTinyloopFormatVersion) + " and " + std::to_string(kTinyloopCompactFormatVersion) +
+                    " (use a tinyloop-tools release that matches the file)",
                 path);
 }
 
@@ -116,8 +118,10 @@ EntryInfo TinyloopReader::info(const std::string& name) const {
     e.shape = {h5::attr_int(f, gp, "K", path), h5::attr_int(f, gp, "N", path)};
     e.group_size = h5::attr_int(f, gp, "group_size", path);
     e.has_marlin = h5::is_group(f, gp + "/" + schema::kMarlin);
+    e.compact = h5::has_attr(f, gp, schema::kCodesAttr);
     if (e.has_marlin) e.marlin_groupsize = h5::attr_int(f, gp + "/" + schema::kMarlin, "groupsize", path);
     e.stored_bytes = storage_under(f, gp, path);
+    if (e.has_marlin) e.marlin_bytes = storage_under(f, gp + "/" + schema::kMarlin, path);
     h5::Handle g = h5::open_group(f, gp, path);
     e.attributes = h5::read_attrs(g, path);
     return e;
@@ -164,6 +168,7 @@ struct QuantLayout {
   int bits = 0;
   int64_t K = 0, N = 0, group_size = 0, G = 0;
   bool marlin = false;
+  bool compact = false;  // codes = "marlin": q and scale live only in the section
 };
 
 // `marlin`: also the Marlin section's attributes and datasets (the pack tier reads a section
@@ -195,12 +200,23 @@ static QuantLayout check_quant_layout(const TinyloopReader::Impl& im, const std:
     if (!ok) throw Error(half ? std::string("expected a float16 dataset") : std::string("expected dtype ") + dtype, path, p);
     if (di.shape != want) throw Error("expected shape " + shape_str(want) + ", found " + shape_str(di.shape), path, p);
   };
-  shape_of(gp + "/q", {l.K, (l.N + 1) / 2}, "uint8 (two 4-bit codes per byte)", false, 1, false);
-  shape_of(gp + "/scale", {l.G, l.N}, "float16", true, 0, false);
+  if (h5::has_attr(f, gp, schema::kCodesAttr)) {
+    const std::string codes = h5::attr_string(f, gp, schema::kCodesAttr, path);
+    if (codes != schema::kCodesMarlin)
+      throw Error("attribute codes = '" + codes + "': expected '" + schema::kCodesMarlin +
+                      "' (the compact form) or no attribute (native q and scale)", path, gp);
+    l.compact = true;
+  }
+  if (!l.compact) {
+    shape_of(gp + "/q", {l.K, (l.N + 1) / 2}, "uint8 (two 4-bit codes per byte)", false, 1, false);
+    shape_of(gp + "/scale", {l.G, l.N}, "float16", true, 0, false);
+  }
   shape_of(gp + "/zero", {l.G, l.N}, "float16", true, 0, false);
   const std::string mp = gp + "/" + schema::kMarlin;
   l.marlin = h5::is_group(f, mp);
-  if (l.marlin && marlin) {
+  if (l.compact && !l.marlin)
+    throw Error("a compact weight (codes = 'marlin') without its marlin/ section: the codes are missing", path, gp);
+  if (l.marlin && (marlin || l.compact)) {  // a compact weight's codes are its section
     const int64_t gs = h5::attr_int(f, mp, "groupsize", path);
     const int64_t want_gs = marlin_groupsize_arg(l.K, l.group_size);
     if (gs != want_gs)
@@ -210,9 +226,11 @@ static QuantLayout check_quant_layout(const TinyloopReader::Impl& im, const std:
     if (layout != kMarlinLayoutTag)
       throw Error("layout '" + layout + "': expected '" + kMarlinLayoutTag + "'", path, mp);
     if (l.K % 16 != 0) throw Error("expected K divisible by 16 for a Marlin section, K = " + std::to_string(l.K), path, mp);
+    if (l.compact && l.N % 64 != 0)  // the decoder's tile; every section marlin-pack writes has N % 128 == 0
+      throw Error("expected N divisible by 64 for a compact weight, N = " + std::to_string(l.N), path, mp);
     shape_of(mp + "/B", {l.K / 16, 2 * l.N}, "int32", false, 4, true);
     shape_of(mp + "/s", {l.G, l.N}, "float16", true, 0, false);
-    shape_of(mp + "/delta", {l.G, l.N}, "float16", true, 0, false);
+    if (!l.compact) shape_of(mp + "/delta", {l.G, l.N}, "float16", true, 0, false);
   }
   return l;
 }
@@ -233,9 +251,6 @@ QuantWeight TinyloopReader::read_quant(const std::string& name, bool with_marlin
   w.K = l.K;
   w.N = l.N;
   w.group_size = l.group_size;
-  const std::vector<uint8_t> packed = h5::read<uint8_t>(f, gp + "/q", path, nullptr, {w.K, (w.N + 1) / 2});
-  w.q = unpack_nibbles(packed.data(), w.K, w.N);
-  w.scale = read_gn(f, gp + "/scale", path, l.G, w.N);
   w.zero = read_gn(f, gp + "/zero", path, l.G, w.N);
 
   h5::Handle g = h5::open_group(f, gp, path);
@@ -243,15 +258,30 @@ QuantWeight TinyloopReader::read_quant(const std::string& name, bool with_marlin
   for (const std::string& a : schema::kQuantLayoutAttrs) w.provenance.erase(a);
 
   const std::string mp = gp + "/" + schema::kMarlin;
-  if (with_marlin && l.marlin) {
-    MarlinSection m;
+  MarlinSection m;
+  if (l.marlin && (with_marlin || l.compact)) {
     m.groupsize = h5::attr_int(f, mp, "groupsize", path);
     m.layout = h5::attr_string(f, mp, "layout", path);
     m.B = h5::read<int32_t>(f, mp + "/B", path, nullptr, {w.K / 16, 2 * w.N});
     m.s = read_gn(f, mp + "/s", path, l.G, w.N);
-    m.delta = read_gn(f, mp + "/delta", path, l.G, w.N);
-    w.marlin = std::move(m);
   }
+  if (l.compact) {
+    // The exact inverses of what marlin-pack wrote: unpack the codes, un-permute the scales,
+    // and delta by its definition (marlin_delta), the same bits marlin-pack computed.
+    MarlinDecoded d = marlin_decode(m, w.K, w.N, w.group_size, path, name);
+    w.q = std::move(d.q);
+    w.scale = std::move(d.scale);
+    if (with_marlin) {
+      m.delta.resize(w.zero.size());
+      marlin_delta(w.scale.data(), w.zero.data(), int64_t(w.zero.size()), m.delta.data());
+    }
+  } else {
+    const std::vector<uint8_t> packed = h5::read<uint8_t>(f, gp + "/q", path, nullptr, {w.K, (w.N + 1) / 2});
+    w.q = unpack_nibbles(packed.data(), w.K, w.N);
+    w.scale = read_gn(f, gp + "/scale", path, l.G, w.N);
+    if (with_marlin && l.marlin) m.delta = read_gn(f, mp + "/delta", path, l.G, w.N);
+  }
+  if (with_marlin && l.marlin) w.marlin = std::move(m);
   w.validate(path);
   return w;
 }

@@ -24,7 +24,10 @@ constexpr const char* kMarlin = "marlin";
 inline const std::vector<std::string> kOwnRootAttrs = {"format", "format_version", "producer",
                                                        "producer_version"};
 // Attributes of /quant/<name> that describe the layout; everything else is provenance.
-inline const std::vector<std::string> kQuantLayoutAttrs = {"bits", "group_size", "K", "N", "G"};
+inline const std::vector<std::string> kQuantLayoutAttrs = {"bits", "group_size", "K", "N", "G", "codes"};
+// codes = "marlin" on /quant/<name>: the compact form (tinyloop_file.h); absent: native.
+constexpr const char* kCodesAttr = "codes";
+constexpr const char* kCodesMarlin = "marlin";
 inline const std::vector<std::string> kMarlinAttrs = {"groupsize", "layout", "K", "N"};
 
 inline std::string dense_path(const std::string& name) { return std::string("/") + kTensors + "/" + name; }
@@ -56,6 +59,7 @@ struct TinyloopWriter::Impl {
   h5::OutputFile file;
   std::string producer;
   bool config_written = false;
+  bool compact_written = false;  // some weight is compact: commit() marks format_version 2
   bool committed = false;
   const std::string& target() const { return out.target(); }
 };

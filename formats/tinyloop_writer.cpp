@@ -76,8 +76,9 @@ void TinyloopWriter::write_dense(const Tensor& t) {
 }
 
 // Datasets are created by their absolute path, so a failed write names it (/quant/w/marlin/B).
+// A compact weight's section has no delta: the reader derives it from scale and zero.
 static void write_marlin(hid_t file, const std::string& gp, const MarlinSection& m, int64_t K, int64_t N, int64_t G,
-                         const std::string& path) {
+                         CodeStorage storage, const std::string& path) {
   const std::string mp = gp + "/" + schema::kMarlin;
   h5::Handle mg = h5::create_group(file, mp, path);
   h5::write_attr(mg, "groupsize", m.groupsize, path);
@@ -86,10 +87,19 @@ static void write_marlin(hid_t file, const std::string& gp, const MarlinSection&
   h5::write_attr(mg, "N", N, path);
   h5::write_dataset(file, mp + "/B", H5T_STD_I32LE, H5T_NATIVE_INT32, {K / 16, 2 * N}, m.B.data(), path);
   h5::write_dataset(file, mp + "/s", h5::float16_type(), h5::float16_type(), {G, N}, m.s.data(), path);
-  h5::write_dataset(file, mp + "/delta", h5::float16_type(), h5::float16_type(), {G, N}, m.delta.data(), path);
+  if (storage == CodeStorage::kNative)
+    h5::write_dataset(file, mp + "/delta", h5::float16_type(), h5::float16_type(), {G, N}, m.delta.data(), path);
 }
 
-void TinyloopWriter::write_quant(const QuantWeight& w) {
+// The native datasets of a weight: q (two codes per byte) and scale.
+static void write_native_codes(hid_t file, const std::string& gp, const QuantWeight& w, const std::string& path) {
+  const std::vector<uint8_t> packed = pack_nibbles(w.q.data(), w.K, w.N);
+  h5::write_dataset(file, gp + "/q", H5T_STD_U8LE, H5T_NATIVE_UINT8, {w.K, (w.N + 1) / 2}, packed.data(), path);
+  h5::write_dataset(file, gp + "/scale", h5::float16_type(), h5::float16_type(), {w.groups(), w.N}, w.scale.data(),
+                    path);
+}
+
+void TinyloopWriter::write_quant(const QuantWeight& w, CodeStorage storage) {
   require_open(*impl_);
   const std::string& path = impl_->target();
   schema::check_entry_name(w.name, path);
@@ -97,9 +107,10 @@ void TinyloopWriter::write_quant(const QuantWeight& w) {
   for (const std::string& a : schema::kQuantLayoutAttrs)
     if (w.provenance.contains(a))
       throw Error("provenance key '" + a + "' collides with a layout attribute of the same name", path, w.name);
+  if (storage == CodeStorage::kMarlinOnly && !w.marlin)
+    throw Error("a compact weight needs its Marlin section (the only copy of its codes)", path, w.name);
   if (written(*impl_, w.name)) throw Error("entry written twice", path, w.name);
   const int64_t G = w.groups();
-  const std::vector<uint8_t> packed = pack_nibbles(w.q.data(), w.K, w.N);
   impl_->file.run([&] {
     const hid_t f = impl_->file.id();
     const std::string gp = schema::quant_path(w.name);
@@ -109,13 +120,14 @@ void TinyloopWriter::write_quant(const QuantWeight& w) {
     h5::write_attr(g, "K", w.K, path);
     h5::write_attr(g, "N", w.N, path);
     h5::write_attr(g, "G", G, path);
+    if (storage == CodeStorage::kMarlinOnly) h5::write_attr(g, schema::kCodesAttr, schema::kCodesMarlin, path);
     if (w.provenance.is_object())
       for (auto it = w.provenance.begin(); it != w.provenance.end(); ++it) h5::write_attr(g, it.key(), it.value(), path);
-    h5::write_dataset(f, gp + "/q", H5T_STD_U8LE, H5T_NATIVE_UINT8, {w.K, (w.N + 1) / 2}, packed.data(), path);
-    h5::write_dataset(f, gp + "/scale", h5::float16_type(), h5::float16_type(), {G, w.N}, w.scale.data(), path);
+    if (storage == CodeStorage::kNative) write_native_codes(f, gp, w, path);
     h5::write_dataset(f, gp + "/zero", h5::float16_type(), h5::float16_type(), {G, w.N}, w.zero.data(), path);
-    if (w.marlin) write_marlin(f, gp, *w.marlin, w.K, w.N, G, path);
+    if (w.marlin) write_marlin(f, gp, *w.marlin, w.K, w.N, G, storage, path);
   });
+  if (storage == CodeStorage::kMarlinOnly) impl_->compact_written = true;
 }
 
 static const TinyloopReader::Impl& src_impl(const TinyloopReader& src) { return *src.impl(); }
@@ -130,33 +142,45 @@ void TinyloopWriter::copy_entry(const TinyloopReader& src, const std::string& na
   if (!quant && !src.has_dense(name)) throw Error("no such tensor or quantized weight to copy", src.path(), name);
   const std::string p = quant ? schema::quant_path(name) : schema::dense_path(name);
   impl_->file.run([&] { h5::copy_object(s.file, p, impl_->file.id(), p, path); });
+  if (quant && src.info(name).compact) impl_->compact_written = true;
 }
 
-void TinyloopWriter::copy_quant_with_marlin(const TinyloopReader& src, const std::string& name,
-                                            const MarlinSection& m) {
+void TinyloopWriter::copy_quant_with_marlin(const TinyloopReader& src, const QuantWeight& w, const MarlinSection& m,
+                                            CodeStorage storage) {
   require_open(*impl_);
   const std::string& path = impl_->target();
   const auto& s = src_impl(src);
+  const std::string& name = w.name;
   const std::string gp = schema::quant_path(name);
   if (!src.has_quant(name)) throw Error("missing group (expected a quantized weight)", src.path(), gp);
   if (written(*impl_, name)) throw Error("entry written twice", path, name);
   const EntryInfo e = src.info(name);
   const int64_t K = e.shape[0], N = e.shape[1];
   const int64_t G = group_count(K, e.group_size);
+  if (w.K != K || w.N != N || w.group_size != e.group_size)
+    throw Error("internal: the weight passed differs from the entry it is copied with", src.path(), name);
   schema::validate_marlin(m, K, N, G, e.group_size, path, name);
 
-  // Rebuild the group: its attributes and every member except the old marlin/ are copied raw,
-  // so the file never holds a dead copy of the old section.
+  // Rebuild the group: its attributes and every member except the old marlin/ (and, for the
+  // other storage, the other form's datasets) are copied raw, so the file never holds a dead
+  // copy of the old section and what this build does not know survives.
+  const bool compact = storage == CodeStorage::kMarlinOnly;
   h5::Handle sg = h5::open_group(s.file, gp, src.path());
   const std::vector<std::string> children = h5::list_links(s.file, gp, src.path());
   impl_->file.run([&] {
     const hid_t f = impl_->file.id();
     h5::Handle g = h5::create_group(f, gp, path);
-    h5::copy_attributes(sg, g, {}, path);
-    for (const std::string& child : children)
-      if (child != schema::kMarlin) h5::copy_object(sg, child, f, gp + "/" + child, path);
-    write_marlin(f, gp, m, K, N, G, path);
+    h5::copy_attributes(sg, g, {schema::kCodesAttr}, path);
+    if (compact) h5::write_attr(g, schema::kCodesAttr, schema::kCodesMarlin, path);
+    for (const std::string& child : children) {
+      if (child == schema::kMarlin) continue;
+      if (compact && (child == "q" || child == "scale")) continue;
+      h5::copy_object(sg, child, f, gp + "/" + child, path);
+    }
+    if (!compact && e.compact) write_native_codes(f, gp, w, path);
+    write_marlin(f, gp, m, K, N, G, storage, path);
   });
+  if (compact) impl_->compact_written = true;
 }
 
 void TinyloopWriter::copy_config_and_attributes(const TinyloopReader& src) {
@@ -190,6 +214,11 @@ void TinyloopWriter::copy_config_and_attributes(const TinyloopReader& src) {
 
 void TinyloopWriter::commit() {
   require_open(*impl_);
+  if (impl_->compact_written)  // a reader older than the compact form refuses the file by its version
+    impl_->file.run([&] {
+      h5::Handle root = h5::open_group(impl_->file.id(), "/", impl_->target());
+      h5::write_attr(root, "format_version", kTinyloopCompactFormatVersion, impl_->target());
+    });
   impl_->file.close();
   impl_->out.commit();
   impl_->committed = true;

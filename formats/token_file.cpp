@@ -144,6 +144,10 @@ std::vector<int32_t> parse_npy(const std::string& name, const std::vector<uint8_
 
 }  // namespace
 
+bool looks_like_token_file(const std::string& path) {
+  return ends_with(path, ".npy") || ends_with(path, ".u32") || ends_with(path, ".bin");
+}
+
 std::vector<int32_t> parse_token_bytes(const std::string& name, const std::vector<uint8_t>& bytes,
                                        int64_t vocab) {
   if (ends_with(name, ".npy")) return parse_npy(name, bytes, vocab);

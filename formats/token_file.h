@@ -23,6 +23,10 @@ std::vector<int32_t> read_token_file(const std::string& path, int64_t vocab = 0)
 std::vector<int32_t> parse_token_bytes(const std::string& name, const std::vector<uint8_t>& bytes,
                                        int64_t vocab = 0);
 
+// True when the name has a token file's extension (.u32, .bin, .npy): for "did you mean the
+// other flag" messages, not a validation.
+bool looks_like_token_file(const std::string& path);
+
 // Writes raw little-endian uint32 (tests, tools), atomically (temporary file + rename).
 void write_token_file_u32(const std::string& path, const std::vector<int32_t>& tokens);
 

@@ -24,6 +24,7 @@
 #include "formats/calib_file.h"
 #include "formats/file_check.h"
 #include "formats/memory_budget.h"
+#include "formats/report_header.h"
 #include "core/error.h"
 #include "formats/tinyloop_file.h"
 #include "libconvert/checkpoint_import.h"
@@ -104,6 +105,14 @@ void validate_options(const GptqQuantizeOptions& opt) {
   if (!(opt.damp > 0 && opt.damp < 10)) throw Error("--damp must be in (0, 10), a fraction of the mean Hessian diagonal");
   if (opt.block_size <= 0) throw Error("--block-size must be positive");
   if (opt.output.empty()) throw Error("no output path (-o)");
+  // The two calibration inputs are different files; say which flag a misplaced one belongs to.
+  if (!opt.calib.empty() && is_regular_file(opt.calib) && !is_hdf5_file(opt.calib))
+    throw Error("not a calibration file (HDF5 Hessians): " +
+                    std::string(looks_like_token_file(opt.calib) ? "it looks like a token file; pass it with --calib-tokens"
+                                                                 : "expected the HDF5 signature at byte 0"),
+                opt.calib);
+  if (!opt.calib_tokens.empty() && is_hdf5_file(opt.calib_tokens))
+    throw Error("an HDF5 file, not a token file: pass a calibration file (Hessians) with --calib", opt.calib_tokens);
   check_no_aliases({{"INPUT", opt.input}, {"--calib", opt.calib}, {"--calib-tokens", opt.calib_tokens}},
                    {{"-o", opt.output}, {"--save-calib", opt.save_calib}});
 }
@@ -142,6 +151,8 @@ class InOrder {
   bool aborted_ = false;
 };
 
+constexpr int kForwardWork = 1;  // Progress kind of the calibration forward (kind 0: GPTQ sweeps)
+
 // The whole run's state; each step below is one phase of the tool.
 struct Job {
   explicit Job(const GptqQuantizeOptions& o)
@@ -160,6 +171,8 @@ struct Job {
   size_t n_dense = 0, n_copied = 0;
   std::mutex h5_mu;                           // every HDF5 call (input, calibration, output)
 
+  MarlinGateTally marlin_misfits;             // selected weights the Marlin kernel cannot run
+
   int workers() const { return int(std::min<size_t>(size_t(threads), linears.size())); }
   int inner_threads() const { return std::max(1, threads / workers()); }
 
@@ -169,8 +182,28 @@ struct Job {
     if (linears.empty())
       throw Error(opt.only.empty() ? "no linear weight to quantize" : "no linear weight matches --only " + opt.only,
                   opt.input);
-    for (const ImportEntry* e : linears) opt.group_size.effective(e->K(), e->name);  // no group larger than K
+    for (const ImportEntry* e : linears) {
+      const int64_t gs = opt.group_size.effective(e->K(), e->name);  // no group larger than K
+      const MarlinGate gate = marlin_gate(e->K(), e->N(), gs);
+      if (!gate.ok) marlin_misfits.add(e->name, gate.reason);
+    }
     reports.resize(linears.size());
+    if (marlin_misfits.count() > 0 && opt.for_marlin)
+      throw Error("--for marlin: " + misfits_text() + "; use --group-size 128 or row, or leave those weights out with --only");
+  }
+
+  std::string misfits_text() const {
+    return std::to_string(marlin_misfits.count()) + " of " + std::to_string(linears.size()) +
+           " weight(s) cannot run on the Marlin kernel (" + marlin_misfits.text() + "; first: " + marlin_misfits.first() +
+           ")";
+  }
+
+  // Said after a successful run, next to the summary: a run that stops on bad input (some of it,
+  // a NaN weight say, is found only while reading) prints its one error line and nothing else.
+  void warn_misfits() const {
+    if (marlin_misfits.count() == 0) return;
+    std::fprintf(stderr, "%s: warning: %s: marlin-pack will leave them unpacked (--for marlin makes this an error)\n",
+                 opt.tool, misfits_text().c_str());
   }
 
   // --calib: every selected weight's Hessian located (all missing ones listed in one error).
@@ -184,12 +217,23 @@ struct Job {
       if (h) hnames[i] = *h;
       else missing.push_back(linears[i]->name);
     }
+    // Sizes from metadata, before any work: a wrong Hessian is bad input, not a failure halfway.
+    for (size_t i = 0; i < linears.size(); ++i)
+      if (!hnames[i].empty() && calib->dim(hnames[i]) != linears[i]->K())
+        throw hessian_size_error(i, calib->dim(hnames[i]));
     if (!missing.empty() && gptq) {
       std::string list;
       for (size_t i = 0; i < missing.size(); ++i) list += (i ? ", " : "") + missing[i];
       throw Error("no Hessian for " + std::to_string(missing.size()) + " selected weight(s): " + list +
                       " (expected /hessian/<name> for each; calibrate them or narrow --only)", opt.calib);
     }
+  }
+
+  Error hessian_size_error(size_t i, int64_t K) const {
+    const ImportEntry& e = *linears[i];
+    return Error("Hessian " + hnames[i] + " is " + std::to_string(K) + "x" + std::to_string(K) + ", expected " +
+                     std::to_string(e.K()) + "x" + std::to_string(e.K()) + " (in_features of " + e.name + ")",
+                 opt.calib, e.name);
   }
 
   // --calib-tokens: the tokens (checked against the vocabulary) and the window count.
@@ -232,19 +276,50 @@ struct Job {
                  "(tools/hf_calibrate.py) and pass --calib");
   }
 
+  // The config and every entry that is not quantized here (with --drop-unselected: the config
+  // only, what a reader needs to open the file). A long copy (a 7B model's embeddings and
+  // unselected linears) shows its progress: a live bar on a terminal, a line every 10 s.
   void copy_dense(TinyloopWriter& out) {
     if (const TinyloopReader* src = in.tinyloop()) out.copy_config_and_attributes(*src);
     else if (in.has_config()) out.write_config(in.config());
+    if (opt.drop_unselected) return;
+    std::vector<const ImportEntry*> todo;
+    double bytes = 0;
     for (const ImportEntry& e : in.entries()) {
       if (e.kind == ImportEntry::Kind::kLinear) continue;
-      if (e.kind == ImportEntry::Kind::kQuantized) {
-        out.copy_entry(*in.tinyloop(), e.name);
+      todo.push_back(&e);
+      bytes += double(entry_bytes(e));
+    }
+    if (todo.empty()) return;
+    Progress copy(opt.tool, todo.size(), bytes, opt.quiet);
+    const auto t0 = Clock::now();
+    auto last_note = t0;
+    for (const ImportEntry* e : todo) {
+      copy.started(e->name);
+      if (e->kind == ImportEntry::Kind::kQuantized) {
+        out.copy_entry(*in.tinyloop(), e->name);
         ++n_copied;
       } else {
-        out.write_dense(in.read_dense(e));
+        out.write_dense(in.read_dense(*e));
         ++n_dense;
       }
+      copy.advance(double(entry_bytes(*e)));
+      if (since(last_note) >= 10) {
+        last_note = Clock::now();
+        copy.note("copying " + std::to_string(n_dense + n_copied) + " of " + std::to_string(todo.size()) +
+                  " dense tensor(s), " + format_duration(since(t0)) + " elapsed" + copy.eta());
+      }
     }
+    copy.end();
+    if (since(t0) >= 2)
+      copy.note(std::to_string(todo.size()) + " dense tensor(s) (" + format_bytes(uint64_t(bytes)) + ") copied in " +
+                format_duration(since(t0)));
+  }
+
+  static uint64_t entry_bytes(const ImportEntry& e) {
+    uint64_t n = 2;  // the stored dtype's size is the importer's business; 16-bit is the common case
+    for (int64_t d : e.shape) n *= uint64_t(std::max<int64_t>(d, 0));
+    return n;
   }
 
   // Quantizes linear i (W [K, N]; h empty for RTN without calibration); no I/O.
@@ -328,8 +403,12 @@ struct Job {
     std::snprintf(line, sizeof line, "%s %lldx%lld gs=%s%s %.1fs", e.name.c_str(), (long long)K, (long long)N,
                   qw.group_size == K ? "row" : std::to_string(qw.group_size).c_str(),
                   loss_text(rep.gptq_loss, rep.rtn_loss).c_str(), rep.seconds);
-    progress.finished(line, double(N) * double(K) * double(K));
+    progress.finished(line, gptq_flops(K, N));
   }
+
+  // The work of one weight's GPTQ sweep in FLOPs (the lazy-batch updates: 2 K^2 N), the unit
+  // of the progress ETA, shared with the calibration forward (block_forward_flops).
+  static double gptq_flops(int64_t K, int64_t N) { return 2.0 * double(N) * double(K) * double(K); }
 
   // Weights one at a time per worker: read -> quantize -> write (in input order).
   void quantize_streaming(TinyloopWriter& out, Progress& progress) {
@@ -352,12 +431,7 @@ struct Job {
           std::lock_guard<std::mutex> lock(h5_mu);
           h = calib->read(hnames[i]);
         }
-        if (calib && !hnames[i].empty() && h.K != e.K()) {
-          throw Error("Hessian " + hnames[i] + " is " + std::to_string(h.K) + "x" + std::to_string(h.K) +
-                          ", expected " + std::to_string(e.K()) + "x" + std::to_string(e.K()) + " (in_features of " +
-                          e.name + ")",
-                      opt.calib, e.name);
-        }
+        if (calib && !hnames[i].empty() && h.K != e.K()) throw hessian_size_error(i, h.K);  // checked up front too
         const QuantWeight qw = quantize_one(i, W, h, progress);
         W = std::vector<float>();
         order.run(i, [&] {
@@ -407,20 +481,45 @@ struct Job {
           if (save)
             for (const Hessian* h : hs) save->write(*h);
         },
-        [&](const std::string& m) { progress.note(m); });
+        CalibrationEvents{[&](const std::string& m) { progress.note(m); },
+                          [&](double flops) { progress.add_work(flops, 0, kForwardWork); },
+                          [&](double flops) { progress.advance(flops, kForwardWork); }});
+    const auto t_write = Clock::now();
+    progress.note("writing " + std::to_string(linears.size()) + " quantized weight(s) ...");
     for (size_t i = 0; i < linears.size(); ++i) {
       if (!done[i]) throw Error("internal: weight was not calibrated", opt.calib_tokens, linears[i]->name);
       out.write_quant(*done[i]);
+      done[i].reset();
     }
+    progress.note("quantized weights written (" + format_duration(since(t_write)) + ")");
     if (save) save->commit();
   }
 
+  // Payload bytes of a quantized weight as written: codes (two per byte), scale and zero.
+  static uint64_t quant_bytes(int64_t K, int64_t N, int64_t group_size) {
+    return uint64_t(K) * uint64_t((N + 1) / 2) + 2 * uint64_t(group_count(K, group_size)) * uint64_t(N) * 2;
+  }
+
+  // schema_version 2: the header, group_size a number (-1 = per row, as GPTQ writes it), bytes
+  // and bits per weight, and which weights the Marlin kernel cannot run.
   nlohmann::json summary_json(double wall) const {
-    double sum_gptq = 0, sum_rtn = 0;
+    double sum_gptq = 0, sum_rtn = 0, params = 0;
+    uint64_t bytes = 0;
     bool have_rtn = true;
     nlohmann::json jw = nlohmann::json::array();
     for (const WeightReport& r : reports) {
-      nlohmann::json j = {{"name", r.name}, {"K", r.K}, {"N", r.N}, {"group_size", r.group_size}, {"seconds", r.seconds}};
+      const uint64_t b = quant_bytes(r.K, r.N, r.group_size);
+      const double p = double(r.K) * double(r.N);
+      nlohmann::json j = {{"name", r.name},
+                          {"K", r.K},
+                          {"N", r.N},
+                          {"group_size", r.group_size},
+                          {"marlin_ok", marlin_gate(r.K, r.N, r.group_size).ok},
+                          {"bytes", b},
+                          {"bits_per_weight", p > 0 ? double(b) * 8 / p : 0.0},
+                          {"seconds", r.seconds}};
+      bytes += b;
+      params += p;
       if (gptq) {
         j["gptq_loss"] = r.gptq_loss;
         j["damp"] = r.percdamp;
@@ -434,23 +533,29 @@ struct Job {
       if (r.nsamples > 0) j["nsamples"] = r.nsamples;
       jw.push_back(j);
     }
-    nlohmann::json s = {{"tool", "gptq-quantize"},
-                        {"version", TL_VERSION},
-                        {"input", opt.input},
-                        {"input_kind", checkpoint_kind_name(in.kind())},
-                        {"output", opt.output},
-                        {"method", opt.method},
-                        {"group_size", opt.group_size.name()},
-                        {"zero", zero_mode_name(opt.zero_mode)},
-                        {"threads", threads},
-                        {"weights", jw}};
+    nlohmann::json s = report_header("gptq-quantize", 2);
+    s["input"] = opt.input;
+    s["input_kind"] = checkpoint_kind_name(in.kind());
+    s["output"] = opt.output;
+    s["method"] = opt.method;
+    s["group_size"] = opt.group_size.is_per_row() ? int64_t(-1) : opt.group_size.rows();
+    s["group"] = opt.group_size.name();
+    s["zero"] = zero_mode_name(opt.zero_mode);
+    s["threads"] = threads;
+    s["drop_unselected"] = opt.drop_unselected;
+    s["marlin"] = {{"runnable", linears.size() - marlin_misfits.count()},
+                   {"not_runnable", marlin_misfits.count()},
+                   {"reasons", marlin_misfits.text()}};
+    s["weights"] = jw;
     if (gptq) {
       s["calib"] = opt.calib;
       s["damp"] = opt.damp;
       s["block_size"] = opt.block_size;
       s["act_order"] = opt.act_order;
     }
-    nlohmann::json totals = {{"quantized", linears.size()}, {"dense", n_dense}, {"copied_quantized", n_copied}, {"seconds", wall}};
+    nlohmann::json totals = {{"quantized", linears.size()}, {"dense", n_dense}, {"copied_quantized", n_copied},
+                             {"bytes", bytes}, {"bits_per_weight", params > 0 ? double(bytes) * 8 / params : 0.0},
+                             {"seconds", wall}};
     if (gptq) totals["gptq_loss"] = sum_gptq;
     totals["rtn_loss"] = have_rtn ? nlohmann::json(sum_rtn) : nlohmann::json(nullptr);
     s["totals"] = totals;
@@ -473,7 +578,7 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
   TinyloopWriter out(opt.output, std::string("gptq-quantize ") + TL_VERSION);
   job.copy_dense(out);
   double total_work = 0;
-  for (const ImportEntry* e : job.linears) total_work += double(e->N()) * double(e->K()) * double(e->K());
+  for (const ImportEntry* e : job.linears) total_work += Job::gptq_flops(e->K(), e->N());
   Progress progress(opt.tool, job.linears.size(), total_work, opt.quiet);
   if (opt.calib_tokens.empty()) job.quantize_streaming(out, progress);
   else job.quantize_sequential(out, progress);
@@ -483,10 +588,13 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
   const double wall = since(t_start);
   const nlohmann::json s = job.summary_json(wall);
   if (opt.json) std::printf("%s\n", s.dump(2).c_str());
+  job.warn_misfits();
   if (!opt.quiet) {
-    std::fprintf(stderr, "%s: %zu weight(s) quantized (%s), %zu dense tensor(s) carried over -> %s in %.1fs",
-                 opt.tool, job.linears.size(), opt.method.c_str(), job.n_dense + job.n_copied, opt.output.c_str(), wall);
     const auto& t = s["totals"];
+    std::fprintf(stderr, "%s: %zu weight(s) quantized (%s, %.2f bits/weight), %zu dense tensor(s) carried over%s -> %s in %.1fs",
+                 opt.tool, job.linears.size(), opt.method.c_str(), t["bits_per_weight"].get<double>(),
+                 job.n_dense + job.n_copied, opt.drop_unselected ? " (--drop-unselected: none)" : "",
+                 opt.output.c_str(), wall);
     if (job.gptq && !t["rtn_loss"].is_null())
       std::fprintf(stderr, "; loss %.4g vs RTN %.4g", t["gptq_loss"].get<double>(), t["rtn_loss"].get<double>());
     std::fprintf(stderr, "\n");

@@ -11,6 +11,11 @@
 // whatever finishes first, so the output bytes do not depend on the thread count. HDF5 (the
 // .tinyloop input, the calibration file and the output) is used under one lock.
 //
+// Marlin: every selected weight is checked against the Marlin gate (core/group_size.h) up
+// front; those that fail are named in one warning line at the end of the run, beside the summary
+// (and in --json), or with --for marlin the run stops there (exit 2) -- a group size of 64 is
+// legal, but marlin-pack will skip it.
+//
 // Before any work: every option, every input (outputs may not alias them, docs/format.md) and
 // the memory estimate (--max-memory or the available memory; the sequential --calib-tokens
 // path holds the whole model in float32) are checked.
@@ -46,6 +51,8 @@ struct GptqQuantizeOptions {
   ZeroMode zero_mode = ZeroMode::kInt;
   int threads = 0;                   // 0: all cores
   uint64_t max_memory = 0;           // bytes; 0: the available memory (formats/memory_budget.h)
+  bool for_marlin = false;           // --for marlin: a weight the Marlin kernel cannot run is an error
+  bool drop_unselected = false;      // write only the quantized weights (+ the config), no dense copy
   bool json = false;                 // summary JSON on stdout
   bool quiet = false;                // no progress or summary on stderr
   bool rtn_compare = true;           // compute RTN's loss for every GPTQ weight (~K^2 N flops)

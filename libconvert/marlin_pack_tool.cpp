@@ -1,6 +1,7 @@
 // marlin-pack: the tool job behind apps/marlin_pack.cpp (see marlin_pack_tool.h).
 #include "libconvert/marlin_pack_tool.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <regex>
@@ -9,11 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/exit_codes.h"
 #include "core/progress.h"
+#include "formats/report_header.h"
 #include "formats/file_check.h"
 #include "formats/tinyloop_file.h"
 #include "libconvert/gptq_checkpoint.h"
-#include "libconvert/marlin_layout.h"
+#include "formats/marlin_layout.h"
 
 namespace tl {
 namespace {
@@ -27,10 +30,35 @@ struct WeightReport {
   std::string reason;  // why skipped
   int64_t marlin_groupsize = 0;
   uint64_t bytes_added = 0;
+  uint64_t bytes = 0;   // the weight's payload in the output (codes, scales, zeros, section)
+  bool compact = false;
 };
 
 uint64_t section_bytes(const MarlinSection& m) {
   return m.B.size() * sizeof(int32_t) + (m.s.size() + m.delta.size()) * sizeof(half_bits);
+}
+
+// Payload bytes of a [K, N] weight with G groups as stored: native q (two codes per byte) +
+// scale + zero, plus the section (B: 4 bits per code; s; delta) if packed; compact: B + s + zero.
+uint64_t weight_bytes(int64_t K, int64_t N, int64_t G, bool packed, bool compact) {
+  const uint64_t codes = uint64_t(K) * uint64_t((N + 1) / 2), gn = uint64_t(G) * uint64_t(N) * sizeof(half_bits);
+  if (compact) return uint64_t(K) * uint64_t(N) / 2 + 2 * gn;
+  return codes + 2 * gn + (packed ? uint64_t(K) * uint64_t(N) / 2 + 2 * gn : 0);
+}
+
+double bits_per_weight(uint64_t bytes, double params) { return params > 0 ? double(bytes) * 8.0 / params : 0.0; }
+
+// Raised by the --require-all check; run_marlin_pack turns it into exit 1.
+struct GateUnmet {
+  std::string message;
+};
+
+// Skip reasons counted (core/group_size.h MarlinGateTally), for the summary and --require-all.
+std::string reason_counts(const std::vector<WeightReport>& ws) {
+  MarlinGateTally t;
+  for (const WeightReport& r : ws)
+    if (r.status == "skipped") t.add(r.name, r.reason);
+  return t.text();
 }
 
 // First difference between a stored section and a fresh pack, or "" when they are identical.
@@ -63,8 +91,11 @@ std::string mib(uint64_t b) {
 // One progress line per weight (core/progress.h): name, shape, what happened.
 void report_line(Progress& progress, const WeightReport& r) {
   std::string what = r.status;
-  if (r.status == "packed") what += " (+" + mib(r.bytes_added) + ", gs " + std::to_string(r.marlin_groupsize) + ")";
-  else if (r.status == "skipped") what += ": " + r.reason;
+  char bpw[48];
+  std::snprintf(bpw, sizeof bpw, "%.2f bits/weight", bits_per_weight(r.bytes, double(r.K) * double(r.N)));
+  if (r.status == "skipped") what += ": " + r.reason;
+  else if (r.compact) what += " (compact: " + mib(r.bytes) + ", " + bpw + ", gs " + std::to_string(r.marlin_groupsize) + ")";
+  else what += " (+" + mib(r.bytes_added) + " -> " + mib(r.bytes) + ", " + bpw + ", gs " + std::to_string(r.marlin_groupsize) + ")";
   char buf[512];
   std::snprintf(buf, sizeof buf, "%-40s %6lld x %-6lld %s", r.name.c_str(), (long long)r.K, (long long)r.N, what.c_str());
   progress.finished(buf, double(r.K) * double(r.N));
@@ -108,11 +139,30 @@ struct Job {
                     "q/scale/zero (first difference: " + diff + "); refusing to overwrite it",
                     file, w.name);
       r.status = "verified";
+      if (o.drop_native) check_decodes_to(w, file);
       return true;
     }
     r.status = "packed";
     r.bytes_added = section_bytes(scratch);
+    if (o.drop_native) check_decodes_to(w, file);
     return true;
+  }
+
+  // Before q/scale are dropped: the section must decode to exactly them (codes and scales bit
+  // for bit; delta is recomputed on read by the same marlin_delta, so it cannot differ).
+  void check_decodes_to(const QuantWeight& w, const std::string& file) const {
+    const MarlinDecoded d = marlin_decode(scratch, w.K, w.N, w.group_size, file, w.name);
+    if (d.q != w.q || d.scale != w.scale)
+      throw Error("internal: the fresh Marlin section does not decode to the weight's own codes and scales; "
+                  "refusing to drop them", file, w.name);
+  }
+
+  CodeStorage storage() const { return o.drop_native ? CodeStorage::kMarlinOnly : CodeStorage::kNative; }
+
+  // Fills the size fields of a packed or verified weight.
+  void sized(WeightReport& r, int64_t G) const {
+    r.compact = o.drop_native;
+    r.bytes = weight_bytes(r.K, r.N, G, true, r.compact);
   }
 
   void run_tinyloop(TinyloopWriter& out) {
@@ -121,11 +171,24 @@ struct Job {
     double work = 0;  // codes to pack or copy: K * N per weight
     // Every weight's layout from metadata before anything is written or printed: a malformed
     // weight is one error line, and weights copied unread are valid in the output too.
+    std::vector<WeightReport> unpacked;  // what would stay unpacked, for --require-all
     for (const std::string& name : quant) {
       in.check_quant(name);
       const EntryInfo info = in.info(name);
       work += double(info.shape.at(0)) * double(info.shape.at(1));
+      const MarlinGate gate = marlin_gate(info.shape.at(0), info.shape.at(1), info.group_size);
+      if (!selected(name) || !gate.ok) {
+        WeightReport r;
+        r.name = name;
+        r.status = "skipped";
+        r.reason = selected(name) ? gate.reason : "not selected by --only";
+        unpacked.push_back(r);
+      }
     }
+    if (o.require_all && !unpacked.empty())
+      throw GateUnmet{"--require-all: " + std::to_string(unpacked.size()) + " of " + std::to_string(quant.size()) +
+                      " weight(s) would stay unpacked (" + reason_counts(unpacked) + "; first: " +
+                      unpacked.front().name + "); nothing written"};
     Progress progress(kTool, quant.size(), work, o.quiet);
     out.copy_config_and_attributes(in);
     for (const std::string& name : in.dense_names()) {
@@ -145,11 +208,14 @@ struct Job {
         r.group_size = info.group_size;
         r.status = "skipped";
         r.reason = selected(name) ? gate.reason : "not selected by --only";
+        r.compact = info.compact;
+        r.bytes = weight_bytes(r.K, r.N, group_count(r.K, r.group_size), info.has_marlin, info.compact);
         out.copy_entry(in, name);
       } else {
         const QuantWeight w = in.read_quant(name, /*with_marlin=*/true);
         pack(w, o.input, r);
-        out.copy_quant_with_marlin(in, name, scratch);
+        sized(r, w.groups());
+        out.copy_quant_with_marlin(in, w, scratch, storage());
       }
       report_line(progress, r);
       weights.push_back(std::move(r));
@@ -168,27 +234,38 @@ struct Job {
     for (size_t i = 0; i < quant.size(); ++i) {
       QuantWeight w = ck.read_quant(quant[i]);
       WeightReport r;
-      if (pack(w, o.input, r)) w.marlin = std::move(scratch);
-      out.write_quant(w);
+      if (pack(w, o.input, r)) {
+        sized(r, w.groups());
+        w.marlin = std::move(scratch);
+      } else {
+        r.bytes = weight_bytes(w.K, w.N, w.groups(), false, false);
+      }
+      out.write_quant(w, w.marlin ? storage() : CodeStorage::kNative);
       if (w.marlin) scratch = std::move(*w.marlin);  // hand the buffers back for the next weight
       report_line(progress, r);
       weights.push_back(std::move(r));
     }
   }
 
+  // schema_version 2: the header, bytes / bits per weight, compact, skip reasons counted.
   nlohmann::json report_json(const std::string& kind) const {
-    nlohmann::json j;
-    j["tool"] = kTool;
+    nlohmann::json j = report_header(kTool, 2);
     j["input"] = o.input;
     j["input_format"] = kind;
     j["output"] = target;
     j["in_place"] = o.in_place;
+    j["drop_native"] = o.drop_native;
     nlohmann::json list = nlohmann::json::array();
     size_t packed = 0, verified = 0, skipped = 0;
-    uint64_t added = 0;
+    uint64_t added = 0, bytes = 0;
+    double params = 0;
     for (const WeightReport& r : weights) {
-      nlohmann::json e = {{"name", r.name}, {"K", r.K}, {"N", r.N}, {"group_size", r.group_size},
-                          {"status", r.status}, {"bytes_added", r.bytes_added}};
+      const double p = double(r.K) * double(r.N);
+      nlohmann::json e = {{"name", r.name},     {"K", r.K},
+                          {"N", r.N},           {"group_size", r.group_size},
+                          {"status", r.status}, {"bytes_added", r.bytes_added},
+                          {"bytes", r.bytes},   {"bits_per_weight", bits_per_weight(r.bytes, p)},
+                          {"compact", r.compact}};
       if (r.status == "skipped") e["reason"] = r.reason;
       else e["marlin_groupsize"] = r.marlin_groupsize;
       list.push_back(e);
@@ -196,10 +273,19 @@ struct Job {
       verified += r.status == "verified";
       skipped += r.status == "skipped";
       added += r.bytes_added;
+      bytes += r.bytes;
+      params += p;
     }
     j["weights"] = list;
-    j["totals"] = {{"weights", weights.size()}, {"packed", packed},   {"verified", verified},
-                   {"skipped", skipped},        {"bytes_added", added}, {"dense_copied", dense_copied}};
+    j["totals"] = {{"weights", weights.size()},
+                   {"packed", packed},
+                   {"verified", verified},
+                   {"skipped", skipped},
+                   {"skip_reasons", reason_counts(weights)},
+                   {"bytes_added", added},
+                   {"bytes", bytes},
+                   {"bits_per_weight", bits_per_weight(bytes, params)},
+                   {"dense_copied", dense_copied}};
     return j;
   }
 };
@@ -207,6 +293,7 @@ struct Job {
 }  // namespace
 
 int run_marlin_pack(const MarlinPackOptions& o) {
+  const auto t_start = std::chrono::steady_clock::now();
   if (o.input.empty()) throw Error("missing INPUT");
   if (o.in_place == !o.output.empty())
     throw Error("give exactly one of -o OUTPUT and --in-place");
@@ -236,22 +323,32 @@ int run_marlin_pack(const MarlinPackOptions& o) {
     kind = "tinyloop";
   }
 
-  {
+  try {
     TinyloopWriter out(job.target, kTool);  // temporary file; removed unless committed
     if (kind == "tinyloop") job.run_tinyloop(out);
     else job.run_gptq(out);
+    size_t skipped = 0;
+    for (const WeightReport& r : job.weights) skipped += r.status == "skipped";
+    if (o.require_all && skipped > 0)  // a GPTQ checkpoint's weights are known only once read
+      throw GateUnmet{"--require-all: " + std::to_string(skipped) + " of " + std::to_string(job.weights.size()) +
+                      " weight(s) stayed unpacked (" + reason_counts(job.weights) + "); nothing written"};
     out.commit();
+  } catch (const GateUnmet& g) {
+    std::fprintf(stderr, "%s: %s\n", kTool, g.message.c_str());
+    return exit_code::kGateFailed;
   }
 
   const nlohmann::json rep = job.report_json(kind);
-  if (o.json) {
-    std::printf("%s\n", rep.dump(2).c_str());
-  } else {
+  if (o.json) std::printf("%s\n", rep.dump(2).c_str());
+  if (!o.quiet) {  // the summary goes to stderr, as every tool's does; stdout carries data only
     const auto& t = rep["totals"];
-    std::printf("%s: %s -> %s: %zu weights: %zu packed, %zu verified, %zu skipped; +%s\n", kTool,
-                o.input.c_str(), job.target.c_str(), t["weights"].get<size_t>(),
-                t["packed"].get<size_t>(), t["verified"].get<size_t>(), t["skipped"].get<size_t>(),
-                mib(t["bytes_added"].get<uint64_t>()).c_str());
+    std::fprintf(stderr, "%s: %s -> %s: %zu weights: %zu packed, %zu verified, %zu skipped; %s, %.2f bits/weight%s in %s\n",
+                 kTool, o.input.c_str(), job.target.c_str(), t["weights"].get<size_t>(), t["packed"].get<size_t>(),
+                 t["verified"].get<size_t>(), t["skipped"].get<size_t>(), mib(t["bytes"].get<uint64_t>()).c_str(),
+                 t["bits_per_weight"].get<double>(), o.drop_native ? " (compact)" : "",
+                 format_duration(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count()).c_str());
+    if (t["skipped"].get<size_t>() > 0)
+      std::fprintf(stderr, "%s: skipped: %s\n", kTool, t["skip_reasons"].get<std::string>().c_str());
   }
   return 0;
 }

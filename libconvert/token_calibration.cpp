@@ -84,11 +84,17 @@ uint64_t calibration_peak_bytes(const ModelConfig& c, int64_t rows, bool head_se
   return 4 * (acts + hess + logits);
 }
 
+double block_forward_flops(const ModelConfig& c, int64_t rows) {
+  const double D = double(c.d_model), F = double(c.ffn);
+  const double qkv = double(c.n_heads + 2 * c.n_kv_heads) * double(c.d_head), att = double(c.n_heads * c.d_head);
+  return 2.0 * double(rows) * (D * qkv + att * D + 3.0 * D * F);
+}
+
 TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t>& tokens,
                                       int64_t seq_len, int64_t max_seq,
                                       const std::set<std::string>& selected,
-                                      const QuantizeBlock& quantize,
-                                      const std::function<void(const std::string&)>& log) {
+                                      const QuantizeBlock& quantize, const CalibrationEvents& events) {
+  const auto& log = events.log;
   if (seq_len <= 0) throw Error("calibration window length must be positive");
   if (int64_t(tokens.size()) < seq_len)
     throw Error("calibration needs at least one window of " + std::to_string(seq_len) + " tokens, got " +
@@ -117,6 +123,23 @@ TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t
     if (log) log(what + " ...");
   };
   const ModelConfig& c = w.config;
+  // The passes below, counted the way they run: a selected distinct block twice (original
+  // weights with Hessians, then quantized), an unselected one once; the loop stack once per
+  // iteration with Hessians, and again before the head's Hessian.
+  const double pass = block_forward_flops(c, tc.n_seq * seq_len);
+  bool loop_selected = false;
+  for (const BlockWeights& b : w.loop) loop_selected = loop_selected || block_has_selected(b, selected);
+  const double loop_pass = pass * double(c.loops) * double(w.loop.size());
+  auto forward_done = [&](double flops) {
+    if (events.forward_done) events.forward_done(flops);
+  };
+  if (events.planned) {
+    double plan = 0;
+    for (const BlockWeights& b : w.pre) plan += pass * (block_has_selected(b, selected) ? 2 : 1);
+    if (loop_selected) plan += loop_pass;
+    if (selected.count("head")) plan += loop_pass;
+    events.planned(plan);
+  }
   ActMatrix x = embed_tokens(w, tokens.data(), tc.n_seq * seq_len);
   say("calibration: " + std::to_string(tc.n_seq) + " windows x " + std::to_string(seq_len) + " tokens embedded");
 
@@ -124,23 +147,24 @@ TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t
   for (BlockWeights& b : w.pre) {
     if (!block_has_selected(b, selected)) {
       run_block(c, b, x, seq_len);
+      forward_done(pass);
       continue;
     }
     starting(b.prefix + ": forward with the original weights, Hessians");
     HessianSet hs(selected, tc.n_seq);
     ActMatrix x_in = x;
     run_block(c, b, x, seq_len, hs.hook());
+    forward_done(pass);
     auto hessians = hs.take();
     quantize(hessians, w);
     x = std::move(x_in);
     starting(b.prefix + ": forward with the quantized weights");
     run_block(c, b, x, seq_len);  // with W_hat: the next block sees quantized outputs
+    forward_done(pass);
     say(b.prefix + " calibrated and quantized");
   }
 
   // The shared loop blocks: Hessians over every iteration, then one quantization.
-  bool loop_selected = false;
-  for (const BlockWeights& b : w.loop) loop_selected = loop_selected || block_has_selected(b, selected);
   auto run_loops = [&](ActMatrix& xs, const LinearInputHook& hook) {
     for (int64_t it = 0; it < c.loops; ++it)
       for (BlockWeights& b : w.loop) run_block(c, b, xs, seq_len, hook);
@@ -150,6 +174,7 @@ TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t
     HessianSet hs(selected, tc.n_seq);
     ActMatrix x_in = x;
     run_loops(x, hs.hook());
+    forward_done(loop_pass);
     auto hessians = hs.take();
     quantize(hessians, w);
     x = std::move(x_in);
@@ -158,6 +183,7 @@ TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t
   if (selected.count("head")) {
     starting("head: forward to the final norm, Hessian");
     run_loops(x, {});
+    forward_done(loop_pass);
     HessianSet hs(selected, tc.n_seq);
     final_logits(w, x, hs.hook());
     auto hessians = hs.take();

@@ -41,13 +41,23 @@ struct TokenCalibration {
 // handed-out copies), and with the head selected the [rows, vocab] logits.
 uint64_t calibration_peak_bytes(const ModelConfig& c, int64_t rows, bool head_selected);
 
+// What calibrate_sequential tells its caller as it goes (each may be empty).
+struct CalibrationEvents {
+  std::function<void(const std::string&)> log;  // one line per stage
+  std::function<void(double)> planned;          // the FLOPs of every forward pass, once, first
+  std::function<void(double)> forward_done;     // the FLOPs of the pass that just finished
+};
+
+// The FLOPs of one forward pass of a block's linears over `rows` rows (2 x rows x parameters;
+// attention and norms are a few percent at calibration lengths and are left out).
+double block_forward_flops(const ModelConfig& c, int64_t rows);
+
 // tokens: at least seq_len tokens; the first min(max_seq, tokens / seq_len) windows are used.
 // `selected`: linear weight names to calibrate and quantize; others keep their fp weights.
-// `log`: one line per stage (may be empty). Throws tl::Error for bad arguments.
+// Throws tl::Error for bad arguments.
 TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t>& tokens,
                                       int64_t seq_len, int64_t max_seq,
                                       const std::set<std::string>& selected,
-                                      const QuantizeBlock& quantize,
-                                      const std::function<void(const std::string&)>& log = {});
+                                      const QuantizeBlock& quantize, const CalibrationEvents& events = {});
 
 }  // namespace tl

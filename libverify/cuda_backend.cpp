@@ -186,18 +186,8 @@ class CudaBackend final : public KernelBackend {
 }  // namespace
 
 BackendProbe open_gpu_backend() {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
-    cudaGetLastError();
-    return {nullptr, "no CUDA GPU on this machine (no NVIDIA driver loaded)"};
-  }
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return {nullptr, std::string("no usable CUDA device (cudaGetDeviceCount: ") +
-                         cudaGetErrorString(e) + ")"};
-  }
-  if (count == 0) return {nullptr, "no CUDA device"};
+  const std::string why = tl::cuda::cuda_device_unavailable_reason();
+  if (!why.empty()) return {nullptr, why};
   cudaDeviceProp p{};
   if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
     cudaGetLastError();

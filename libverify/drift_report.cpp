@@ -1,3 +1,4 @@
+#include "formats/report_header.h"
 #include "libverify/drift_report.h"
 
 #include <algorithm>
@@ -274,11 +275,9 @@ nlohmann::json drift_report_json(const E2eResult& r) {
       per_layer.push_back({{"weight", l.weight}, {"kld_mean", l.kld_mean}, {"kld_mean_err", l.kld_mean_err},
                            {"ln_ppl_ratio", l.ln_ppl_ratio}, {"n_scored", l.n}});
   }
-  nlohmann::json j = {
-      {"tool", "tl-verify"},
-      {"version", TL_VERSION},
+  nlohmann::json j = report_header("tl-verify", 1);
+  j.update({
       {"report", "drift"},
-      {"schema_version", 1},
       {"tier", "e2e"},
       {"status", status_name(r.status)},
       {"reason", r.reason},
@@ -308,7 +307,7 @@ nlohmann::json drift_report_json(const E2eResult& r) {
       {"model", r.status != Status::kSkipped ? model_json(r.main) : nlohmann::json(nullptr)},
       {"baseline", r.status != Status::kSkipped && r.baseline ? model_json(*r.baseline) : nlohmann::json(nullptr)},
       {"per_layer_windows", or_null(o.per_layer, r.per_layer_windows)},
-      {"per_layer", per_layer}};
+      {"per_layer", per_layer}});
   return j;
 }
 

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "formats/h5_util.h"
+#include "formats/marlin_layout.h"
 
 namespace tl::verify {
 
@@ -33,7 +34,14 @@ MarlinSection MarlinSectionReader::read(const QuantWeight& w) const {
     throw Error("expected dtype int32", path, mp + "/B");
   m.B = h5::read<int32_t>(f, mp + "/B", path, nullptr, {w.K / 16, 2 * w.N});
   m.s = h5::read_half_bits(f, mp + "/s", path, nullptr, {w.groups(), w.N});
-  m.delta = h5::read_half_bits(f, mp + "/delta", path, nullptr, {w.groups(), w.N});
+  if (h5::has_attr(f, "/quant/" + w.name, "codes")) {
+    // A compact weight stores no delta: it is marlin_delta(scale, zero), and w's scale is this
+    // very section's s un-permuted (TinyloopReader::read_quant), so a fault in s shows in both.
+    m.delta.resize(w.zero.size());
+    marlin_delta(w.scale.data(), w.zero.data(), int64_t(w.zero.size()), m.delta.data());
+  } else {
+    m.delta = h5::read_half_bits(f, mp + "/delta", path, nullptr, {w.groups(), w.N});
+  }
   return m;
 }
 

@@ -240,12 +240,8 @@ struct GpuModel::Impl {
 };
 
 std::string gpu_model_unavailable_reason() {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    return std::string("no CUDA device (") + (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") + ")";
-  }
+  const std::string why = tl::cuda::cuda_device_unavailable_reason();
+  if (!why.empty()) return why;
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "cannot query device 0";
   if (prop.major < 8)

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "libconvert/marlin_layout.h"
+#include "formats/marlin_layout.h"
 #include "libverify/reference_math.h"
 #include "libverify/tier_cases.h"
 

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "libconvert/marlin_layout.h"
+#include "formats/marlin_layout.h"
 
 namespace tl::verify {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "libconvert/marlin_layout.h"
+#include "formats/marlin_layout.h"
 
 namespace tl::verify {
 

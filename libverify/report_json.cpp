@@ -1,5 +1,6 @@
 // The --json report. Schema: docs/verify-report.schema.json (keep the two in step; the test
 // test_report_schema.cpp validates a real report against the schema file).
+#include "formats/report_header.h"
 #include <cmath>
 
 #include "libverify/verify_report.h"
@@ -56,14 +57,13 @@ json report_to_json(const VerifyReport& r) {
                      {"cases", cases},
                      {"not_reached", t.not_reached}});
   }
-  return {{"tool", "tl-verify"},
-          {"version", TL_VERSION},
-          {"schema_version", 2},
-          {"file", r.file.empty() ? json(nullptr) : json(r.file)},
-          {"seed", r.seed},
-          {"device", r.device.empty() ? json(nullptr) : json(r.device)},
-          {"exit_code", r.exit_code},
-          {"tiers", tiers}};
+  json j = report_header("tl-verify", 2);
+  j["file"] = r.file.empty() ? json(nullptr) : json(r.file);
+  j["seed"] = r.seed;
+  j["device"] = r.device.empty() ? json(nullptr) : json(r.device);
+  j["exit_code"] = r.exit_code;
+  j["tiers"] = tiers;
+  return j;
 }
 
 }  // namespace tl::verify

@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/progress.h"
-#include "libconvert/marlin_layout.h"
+#include "formats/marlin_layout.h"
 #include "libverify/marlin_section_reader.h"
 #include "libverify/random_weights.h"
 #include "libverify/reference_math.h"
@@ -71,11 +71,29 @@ void run_synthetic(TierId id, const TierBounds& b, const RunContext& ctx, TierRe
 }
 
 // Why a quantized weight of the file has no Marlin section (for its skipped case).
-std::string no_section_reason(const EntryInfo& info) {
+MarlinGate gate_of(const EntryInfo& info) {
   const int64_t K = info.shape.size() == 2 ? info.shape[0] : 0;
   const int64_t N = info.shape.size() == 2 ? info.shape[1] : 0;
-  const MarlinGate gate = marlin_gate(K, N, info.group_size);
-  return gate.ok ? "no Marlin section (not packed)" : "no Marlin section: " + gate.reason;
+  return marlin_gate(K, N, info.group_size);
+}
+
+std::string no_section_reason(const EntryInfo& info) {
+  const MarlinGate gate = gate_of(info);
+  return gate.ok ? "no Marlin section (packable: marlin-pack did not pack it)" : "not packed: " + gate.reason;
+}
+
+// Why a file without any Marlin section has none: the weights cannot run on Marlin (marlin-pack
+// ran, or would run, and skip them all), or marlin-pack was not run on it.
+std::string no_sections_reason(const TinyloopReader& f, const std::vector<std::string>& names) {
+  MarlinGateTally gates;
+  for (const std::string& n : names) {
+    const MarlinGate g = gate_of(f.info(n));
+    if (!g.ok) gates.add(n, g.reason);
+  }
+  if (gates.count() == names.size())
+    return "not packed: no weight of FILE is runnable by the Marlin kernel (" + gates.text() + ")";
+  return "no Marlin section in FILE: marlin-pack was not run (" + std::to_string(names.size() - gates.count()) + " of " +
+         std::to_string(names.size()) + " weight(s) pass the Marlin gate)";
 }
 
 // Native tier on a file: every quantized weight at each of kFileTierMs (the kernel takes any
@@ -125,8 +143,7 @@ void run_on_file(TierId id, const TierBounds& b, const RunContext& ctx, TierResu
   for (const std::string& n : names) packed += f.info(n).has_marlin;
   if (packed == 0) {
     r.status = Status::kSkipped;
-    r.reason = names.empty() ? "FILE has no quantized weight"
-                             : "no Marlin section in FILE (run marlin-pack first)";
+    r.reason = names.empty() ? "FILE has no quantized weight" : no_sections_reason(f, names);
     return;
   }
   const bool per_m = id != TierId::kPack;
@@ -150,6 +167,13 @@ void run_on_file(TierId id, const TierBounds& b, const RunContext& ctx, TierResu
     w.marlin = sections.read(w);
     if (!per_m) {
       CaseResult c = check_pack(w);
+      // A compact weight's q and scale are this section's own decode, so the code and scale
+      // comparison holds by construction; marlin-pack made it against the quantizer's codes
+      // before dropping them. What still stands: layout tag, groupsize, shapes, finite scales
+      // and delta = f(scale, zero). Said, so a pass is not read as more than it is.
+      if (info.compact && c.status != Status::kFailed)
+        c.message = "compact: codes checked against the quantizer's by marlin-pack at pack time; here: layout, "
+                    "groupsize, shapes, scales, delta";
       progress.done(c);
       r.cases.push_back(std::move(c));
       continue;

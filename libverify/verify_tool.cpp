@@ -105,7 +105,7 @@ int run_tl_verify(const VerifyOptions& o) {
   ctx.seed = report.seed;
   ctx.small_shapes = o.small_shapes;
   ctx.thorough = o.thorough;
-  ctx.progress = &err;
+  ctx.progress = o.quiet ? nullptr : &err;
   std::optional<E2eResult> e2e;
   ctx.file_path = o.file;
   ctx.e2e = &o.e2e;

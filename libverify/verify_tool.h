@@ -30,6 +30,7 @@ struct VerifyOptions {
   E2eOptions e2e;
   std::string drift_json_path, drift_md_path;  // the drift report files, empty: none
   bool thorough = false;                // synthetic tiers: a second shape per kernel path
+  bool quiet = false;                   // no progress lines (skips, failures and the seed stay)
 
   std::ostream* out = nullptr;          // results table (stdout when null)
   std::ostream* err = nullptr;          // progress, skip reasons, failures (stderr when null)

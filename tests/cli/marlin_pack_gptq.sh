@@ -105,7 +105,12 @@ if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
   "$MP" ck_gptq_0 -o only2.tinyloop --only 'mlp\.up' --json --quiet > d.json || fail "--only up"
   [ "$(json_get d.json "j['totals']['packed']")" = "1" ] || fail "--only 'mlp\\.up' did not pack"
 
-  # Plain summary line on stdout without --json.
-  "$MP" ck_gptq_v2_1 -o e.tinyloop -q | grep -q "1 packed, 0 verified, 1 skipped" || fail "summary line"
+  # The summary on stderr (stdout carries data only), with why weights were skipped.
+  "$MP" ck_gptq_v2_1 -o e.tinyloop > e.out 2> e.err || fail "summary run"
+  [ -s e.out ] && fail "marlin-pack printed to stdout without --json: $(cat e.out)"
+  grep -q "1 packed, 0 verified, 1 skipped; .* bits/weight" e.err || fail "summary line: $(cat e.err)"
+  grep -q "^marlin-pack: skipped: 1 x " e.err || fail "skip reasons line: $(cat e.err)"
+  "$MP" ck_gptq_v2_1 -o e2.tinyloop -q > e.out 2> e.err || fail "quiet run"
+  [ -s e.out ] || [ -s e.err ] && fail "--quiet printed something: $(cat e.out e.err)"
   echo "marlin_pack_gptq: ok"
 fi

@@ -10,21 +10,10 @@
 #  - SIGINT / SIGTERM / SIGHUP / a closed pipe: the conventional status, no temporary, no target;
 #    a temporary left by SIGKILL is removed by the next run in that folder;
 #  - --max-memory below the estimate: exit 2 naming the estimate and the limit.
-set -u
-: "${TL_BIN:?}" "${TL_TMP:?}" "${TL_SRC:?}"
-rm -rf "$TL_TMP" && mkdir -p "$TL_TMP" && cd "$TL_TMP" || exit 1
-GQ="$TL_BIN/gptq-quantize" MP="$TL_BIN/marlin-pack" TV="$TL_BIN/tl-verify" TI="$TL_BIN/tl-inspect"
-MODEL="$TL_SRC/data/tinyloop-kjv" TOKENS="$TL_SRC/data/kjv_calib.u32"
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/tools_common.bash"
+TOKENS="$TL_SRC/data/kjv_calib.u32"
 no_temporaries() { ! ls -a | grep -q '\.tmp-' || fail "temporary file left: $(ls -a | grep '\.tmp-') ($*)"; }
-bad() {  # bad PATTERN CMD...: exit 2, exactly one stderr line matching PATTERN
-  local pat="$1"; shift
-  "$@" > bad.out 2> bad.err; local rc=$?
-  [ $rc -eq 2 ] || fail "expected exit 2, got $rc: $* ($(cat bad.err))"
-  [ "$(wc -l < bad.err)" -eq 1 ] || fail "expected one stderr line: $(cat bad.err)"
-  grep -qE -- "$pat" bad.err || fail "stderr lacks '$pat': $(cat bad.err)"
-  no_temporaries "$*"
-}
+bad_hook() { no_temporaries "$1"; }
 
 # ---- byte-reproducible outputs ----
 for t in 1 2 3; do

@@ -21,7 +21,7 @@
 #include "formats/safetensors.h"
 #include "formats/tinyloop_file.h"
 #include "libconvert/gptq_checkpoint.h"
-#include "libconvert/marlin_layout.h"
+#include "formats/marlin_layout.h"
 #include "libconvert/marlin_pack_tool.h"
 
 namespace {

@@ -8,7 +8,7 @@
 #include <doctest/doctest.h>
 
 #include "formats/h5_util.h"
-#include "libconvert/marlin_layout.h"
+#include "formats/marlin_layout.h"
 
 namespace {
 

@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 #include "formats/tinyloop_file.h"
-#include "libconvert/marlin_layout.h"
+#include "formats/marlin_layout.h"
 #include "libconvert/marlin_pack_tool.h"
 
 namespace {

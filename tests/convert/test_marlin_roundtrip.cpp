@@ -11,7 +11,7 @@
 #include <doctest/doctest.h>
 
 #include "core/error.h"
-#include "libconvert/marlin_layout.h"
+#include "formats/marlin_layout.h"
 
 namespace {
 

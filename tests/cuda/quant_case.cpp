@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "cuda/kernels_ref.h"
-#include "libconvert/marlin_layout.h"
+#include "formats/marlin_layout.h"
 
 namespace tl::test {
 

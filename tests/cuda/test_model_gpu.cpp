@@ -12,7 +12,7 @@
 #include "cuda/tl_kernels.h"
 #include "formats/token_file.h"
 #include "gpu_test_util.h"
-#include "libconvert/marlin_layout.h"
+#include "formats/marlin_layout.h"
 #include "libconvert/minmax_quantizer.h"
 #include "libconvert/model_forward.h"
 #include "libconvert/model_weights.h"

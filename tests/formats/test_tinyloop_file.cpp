@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "formats/h5_util.h"
 #include "formats/h5_write.h"
+#include "formats/marlin_layout.h"
 #include "formats/tinyloop_file.h"
 
 using namespace tl;
@@ -294,7 +295,7 @@ TEST_CASE("tinyloop: copy_* carry unknown datasets and attributes through unchan
       TinyloopWriter w(dst, "marlin-pack");
       w.copy_config_and_attributes(r);
       w.copy_entry(r, "embed");
-      w.copy_quant_with_marlin(r, "blk0.mlp_up", m);
+      w.copy_quant_with_marlin(r, r.read_quant("blk0.mlp_up", false), m, CodeStorage::kNative);
       w.commit();
     }
     // and again on the packed file: the old section is replaced, not duplicated
@@ -304,7 +305,7 @@ TEST_CASE("tinyloop: copy_* carry unknown datasets and attributes through unchan
       TinyloopReader rp(dst);
       TinyloopWriter w(dst2, "marlin-pack");
       w.copy_config_and_attributes(rp);
-      w.copy_quant_with_marlin(rp, "blk0.mlp_up", m2);
+      w.copy_quant_with_marlin(rp, rp.read_quant("blk0.mlp_up", false), m2, CodeStorage::kNative);
       w.commit();
     }
     TinyloopReader c(dst2);
@@ -321,9 +322,112 @@ TEST_CASE("tinyloop: copy_* carry unknown datasets and attributes through unchan
     MarlinSection bad = m2;
     bad.B.pop_back();
     TinyloopWriter w(dir + "/bad.tinyloop", "x");
-    require_throws_with([&] { w.copy_quant_with_marlin(c, "blk0.mlp_up", bad); }, {"B: expected"});
+    require_throws_with([&] { w.copy_quant_with_marlin(c, c.read_quant("blk0.mlp_up", false), bad, CodeStorage::kNative); },
+                        {"B: expected"});
   }
   CHECK(test::slurp(src) == src_bytes);  // the input is never touched
+}
+
+TEST_CASE("tinyloop: a compact weight (codes only in the Marlin section) reads back as the native one") {
+  const std::string dir = scratch("tl_compact");
+  std::mt19937 rng(std::random_device{}());
+  // Grouped and per-column (the two scale permutations), the smallest packable shape and one
+  // with several 16 x 64 tiles in both directions.
+  for (const auto& [K, N, gs] : {std::tuple<int64_t, int64_t, int64_t>{128, 128, 128}, {384, 256, 128}, {256, 384, 256}}) {
+    CAPTURE(K);
+    CAPTURE(N);
+    CAPTURE(gs);
+    QuantWeight w = test::random_quant("blk0.mlp_up", K, N, gs, rng);
+    w.marlin = marlin_pack(w);
+    const std::string native = dir + "/native.tinyloop", compact = dir + "/compact.tinyloop";
+    {
+      TinyloopWriter out(native, "test");
+      out.write_quant(w);
+      out.commit();
+    }
+    {
+      TinyloopReader r(native);
+      TinyloopWriter out(compact, "test");
+      out.copy_config_and_attributes(r);
+      out.copy_quant_with_marlin(r, r.read_quant(w.name, false), *w.marlin, CodeStorage::kMarlinOnly);
+      out.commit();
+    }
+    TinyloopReader c(compact);
+    CHECK(c.root_attributes()["format_version"] == kTinyloopCompactFormatVersion);
+    const EntryInfo e = c.info(w.name);
+    CHECK(e.compact);
+    CHECK(e.has_marlin);
+    // One copy of the codes: B (K * N / 2 bytes) + s + zero; no q, scale or delta.
+    CHECK(e.stored_bytes < uint64_t(K * N / 2 + 2 * 2 * w.groups() * N) + 4096);
+    hid_t f = H5Fopen(compact.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    CHECK_FALSE(h5::exists(f, "/quant/blk0.mlp_up/q"));
+    CHECK_FALSE(h5::exists(f, "/quant/blk0.mlp_up/scale"));
+    CHECK_FALSE(h5::exists(f, "/quant/blk0.mlp_up/marlin/delta"));
+    H5Fclose(f);
+    for (bool with_marlin : {false, true}) {
+      const QuantWeight g = c.read_quant(w.name, with_marlin);
+      CHECK(g.q == w.q);
+      CHECK(g.scale == w.scale);
+      CHECK(g.zero == w.zero);
+      CHECK(g.provenance == w.provenance);
+      CHECK(bool(g.marlin) == with_marlin);
+      if (with_marlin) {
+        CHECK(g.marlin->B == w.marlin->B);
+        CHECK(g.marlin->s == w.marlin->s);
+        CHECK(g.marlin->delta == w.marlin->delta);  // recomputed: the same bits marlin_pack wrote
+      }
+    }
+    // And back to native from the compact file: q and scale are written again from the decode.
+    const std::string again = dir + "/again.tinyloop";
+    {
+      TinyloopWriter out(again, "test");
+      out.copy_quant_with_marlin(c, c.read_quant(w.name, false), *w.marlin, CodeStorage::kNative);
+      out.commit();
+    }
+    TinyloopReader a(again);
+    CHECK(a.root_attributes()["format_version"] == kTinyloopFormatVersion);
+    CHECK_FALSE(a.info(w.name).compact);
+    const QuantWeight g = a.read_quant(w.name);
+    CHECK(g.q == w.q);
+    CHECK(g.scale == w.scale);
+    CHECK(g.marlin->delta == w.marlin->delta);
+    // A copied compact entry keeps the file at version 2.
+    const std::string copied = dir + "/copied.tinyloop";
+    {
+      TinyloopWriter out(copied, "test");
+      out.copy_entry(c, w.name);
+      out.commit();
+    }
+    CHECK(TinyloopReader(copied).root_attributes()["format_version"] == kTinyloopCompactFormatVersion);
+  }
+  // A compact weight needs its section; an unknown codes value is refused by name.
+  QuantWeight w = test::random_quant("w", 128, 128, 128, rng);
+  {
+    TinyloopWriter out(dir + "/x.tinyloop", "test");
+    require_throws_with([&] { out.write_quant(w, CodeStorage::kMarlinOnly); }, {"needs its Marlin section"});
+  }
+  w.marlin = marlin_pack(w);
+  const std::string bad = dir + "/bad.tinyloop";
+  {
+    TinyloopWriter out(bad, "test");
+    out.write_quant(w, CodeStorage::kMarlinOnly);
+    out.commit();
+  }
+  hid_t f = H5Fopen(bad.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  {
+    h5::Handle g(H5Gopen2(f, "/quant/w", H5P_DEFAULT), H5Gclose);
+    h5::write_attr(g, "codes", "nibbles", bad);
+  }
+  H5Fclose(f);
+  require_throws_with([&] { TinyloopReader(bad).read_quant("w"); }, {"codes = 'nibbles'", "/quant/w"});
+  f = H5Fopen(bad.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  {
+    h5::Handle g(H5Gopen2(f, "/quant/w", H5P_DEFAULT), H5Gclose);
+    h5::write_attr(g, "codes", "marlin", bad);
+    H5Ldelete(f, "/quant/w/marlin", H5P_DEFAULT);
+  }
+  H5Fclose(f);
+  require_throws_with([&] { TinyloopReader(bad).read_quant("w"); }, {"without its marlin/ section"});
 }
 
 TEST_CASE("tinyloop: a flipped byte inside a chunk is caught by the checksum") {
@@ -397,10 +501,10 @@ TEST_CASE("tinyloop: bad inputs give one clear error naming file, item and expec
     {
       RawFile rf(p);
       hid_t root = H5Gopen2(rf.f, "/", H5P_DEFAULT);
-      h5::write_attr(root, "format_version", 2, p);
+      h5::write_attr(root, "format_version", 3, p);
       H5Gclose(root);
     }
-    require_throws_with([&] { TinyloopReader r(p); }, {"unsupported format_version 2", "reads version 1"});
+    require_throws_with([&] { TinyloopReader r(p); }, {"unsupported format_version 3", "reads versions 1 and 2"});
   }
   SUBCASE("missing dataset") {
     const std::string p = write_sample(dir, rng);

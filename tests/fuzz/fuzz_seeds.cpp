@@ -16,7 +16,7 @@
 #include "formats/tinyloop_file.h"
 #include "fuzz_util.h"
 #include "libconvert/gptq_checkpoint.h"
-#include "libconvert/marlin_layout.h"
+#include "formats/marlin_layout.h"
 
 namespace {
 
@@ -82,7 +82,8 @@ tl::ModelConfig config() {
 
 void tinyloop_seeds() {
   const std::string p = tl::fuzz::scratch() + "/seed.tinyloop";
-  for (int variant = 0; variant < 3; ++variant) {
+  // variant 3: a compact weight (codes only in its Marlin section, format_version 2).
+  for (int variant = 0; variant < 4; ++variant) {
     {
       tl::TinyloopWriter w(p, "tl_fuzz_seeds");
       if (variant != 2) w.write_config(config());
@@ -90,8 +91,8 @@ void tinyloop_seeds() {
       w.write_dense(tensor("pre.0.attn_norm", tl::DType::F32, {128}));
       w.write_dense(tensor("ids", tl::DType::I32, {5}));
       tl::QuantWeight a = quant("pre.0.mlp_up", 128, 256, 128);
-      if (variant == 0) a.marlin = tl::marlin_pack(a);
-      w.write_quant(a);
+      if (variant == 0 || variant == 3) a.marlin = tl::marlin_pack(a);
+      w.write_quant(a, variant == 3 ? tl::CodeStorage::kMarlinOnly : tl::CodeStorage::kNative);
       w.write_quant(quant("pre.0.attn_out", 128, 128, variant == 1 ? 32 : 128));
       if (variant == 2) w.write_quant(quant("odd", 48, 7, 16));
       w.commit();

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/nibbles.h"
-#include "libconvert/marlin_layout.h"
+#include "formats/marlin_layout.h"
 
 namespace tl::verify::testing {
 

@@ -6,7 +6,7 @@
 #include "formats/h5_util.h"
 #include "formats/h5_write.h"
 #include "formats/tinyloop_file.h"
-#include "libconvert/marlin_layout.h"
+#include "formats/marlin_layout.h"
 #include "libverify/random_weights.h"
 
 namespace tl::verify::testing {

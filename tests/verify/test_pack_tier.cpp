@@ -25,7 +25,7 @@ TEST_CASE("pack tier passes on a correct pack; GPU tiers skipped with reasons; u
   CHECK(r.out.find("layers.0.attn_out") != std::string::npos);
   CHECK(r.out.find("layers.0.mlp_down") != std::string::npos);
   CHECK(r.out.find("head") != std::string::npos);
-  CHECK(r.out.find("skipped: no Marlin section") != std::string::npos);
+  CHECK(r.out.find("skipped: not packed: ") != std::string::npos);
   CHECK(r.out.find("failed\n") == std::string::npos);
   CHECK(r.err.find("symmetric: skipped: ") != std::string::npos);
   CHECK(r.err.find("e2e: skipped: no --tokens file") != std::string::npos);
@@ -40,7 +40,7 @@ TEST_CASE("exit 77 when everything requested is skipped") {
   o.tiers = {TierId::kPack};
   RunOutput r = run_verify(o);
   CHECK(r.rc == 77);
-  CHECK(r.err.find("pack: skipped: no Marlin section in FILE") != std::string::npos);
+  CHECK(r.err.find("pack: skipped: no Marlin section in FILE: marlin-pack was not run") != std::string::npos);
 
   VerifyOptions none;  // no FILE: pack needs one, the GPU tiers have no GPU
   none.probe_gpu = false;

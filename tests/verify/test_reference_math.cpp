@@ -6,7 +6,7 @@
 #include <cmath>
 #include <set>
 
-#include "libconvert/marlin_layout.h"
+#include "formats/marlin_layout.h"
 #include "libverify/random_weights.h"
 #include "libverify/reference_math.h"
 

@@ -5,7 +5,7 @@
 //   DIR/sharded/            two bf16 shards + model.safetensors.index.json (HF [N, K] names)
 //   DIR/calib.h5            two Hessians (tinyloop-calib layout)
 //   DIR/bad/*.tinyloop      one defect each: missing_dataset, wrong_dtype, wrong_shape,
-//                           version2, nan_dense, truncated, not_tinyloop (plain HDF5)
+//                           version9, nan_dense, truncated, not_tinyloop (plain HDF5)
 // The Marlin words are random: these files test the container, not the packer.
 #include <cmath>
 #include <cstdio>
@@ -109,10 +109,10 @@ void write_bad(const std::string& model, const std::string& dir) {
     std::vector<int32_t> b(16 * 256, 7);  // [K/16, N] instead of [K/16, 2N]
     h5::write_dataset(f, "/quant/blk0.mlp_up/marlin/B", H5T_STD_I32LE, H5T_NATIVE_INT32, {16, 256}, b.data(), dir);
   });
-  copy_file(model, dir + "/version2.tinyloop");
-  edit(dir + "/version2.tinyloop", [&](hid_t f) {
+  copy_file(model, dir + "/version9.tinyloop");
+  edit(dir + "/version9.tinyloop", [&](hid_t f) {
     hid_t root = H5Gopen2(f, "/", H5P_DEFAULT);
-    h5::write_attr(root, "format_version", 2, dir);
+    h5::write_attr(root, "format_version", 9, dir);
     H5Gclose(root);
   });
   copy_file(model, dir + "/nan_dense.tinyloop");

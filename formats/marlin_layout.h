@@ -54,6 +54,7 @@ void marlin_unpack_codes_ref(const int32_t* B, int64_t K, int64_t N, uint8_t* q)
 
 // Decodes a whole section back into the TinyLoop view: q codes [K, N], scale [G, N] (Marlin's
 // s un-permuted) and checks its shapes/groupsize/layout tag against w (throws tl::Error).
+// delta may be empty (a compact weight's section, whose delta is derived on read).
 struct MarlinDecoded {
   std::vector<uint8_t> q;
   std::vector<half_bits> scale;

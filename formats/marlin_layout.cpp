@@ -12,7 +12,7 @@
 // interleave, 4 x 4 transpose; see there) or portably in two cache-resident passes. The tile's
 // 1 KiB of input stays in L1; memory sees one streaming read of q and one streaming write of
 // B. Strips of 16 rows are split across threads.
-#include "libconvert/marlin_layout.h"
+#include "formats/marlin_layout.h"
 
 #include <algorithm>
 #include <cmath>
@@ -385,7 +385,7 @@ MarlinDecoded marlin_decode(const MarlinSection& m, int64_t K, int64_t N, int64_
     throw Error("marlin/B holds " + std::to_string(m.B.size()) + " words, expected [" +
                     std::to_string(K / 16) + ", " + std::to_string(2 * N) + "]",
                 file, item);
-  if (int64_t(m.s.size()) != G * N || int64_t(m.delta.size()) != G * N)
+  if (int64_t(m.s.size()) != G * N || (!m.delta.empty() && int64_t(m.delta.size()) != G * N))
     throw Error("marlin/s or marlin/delta size differs from [" + std::to_string(G) + ", " +
                     std::to_string(N) + "]",
                 file, item);

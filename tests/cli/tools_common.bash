@@ -1,0 +1,19 @@
+# Shared by the CLI tests that run the four tools on the shipped model (sourced, not a test:
+# CTest registers *.sh only): a fresh $TL_TMP as the working folder, the tool paths, the model,
+# fail, and bad PATTERN CMD... (exit 2, exactly one stderr line matching PATTERN; a caller may
+# define bad_hook to check more, e.g. that no temporary was left).
+set -u
+: "${TL_BIN:?}" "${TL_TMP:?}" "${TL_SRC:?}"
+rm -rf "$TL_TMP" && mkdir -p "$TL_TMP" && cd "$TL_TMP" || exit 1
+GQ="$TL_BIN/gptq-quantize" MP="$TL_BIN/marlin-pack" TV="$TL_BIN/tl-verify" TI="$TL_BIN/tl-inspect"
+MODEL="$TL_SRC/data/tinyloop-kjv"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+bad() {
+  local pat="$1"; shift
+  "$@" > bad.out 2> bad.err; local rc=$?
+  [ $rc -eq 2 ] || fail "expected exit 2, got $rc: $* ($(cat bad.err))"
+  [ "$(wc -l < bad.err)" -eq 1 ] || fail "expected one stderr line: $(cat bad.err)"
+  grep -qE -- "$pat" bad.err || fail "stderr lacks '$pat': $(cat bad.err)"
+  if declare -F bad_hook > /dev/null; then bad_hook "$*"; fi
+  return 0
+}
