@@ -198,6 +198,7 @@ struct Record {
   std::string set, layer, kernel;
   int K, N, M, g;
   double us, tflops, gbs, speedup;
+  std::string path;  // what the launcher ran: decode / tiled / dequant (marlin_plan), or the kernel
 };
 
 double geomean(const std::vector<double>& v) {
@@ -240,8 +241,8 @@ int main(int argc, char** argv) {
   std::vector<Record> records;
   std::map<std::pair<std::string, int>, double> cublas_us;  // (layer key, M) -> us
   uint64_t seed = uint64_t(now);
-  std::printf("\n%-4s %-8s %-12s %5s %4s | %9s | %9s %6s | %9s %6s | %8s | %9s %6s | %7s %7s | %s\n", "set",
-              "layer", "KxN", "M", "g", "cuBLAS us", "marlin us", "x", "asym us", "x", "pair us",
+  std::printf("\n%-4s %-8s %-12s %5s %4s | %9s | %9s %6s | %9s %6s | %9s %6s | %8s | %9s %6s | %7s %7s | %s\n", "set",
+              "layer", "KxN", "M", "g", "cuBLAS us", "marlin us", "x", "asym us", "x", "dequant us", "x", "pair us",
               "native us", "x", "TFLOP/s", "GB/s", "decode grid");
 
   for (const Layer& L : kLayers) {
@@ -278,6 +279,16 @@ int main(int argc, char** argv) {
       auto asym = [&](int M) {
         return tl::cuda::marlin_mm_asymmetric(A, Bi, s_perm, delta, C, workspace, M, L.N, L.K, gsz, stream);
       };
+      // The prefill floor forced at every M > 16 (the runtime takes it from kDefaultDequantMinM).
+      tl::cuda::KernelOptions dq_opt;
+      dq_opt.dequant_min_m = 17;
+      auto asym_dq = [&](int M) {
+        return tl::cuda::marlin_mm_asymmetric(A, Bi, s_perm, delta, C, workspace, M, L.N, L.K, gsz, stream, dq_opt);
+      };
+      auto path_of = [&](int M, const tl::cuda::KernelOptions& o) {
+        tl::cuda::GemmPlan plan;
+        return tl::cuda::marlin_plan(M, L.N, L.K, gsz, true, o, &plan) == 0 ? std::string(plan.kernel) : std::string("?");
+      };
       auto pair = [&](int M) {
         int rc = tl::cuda::a_group_sum(A, a_sum, M, L.K, gsz, stream);
         return rc ? rc : tl::cuda::correction_accum(C, a_sum, delta, M, L.N, G, stream);
@@ -303,6 +314,7 @@ int main(int argc, char** argv) {
             {"marlin_mm_asymmetric", [&] { return asym(M); }, w_hat},
             {"marlin + correction pair", [&] { int rc = marlin(M); return rc ? rc : pair(M); }, w_hat},
             {"int4_gemm", [&] { return native(M); }, w_hat},
+            {"marlin_mm_asymmetric (dequant + cuBLAS)", [&] { return asym_dq(M); }, w_hat},
         };
         for (const Check& ck : checks) {
           CHECK_CUDA(cudaMemsetAsync(C, 0xff, mn * 2, stream));
@@ -328,16 +340,18 @@ int main(int argc, char** argv) {
         const double t_asym = timer.median_us([&] { return asym(M); });
         const double t_pair = timer.median_us([&] { return pair(M); });
         const double t_native = M <= opt.native_max_m ? timer.median_us([&] { return native(M); }) : NAN;
+        const double t_dq = M > 16 ? timer.median_us([&] { return asym_dq(M); }) : NAN;
         const double flop = 2.0 * M * double(L.N) * L.K;
         const double int4_bytes = double(kn) / 2 + 2.0 * gn;
-        auto add = [&](const char* kernel, double us, double bytes) {
+        auto add = [&](const char* kernel, double us, double bytes, std::string path = "") {
           if (std::isnan(us)) return;
           records.push_back({L.set, L.name, kernel, L.K, L.N, M, g, us, flop / us * 1e-6, bytes / us * 1e-3,
-                             t_cublas / us});
+                             t_cublas / us, path.empty() ? std::string(kernel) : path});
         };
         add("cublas_fp16", t_cublas, 2.0 * kn);
-        add("marlin", t_marlin, int4_bytes);
-        add("marlin_asym", t_asym, int4_bytes + 2.0 * gn);
+        add("marlin", t_marlin, int4_bytes, path_of(M, {}));
+        add("marlin_asym", t_asym, int4_bytes + 2.0 * gn, path_of(M, {}));
+        add("marlin_asym_dequant", t_dq, int4_bytes + 2.0 * gn, "dequant");
         add("correction_pair", t_pair, 2.0 * gn);
         add("int4_gemm", t_native, double(kn) / 2 + 4.0 * gn);
         char kxn[24];
@@ -350,9 +364,10 @@ int main(int argc, char** argv) {
             tl::cuda::detail::marlin_small_m_grid(M, L.N, L.K, gsz, false, tl::cuda::KernelOptions{}, &sg) == 0)
           std::snprintf(grid, sizeof grid, "%dx%d:%d %s%.0d", sg.blocks, sg.warps_per_block,
                         sg.per_warp, sg.cluster ? "cluster " : "flat", sg.cluster);
-        std::printf("%-4s %-8s %-12s %5d %4d | %9.1f | %9.1f %6.2f | %9.1f %6.2f | %8.1f | %9.1f %6.2f | %7.1f %7.0f | %s\n",
+        std::printf("%-4s %-8s %-12s %5d %4d | %9.1f | %9.1f %6.2f | %9.1f %6.2f | %9.1f %6.2f | %8.1f | %9.1f %6.2f | %7.1f %7.0f | %s\n",
                     L.set, L.name, kxn, M, g, t_cublas, t_marlin, t_cublas / t_marlin, t_asym, t_cublas / t_asym,
-                    t_pair, t_native, t_cublas / t_native, flop / t_marlin * 1e-6, int4_bytes / t_marlin * 1e-3, grid);
+                    t_dq, t_cublas / t_dq, t_pair, t_native, t_cublas / t_native, flop / t_marlin * 1e-6,
+                    int4_bytes / t_marlin * 1e-3, grid);
         std::fflush(stdout);
       }
       for (void* p : {(void*)B, (void*)scale, (void*)s_perm, (void*)zero, (void*)delta, (void*)w_hat,
@@ -393,6 +408,31 @@ int main(int argc, char** argv) {
       std::printf("  %-4s g=%4d: marlin %.2fx cuBLAS, asymmetric wrapper %.2fx; wrapper overhead %+.1f %% (max %+.1f %%), %d points\n",
                   set.c_str(), g, geomean(sm), geomean(sa), 100 * (geomean(ov) - 1), 100 * ov_max, int(sm.size()));
     }
+  // The issue's measure: per set, g and M, sum of cuBLAS time over the set's layers / sum of the
+  // kernel's, for the tiled/decode wrapper, the dequant floor, and what the runtime's dispatcher
+  // runs (the floor from kDefaultDequantMinM on).
+  std::printf("\nsum over layers, cuBLAS time / kernel time (asymmetric wrapper; dispatch = floor from M >= %d):\n",
+              tl::cuda::kDefaultDequantMinM);
+  for (const std::string& set : opt.sets)
+    for (int g : opt.gs)
+      for (int M : opt.ms) {
+        double cub = 0, asym = 0, dq = 0, disp = 0;
+        bool have_dq = true;
+        std::map<std::string, double> dq_t;
+        for (const Record& r : records)
+          if (r.set == set && r.g == g && r.M == M && r.kernel == "marlin_asym_dequant") dq_t[r.layer] = r.us;
+        for (const Record& r : records) {
+          if (r.set != set || r.g != g || r.M != M || r.kernel != "marlin_asym") continue;
+          cub += r.us * r.speedup;
+          asym += r.us;
+          if (dq_t.count(r.layer)) dq += dq_t[r.layer];
+          else have_dq = false;
+          disp += (M >= tl::cuda::kDefaultDequantMinM && dq_t.count(r.layer)) ? dq_t[r.layer] : r.us;
+        }
+        if (asym <= 0) continue;
+        std::printf("  %-4s g=%4d M=%5d: wrapper %.2fx, dequant floor %s, dispatch %.2fx\n", set.c_str(), g, M, cub / asym,
+                    have_dq ? (std::to_string(cub / dq).substr(0, 4) + "x").c_str() : "-", cub / disp);
+      }
   // Native vs Marlin per M (the dispatcher's floor): geometric mean of native / asym time.
   std::printf("\nnative int4_gemm time / marlin_mm_asymmetric time (geometric mean over layers and g):\n");
   for (int M : opt.ms) {
@@ -416,9 +456,9 @@ int main(int argc, char** argv) {
     const Record& r = records[i];
     std::fprintf(f,
                  "    {\"set\": \"%s\", \"layer\": \"%s\", \"K\": %d, \"N\": %d, \"M\": %d, \"g\": %d, \"kernel\": \"%s\", "
-                 "\"us\": %.3f, \"tflops\": %.3f, \"weight_gbs\": %.1f, \"speedup_vs_cublas\": %.4f}%s\n",
-                 r.set.c_str(), r.layer.c_str(), r.K, r.N, r.M, r.g, r.kernel.c_str(), r.us, r.tflops, r.gbs,
-                 r.speedup, i + 1 < records.size() ? "," : "");
+                 "\"path\": \"%s\", \"us\": %.3f, \"tflops\": %.3f, \"weight_gbs\": %.1f, \"speedup_vs_cublas\": %.4f}%s\n",
+                 r.set.c_str(), r.layer.c_str(), r.K, r.N, r.M, r.g, r.kernel.c_str(), r.path.c_str(), r.us, r.tflops,
+                 r.gbs, r.speedup, i + 1 < records.size() ? "," : "");
   }
   std::fprintf(f, "  ],\n  \"summary_m_le_16\": [\n");
   for (size_t i = 0; i < summaries.size(); ++i) {

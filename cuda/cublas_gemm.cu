@@ -43,7 +43,12 @@ int handle_for(int device, cublasHandle_t* out) {
 
 int cublas_fp16_gemm(const __half* X, const __half* W, __half* Y, int M, int N, int K,
                      cudaStream_t stream) {
-  if (M < 1 || N < 1 || K < 1 || !X || !W || !Y) return kShapeUnsupported;
+  return cublas_fp16_gemm_ld(X, W, N, Y, N, M, N, K, stream);
+}
+
+int cublas_fp16_gemm_ld(const __half* X, const __half* W, int ldw, __half* Y, int ldy, int M, int N, int K,
+                        cudaStream_t stream) {
+  if (M < 1 || N < 1 || K < 1 || !X || !W || !Y || ldw < N || ldy < N) return kShapeUnsupported;
   int device = 0;
   TL_CUDA_CHECK(cudaGetDevice(&device));
   cublasHandle_t h = nullptr;
@@ -51,8 +56,8 @@ int cublas_fp16_gemm(const __half* X, const __half* W, __half* Y, int M, int N, 
   TL_CUBLAS_CHECK(cublasSetStream(h, stream));
   // Row-major Y = X W is column-major Y^T = W^T X^T: W [K, N] row-major is W^T (N x K, ld N).
   const float alpha = 1.f, beta = 0.f;
-  TL_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, W, CUDA_R_16F, N, X,
-                               CUDA_R_16F, K, &beta, Y, CUDA_R_16F, N, CUBLAS_COMPUTE_32F,
+  TL_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, W, CUDA_R_16F, ldw, X,
+                               CUDA_R_16F, K, &beta, Y, CUDA_R_16F, ldy, CUBLAS_COMPUTE_32F,
                                CUBLAS_GEMM_DEFAULT));
   return kOk;
 }

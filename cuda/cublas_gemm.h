@@ -12,5 +12,8 @@ namespace tl::cuda::detail {
 // Returns kOk, kShapeUnsupported or kCudaError (a cuBLAS failure is printed like a CUDA one).
 int cublas_fp16_gemm(const __half* X, const __half* W, __half* Y, int M, int N, int K,
                      cudaStream_t stream);
+// The same on column slices: W [K, N] with row stride ldw, Y [M, N] with row stride ldy.
+int cublas_fp16_gemm_ld(const __half* X, const __half* W, int ldw, __half* Y, int ldy, int M, int N, int K,
+                        cudaStream_t stream);
 
 }  // namespace tl::cuda::detail

@@ -4,12 +4,16 @@
 //      marlin_available(), the Marlin gate of core/group_size.h (K % 128, N % 128, group size)
 //                                                             -> marlin_mm_asymmetric;
 //   3. otherwise, or when the Marlin launcher declines (rc 1/2) -> native int4_gemm.
+// Inside the Marlin path the launcher picks by M: the decode kernel (M <= 16), the tiled kernel,
+// and from options.dequant_min_m (kernel_options_from_env: kDefaultDequantMinM, measured on the
+// H200) the dequantize + cuBLAS floor; dispatch_stats().marlin_kernels counts each.
 // Every call is counted per path; every time Marlin was wanted (use_marlin) but not taken, the
 // reason is counted too, so a runtime report can say why a layer fell back. The Marlin kernel
 // is faster than the native int4_gemm at every M measured on the H200 (M = 1 included, see
 // docs/perf.md), so there is no lower bound on M.
 //
 // kernel_options_from_env() is the one place libtl_cuda reads the environment.
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +24,7 @@
 #include "core/group_size.h"
 #include "cuda/cublas_gemm.h"
 #include "cuda/cuda_check.h"
+#include "cuda/marlin_gemm.h"
 #include "cuda/tl_kernels.h"
 
 namespace tl::cuda {
@@ -85,6 +90,8 @@ KernelOptions kernel_options_from_env() {
   if (env_is("TL_MARLIN_SMALL_M_OCC", "1")) o.tiled_small_m_blocks_per_sm = 1;
   if (env_is("TL_MARLIN_SMALL_M_OCC", "2")) o.tiled_small_m_blocks_per_sm = 2;
   o.clusters = !env_is("TL_MARLIN_CLUSTER", "0");
+  o.dequant_min_m = kDefaultDequantMinM;
+  if (const char* v = std::getenv("TL_MARLIN_DEQUANT_MIN_M")) o.dequant_min_m = std::max(0, std::atoi(v));
   return o;
 }
 
@@ -104,6 +111,13 @@ GemmPath quant_gemm(const DeviceQuantWeight& w, const __half* X, __half* Y, int 
                                     w.marlin_workspace, M, w.N, w.K, w.group_size, stream, options);
       if (status == kOk || status == kCudaError) {
         path = GemmPath::kMarlin;
+        {
+          const char* kernel = detail::use_dequant(M, options)                 ? "dequant"
+                               : (M <= detail::kSmallMMaxRows && options.decode_kernel) ? "decode"
+                                                                                        : "tiled";
+          std::lock_guard<std::mutex> lock(g_mutex);
+          g_stats.marlin_kernels[kernel]++;
+        }
         if (status == kOk) {
           std::call_once(g_first_line, [&] {
             char line[160];

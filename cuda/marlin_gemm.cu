@@ -4,7 +4,7 @@
 //
 // Written for tinyloop-tools from the published Marlin design (Frantar et al., "MARLIN:
 // Mixed-Precision Auto-Regressive Parallel Inference on Large Language Models") and the layout
-// facts in libconvert/marlin_layout.h; it reads exactly what marlin-pack writes. What it does:
+// facts in formats/marlin_layout.h; it reads exactly what marlin-pack writes. What it does:
 //   * INT4 weights stay INT4 in global memory; each k-tile of B is streamed once through a
 //     STAGES-deep cp.async pipeline with an L2 evict-first policy (B is read once, A is reused
 //     by every block and should stay in L2);
@@ -600,6 +600,8 @@ int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half
     return kShapeUnsupported;
   if (!marlin_group_size_ok(K, group_size)) return kNoConfig;
   const int groupsize = int(marlin_groupsize_arg(K, group_size));  // the kernel's form: -1 per column
+  if (use_dequant(M, options))  // prefill: fp16 tiles + cuBLAS beat the tiled kernel there
+    return marlin_dequant_gemm(A, B, s, delta, C, M, N, K, group_size, stream, options);
   if (M <= kSmallMMaxRows && options.decode_kernel) {
     const int rc = marlin_small_m(A, B, s, delta, C, workspace, M, N, K, groupsize > 0, stream, options);
     if (rc != kNoConfig) return rc;  // else: too little shared memory, the tiled kernel runs
@@ -652,6 +654,12 @@ int marlin_plan(int M, int N, int K, int group_size, bool asym, const KernelOpti
   *plan = GemmPlan{};
   if (M < 1 || N < kTileAlign || K < kTileAlign || N % kTileAlign || K % kTileAlign) return kShapeUnsupported;
   if (!marlin_group_size_ok(K, group_size)) return kNoConfig;
+  if (detail::use_dequant(M, options)) {
+    const int cols = detail::dequant_chunk_cols(N, K, options);
+    plan->kernel = "dequant";
+    plan->slices = (N + cols - 1) / cols;
+    return kOk;
+  }
   if (M <= detail::kSmallMMaxRows && options.decode_kernel) {
     detail::SmallMGrid g{};
     const int rc = detail::marlin_small_m_grid(M, N, K, group_size, asym, options, &g);

@@ -28,7 +28,17 @@ struct KernelOptions {
                                         // size (TL_MARLIN_SMALL_M_OCC)
   bool clusters = true;       // decode kernel on sm_90: combine in thread-block clusters where that
                               // shortens the stripes (TL_MARLIN_CLUSTER=0: never)
+  // The prefill floor (cuda/marlin_dequant.cu): at M >= dequant_min_m (and M > 16) the Marlin
+  // launchers dequantize the weight into fp16 tiles and run cuBLAS on them instead of the tiled
+  // kernel. 0: never (the launchers' default, so the tiers test the tiled kernel as before);
+  // kernel_options_from_env() sets the crossover measured on the H200 (TL_MARLIN_DEQUANT_MIN_M
+  // overrides, 0 turns it off).
+  int dequant_min_m = 0;
+  size_t dequant_scratch_bytes = 0;  // fp16 tile scratch per call; 0: kDequantScratchBytes
 };
+constexpr size_t kDequantScratchBytes = size_t(64) << 20;
+// M from which the dequantize + cuBLAS floor beats the tiled kernel on the H200 (docs/perf.md).
+constexpr int kDefaultDequantMinM = 256;
 // The options as the environment variables above set them (unset: the defaults).
 KernelOptions kernel_options_from_env();
 
@@ -63,7 +73,8 @@ size_t marlin_workspace_ints(int N);
 // that reach every code path (libverify/tier_shapes.cpp) and what a report shows. The
 // launchers make the same choices (they call the same planning code).
 struct GemmPlan {
-  const char* kernel = "";      // "decode" (M <= 16), "tiled" (Marlin, slices of 64 rows), "native"
+  const char* kernel = "";      // "decode" (M <= 16), "tiled" (Marlin, slices of 64 rows), "dequant"
+                                // (fp16 tiles + cuBLAS, slices = column chunks), "native"
   int blocks = 0;               // grid of the (first) launch
   int warps_per_block = 0;
   int units_per_warp = 0;       // decode: 128 x 128 units in one warp's stripe
@@ -127,6 +138,7 @@ GemmPath quant_gemm(const DeviceQuantWeight& w, const __half* X, __half* Y, int 
 struct DispatchStats {
   long long dispatches[3] = {0, 0, 0};        // per GemmPath
   std::map<std::string, long long> fallbacks; // reason -> count (Marlin wanted but not taken)
+  std::map<std::string, long long> marlin_kernels;  // Marlin calls by kernel: decode / tiled / dequant
   std::string first_dispatch_line;            // "[marlin] first dispatch ok: BT=... N=... K=... gs=..."
 };
 DispatchStats dispatch_stats();

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "cuda/marlin_gemm.h"
@@ -60,7 +61,9 @@ void check_case(const QuantCase& c, const tl::cuda::KernelOptions& options = {})
   Gpu g(c);
   const int M = int(c.M), N = int(c.N), K = int(c.K);
   const std::vector<int64_t> rows = rows_to_check(c.M, c.K, c.N);
-  const bool grouped = c.marlin_gs() > 0;
+  // Grouped scales are applied to the fp16 weights (rounded), per-column ones in fp32 -- except
+  // on the dequantize + cuBLAS floor, which rounds every weight to fp16 once.
+  const bool grouped = c.marlin_gs() > 0 || tl::cuda::detail::use_dequant(M, options);
 
   // Symmetric: C = A (q - 8) s.
   g.C.poison();
@@ -70,7 +73,6 @@ void check_case(const QuantCase& c, const tl::cuda::KernelOptions& options = {})
   std::vector<half_bits> sym = g.C.download();
   CHECK_MESSAGE(count_nonfinite(sym) == 0, c.name() << ": unwritten outputs");
   const Reference ref_sym = ref_marlin(c, rows);
-  // Grouped scales are applied to the fp16 weights (rounded), per-column ones in fp32.
   const CompareResult rs =
       compare_rows("marlin " + c.name(), sym, rows, c.N, ref_sym,
                    grouped ? kMaxUlpRoundedWeights : kMaxUlpExactWeights, kMaxRelFro);
@@ -128,6 +130,44 @@ TEST_CASE("marlin: symmetric GEMM, fused wrapper and GEMM + correction pair vs f
         CAPTURE(c.name());
         check_case(c);
       }
+}
+
+TEST_CASE("marlin: the dequantize + cuBLAS floor (prefill), whole and in column chunks") {
+  uint64_t stream = 5000;
+  struct Shape {
+    int64_t K, N;
+    std::vector<int64_t> Ms;
+    size_t scratch;  // 0: the default 64 MiB (one chunk here); else a cap that forces chunks
+  };
+  const std::vector<Shape> shapes =
+      quick_mode() ? std::vector<Shape>{{256, 384, {17, 100}, 0}, {384, 640, {64}, 384 * 128 * 2}}
+                   : std::vector<Shape>{{128, 128, {17, 33, 63, 64, 100}, 0},
+                                        {256, 384, {17, 256, 1024}, 0},
+                                        {384, 640, {17, 100, 256}, 384 * 128 * 2},       // 5 chunks of 128
+                                        {1024, 1152, {64, 1024}, 1024 * 256 * 2 + 100},  // 4 of 256, 1 of 128
+                                        {4096, 4096, {256}, 0},
+                                        {11008, 256, {100}, 0}};
+  for (const Shape& sh : shapes)
+    for (int64_t gs : {int64_t(-1), int64_t(128)})
+      for (int64_t M : sh.Ms) {
+        tl::cuda::KernelOptions o;
+        o.dequant_min_m = 17;
+        o.dequant_scratch_bytes = sh.scratch;
+        const QuantCase c = make_quant_case(M, sh.K, sh.N, gs < 0 ? sh.K : gs, ++stream);
+        CAPTURE(c.name());
+        tl::cuda::GemmPlan plan;
+        REQUIRE(tl::cuda::marlin_plan(int(M), int(sh.N), int(sh.K), int(c.group_size), true, o, &plan) == 0);
+        CHECK(std::string(plan.kernel) == "dequant");
+        const int cols = tl::cuda::detail::dequant_chunk_cols(int(sh.N), int(sh.K), o);
+        CHECK(plan.slices == int((sh.N + cols - 1) / cols));
+        if (sh.scratch > 0) CHECK(plan.slices > 1);
+        check_case(c, o);
+      }
+  // Off by default in the launchers (the tiers test the tiled kernel), on in the runtime's options.
+  tl::cuda::GemmPlan plan;
+  REQUIRE(tl::cuda::marlin_plan(1024, 4096, 4096, 128, true, tl::cuda::KernelOptions{}, &plan) == 0);
+  CHECK(std::string(plan.kernel) == "tiled");
+  CHECK(tl::cuda::kernel_options_from_env().dequant_min_m == tl::cuda::kDefaultDequantMinM);
 }
 
 TEST_CASE("marlin: tiled kernel remainder slices and its two-blocks-per-SM mode") {
