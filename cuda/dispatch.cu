@@ -112,11 +112,8 @@ GemmPath quant_gemm(const DeviceQuantWeight& w, const __half* X, __half* Y, int 
       if (status == kOk || status == kCudaError) {
         path = GemmPath::kMarlin;
         {
-          const char* kernel = detail::use_dequant(M, options)                 ? "dequant"
-                               : (M <= detail::kSmallMMaxRows && options.decode_kernel) ? "decode"
-                                                                                        : "tiled";
           std::lock_guard<std::mutex> lock(g_mutex);
-          g_stats.marlin_kernels[kernel]++;
+          g_stats.marlin_kernels[detail::marlin_kernel_for(M, options)]++;
         }
         if (status == kOk) {
           std::call_once(g_first_line, [&] {

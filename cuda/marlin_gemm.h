@@ -26,9 +26,6 @@ int marlin_dequant_gemm(const __half* A, const int32_t* B, const __half* s, cons
                         __half* C, int M, int N, int K, int group_size, cudaStream_t stream,
                         const KernelOptions& options);
 int dequant_chunk_cols(int N, int K, const KernelOptions& options);
-inline bool use_dequant(int M, const KernelOptions& options) {
-  return M > 16 && options.dequant_min_m > 0 && M >= options.dequant_min_m;
-}
 
 // The streaming kernel for decode sizes (marlin_small_m.cu), same operands, M in [1, 16];
 // marlin_gemm calls it for M <= kSmallMMaxRows after validating the arguments. grouped: one
@@ -37,6 +34,17 @@ constexpr int kSmallMMaxRows = 16;
 int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __half* delta,
                    __half* C, int* workspace, int M, int N, int K, bool grouped,
                    cudaStream_t stream, const KernelOptions& options);
+
+// Whether marlin_gemm runs the prefill floor for M (marlin_dequant_gemm above).
+inline bool use_dequant(int M, const KernelOptions& options) {
+  return M > kSmallMMaxRows && options.dequant_min_m > 0 && M >= options.dequant_min_m;
+}
+// The kernel marlin_gemm picks for M (before its decode kernel's rare no-config fallback), for
+// counters that must not query the device per call; marlin_plan gives the full plan.
+inline const char* marlin_kernel_for(int M, const KernelOptions& options) {
+  if (use_dequant(M, options)) return "dequant";
+  return M <= kSmallMMaxRows && options.decode_kernel ? "decode" : "tiled";
+}
 
 // How marlin_small_m shares a problem out on the current device, for reports: blocks of
 // warps_per_block warps, warp stripes of per_warp units (128 columns x 128 k), and the cluster

@@ -123,7 +123,7 @@ static nlohmann::json summary_tinyloop(const std::string& path) {
     const EntryInfo e = r.info(n);
     const int64_t K = e.shape[0], N = e.shape[1];
     nlohmann::json prov = e.attributes;
-    for (const char* a : {"bits", "group_size", "K", "N", "G", "codes"}) prov.erase(a);
+    for (const std::string& a : schema::kQuantLayoutAttrs) prov.erase(a);
     nlohmann::json q = {{"name", n},
                         {"K", K},
                         {"N", N},

@@ -74,6 +74,17 @@ struct QuantWeight {
   std::vector<float> dequantize() const;
 };
 
+// Payload bytes of a [K, N] 4-bit weight with G groups as the writer stores it: native q (two
+// codes per byte) + scale + zero, plus with a Marlin section B (4 bits per code), s and delta;
+// compact: B + s + zero (one copy of the codes). The unit of every "bytes / bits per weight"
+// in the tools' summaries (tl-inspect reports what HDF5 really stores, chunk padding included).
+inline uint64_t quant_payload_bytes(int64_t K, int64_t N, int64_t G, bool packed, CodeStorage storage) {
+  const uint64_t gn = uint64_t(G) * uint64_t(N) * sizeof(half_bits), b = uint64_t(K) * uint64_t(N) / 2;
+  if (storage == CodeStorage::kMarlinOnly) return b + 2 * gn;
+  return uint64_t(K) * uint64_t((N + 1) / 2) + 2 * gn + (packed ? b + 2 * gn : 0);
+}
+inline double bits_per_weight(uint64_t bytes, double params) { return params > 0 ? double(bytes) * 8.0 / params : 0.0; }
+
 // Metadata of one entry, read without loading its data (tl-inspect, planning).
 struct EntryInfo {
   std::string name;

@@ -142,7 +142,7 @@ void TinyloopWriter::copy_entry(const TinyloopReader& src, const std::string& na
   if (!quant && !src.has_dense(name)) throw Error("no such tensor or quantized weight to copy", src.path(), name);
   const std::string p = quant ? schema::quant_path(name) : schema::dense_path(name);
   impl_->file.run([&] { h5::copy_object(s.file, p, impl_->file.id(), p, path); });
-  if (quant && src.info(name).compact) impl_->compact_written = true;
+  if (quant && h5::has_attr(s.file, p, schema::kCodesAttr)) impl_->compact_written = true;
 }
 
 void TinyloopWriter::copy_quant_with_marlin(const TinyloopReader& src, const QuantWeight& w, const MarlinSection& m,

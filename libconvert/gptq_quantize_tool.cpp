@@ -260,11 +260,8 @@ struct Job {
       return;
     }
     uint64_t weights = 0;
-    for (const ImportEntry& e : in.entries()) {
-      uint64_t n = 1;
-      for (int64_t d : e.shape) n *= uint64_t(std::max<int64_t>(d, 0));
-      weights += n * (e.kind == ImportEntry::Kind::kQuantized ? 5 : 4);  // float32 (+ codes)
-    }
+    for (const ImportEntry& e : in.entries())
+      weights += entry_elements(e) * (e.kind == ImportEntry::Kind::kQuantized ? 5 : 4);  // float32 (+ codes)
     bool head = false;
     for (const ImportEntry* e : linears) head = head || e->name == "head";
     const uint64_t acts = calibration_peak_bytes(in.config(), calib_windows * opt.calib_seq, head);
@@ -316,10 +313,14 @@ struct Job {
                 format_duration(since(t0)));
   }
 
-  static uint64_t entry_bytes(const ImportEntry& e) {
-    uint64_t n = 2;  // the stored dtype's size is the importer's business; 16-bit is the common case
+  static uint64_t entry_elements(const ImportEntry& e) {
+    uint64_t n = 1;
     for (int64_t d : e.shape) n *= uint64_t(std::max<int64_t>(d, 0));
     return n;
+  }
+  // What copying the entry reads: its source dtype, or 4-bit codes for a quantized one.
+  static uint64_t entry_bytes(const ImportEntry& e) {
+    return e.kind == ImportEntry::Kind::kQuantized ? entry_elements(e) / 2 : entry_elements(e) * dtype_size(e.dtype);
   }
 
   // Quantizes linear i (W [K, N]; h empty for RTN without calibration); no I/O.
@@ -495,11 +496,6 @@ struct Job {
     if (save) save->commit();
   }
 
-  // Payload bytes of a quantized weight as written: codes (two per byte), scale and zero.
-  static uint64_t quant_bytes(int64_t K, int64_t N, int64_t group_size) {
-    return uint64_t(K) * uint64_t((N + 1) / 2) + 2 * uint64_t(group_count(K, group_size)) * uint64_t(N) * 2;
-  }
-
   // schema_version 2: the header, group_size a number (-1 = per row, as GPTQ writes it), bytes
   // and bits per weight, and which weights the Marlin kernel cannot run.
   nlohmann::json summary_json(double wall) const {
@@ -508,7 +504,7 @@ struct Job {
     bool have_rtn = true;
     nlohmann::json jw = nlohmann::json::array();
     for (const WeightReport& r : reports) {
-      const uint64_t b = quant_bytes(r.K, r.N, r.group_size);
+      const uint64_t b = quant_payload_bytes(r.K, r.N, group_count(r.K, r.group_size), false, CodeStorage::kNative);
       const double p = double(r.K) * double(r.N);
       nlohmann::json j = {{"name", r.name},
                           {"K", r.K},
@@ -516,7 +512,7 @@ struct Job {
                           {"group_size", r.group_size},
                           {"marlin_ok", marlin_gate(r.K, r.N, r.group_size).ok},
                           {"bytes", b},
-                          {"bits_per_weight", p > 0 ? double(b) * 8 / p : 0.0},
+                          {"bits_per_weight", bits_per_weight(b, p)},
                           {"seconds", r.seconds}};
       bytes += b;
       params += p;
@@ -554,7 +550,7 @@ struct Job {
       s["act_order"] = opt.act_order;
     }
     nlohmann::json totals = {{"quantized", linears.size()}, {"dense", n_dense}, {"copied_quantized", n_copied},
-                             {"bytes", bytes}, {"bits_per_weight", params > 0 ? double(bytes) * 8 / params : 0.0},
+                             {"bytes", bytes}, {"bits_per_weight", bits_per_weight(bytes, params)},
                              {"seconds", wall}};
     if (gptq) totals["gptq_loss"] = sum_gptq;
     totals["rtn_loss"] = have_rtn ? nlohmann::json(sum_rtn) : nlohmann::json(nullptr);

@@ -38,16 +38,6 @@ uint64_t section_bytes(const MarlinSection& m) {
   return m.B.size() * sizeof(int32_t) + (m.s.size() + m.delta.size()) * sizeof(half_bits);
 }
 
-// Payload bytes of a [K, N] weight with G groups as stored: native q (two codes per byte) +
-// scale + zero, plus the section (B: 4 bits per code; s; delta) if packed; compact: B + s + zero.
-uint64_t weight_bytes(int64_t K, int64_t N, int64_t G, bool packed, bool compact) {
-  const uint64_t codes = uint64_t(K) * uint64_t((N + 1) / 2), gn = uint64_t(G) * uint64_t(N) * sizeof(half_bits);
-  if (compact) return uint64_t(K) * uint64_t(N) / 2 + 2 * gn;
-  return codes + 2 * gn + (packed ? uint64_t(K) * uint64_t(N) / 2 + 2 * gn : 0);
-}
-
-double bits_per_weight(uint64_t bytes, double params) { return params > 0 ? double(bytes) * 8.0 / params : 0.0; }
-
 // Raised by the --require-all check; run_marlin_pack turns it into exit 1.
 struct GateUnmet {
   std::string message;
@@ -162,7 +152,7 @@ struct Job {
   // Fills the size fields of a packed or verified weight.
   void sized(WeightReport& r, int64_t G) const {
     r.compact = o.drop_native;
-    r.bytes = weight_bytes(r.K, r.N, G, true, r.compact);
+    r.bytes = quant_payload_bytes(r.K, r.N, G, true, storage());
   }
 
   void run_tinyloop(TinyloopWriter& out) {
@@ -171,24 +161,18 @@ struct Job {
     double work = 0;  // codes to pack or copy: K * N per weight
     // Every weight's layout from metadata before anything is written or printed: a malformed
     // weight is one error line, and weights copied unread are valid in the output too.
-    std::vector<WeightReport> unpacked;  // what would stay unpacked, for --require-all
+    MarlinGateTally unpacked;  // what would stay unpacked, for --require-all
     for (const std::string& name : quant) {
       in.check_quant(name);
       const EntryInfo info = in.info(name);
       work += double(info.shape.at(0)) * double(info.shape.at(1));
       const MarlinGate gate = marlin_gate(info.shape.at(0), info.shape.at(1), info.group_size);
-      if (!selected(name) || !gate.ok) {
-        WeightReport r;
-        r.name = name;
-        r.status = "skipped";
-        r.reason = selected(name) ? gate.reason : "not selected by --only";
-        unpacked.push_back(r);
-      }
+      if (!selected(name) || !gate.ok) unpacked.add(name, selected(name) ? gate.reason : "not selected by --only");
     }
-    if (o.require_all && !unpacked.empty())
-      throw GateUnmet{"--require-all: " + std::to_string(unpacked.size()) + " of " + std::to_string(quant.size()) +
-                      " weight(s) would stay unpacked (" + reason_counts(unpacked) + "; first: " +
-                      unpacked.front().name + "); nothing written"};
+    if (o.require_all && unpacked.count() > 0)
+      throw GateUnmet{"--require-all: " + std::to_string(unpacked.count()) + " of " + std::to_string(quant.size()) +
+                      " weight(s) would stay unpacked (" + unpacked.text() + "; first: " + unpacked.first() +
+                      "); nothing written"};
     Progress progress(kTool, quant.size(), work, o.quiet);
     out.copy_config_and_attributes(in);
     for (const std::string& name : in.dense_names()) {
@@ -209,7 +193,8 @@ struct Job {
         r.status = "skipped";
         r.reason = selected(name) ? gate.reason : "not selected by --only";
         r.compact = info.compact;
-        r.bytes = weight_bytes(r.K, r.N, group_count(r.K, r.group_size), info.has_marlin, info.compact);
+        r.bytes = quant_payload_bytes(r.K, r.N, group_count(r.K, r.group_size), info.has_marlin,
+                                      info.compact ? CodeStorage::kMarlinOnly : CodeStorage::kNative);
         out.copy_entry(in, name);
       } else {
         const QuantWeight w = in.read_quant(name, /*with_marlin=*/true);
@@ -238,7 +223,7 @@ struct Job {
         sized(r, w.groups());
         w.marlin = std::move(scratch);
       } else {
-        r.bytes = weight_bytes(w.K, w.N, w.groups(), false, false);
+        r.bytes = quant_payload_bytes(w.K, w.N, w.groups(), false, CodeStorage::kNative);
       }
       out.write_quant(w, w.marlin ? storage() : CodeStorage::kNative);
       if (w.marlin) scratch = std::move(*w.marlin);  // hand the buffers back for the next weight

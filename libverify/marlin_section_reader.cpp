@@ -19,7 +19,7 @@ MarlinSectionReader::MarlinSectionReader(const std::string& path) : impl_(std::m
 
 MarlinSectionReader::~MarlinSectionReader() = default;
 
-MarlinSection MarlinSectionReader::read(const QuantWeight& w) const {
+MarlinSection MarlinSectionReader::read(const QuantWeight& w, bool compact) const {
   const std::string& path = impl_->path;
   const hid_t f = impl_->file;
   const std::string mp = "/quant/" + w.name + "/marlin";  // the layout of tinyloop_file.h
@@ -34,7 +34,7 @@ MarlinSection MarlinSectionReader::read(const QuantWeight& w) const {
     throw Error("expected dtype int32", path, mp + "/B");
   m.B = h5::read<int32_t>(f, mp + "/B", path, nullptr, {w.K / 16, 2 * w.N});
   m.s = h5::read_half_bits(f, mp + "/s", path, nullptr, {w.groups(), w.N});
-  if (h5::has_attr(f, "/quant/" + w.name, "codes")) {
+  if (compact) {
     // A compact weight stores no delta: it is marlin_delta(scale, zero), and w's scale is this
     // very section's s un-permuted (TinyloopReader::read_quant), so a fault in s shows in both.
     m.delta.resize(w.zero.size());

@@ -17,9 +17,10 @@ class MarlinSectionReader {
   explicit MarlinSectionReader(const std::string& path);  // opens the file read-only
   ~MarlinSectionReader();
   // The section of /quant/<w.name>/marlin: groupsize and layout attributes, B [K/16, 2N] int32,
-  // s and delta float16 [G, N]. Throws tl::Error naming the dataset when one is missing or has
-  // another shape or dtype.
-  MarlinSection read(const QuantWeight& w) const;
+  // s and delta float16 [G, N]; compact (EntryInfo::compact): no stored delta, it is derived from
+  // w's scale and zero. Throws tl::Error naming the dataset when one is missing or has another
+  // shape or dtype.
+  MarlinSection read(const QuantWeight& w, bool compact) const;
 
  private:
   struct Impl;

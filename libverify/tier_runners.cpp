@@ -164,7 +164,7 @@ void run_on_file(TierId id, const TierBounds& b, const RunContext& ctx, TierResu
     // format says (a checksum mismatch, a wrong dtype or shape) is a damaged file: the readers
     // throw, exit 2. What a readable section says is what the tier checks.
     QuantWeight w = f.read_quant(names[wi], /*with_marlin=*/false);
-    w.marlin = sections.read(w);
+    w.marlin = sections.read(w, info.compact);
     if (!per_m) {
       CaseResult c = check_pack(w);
       // A compact weight's q and scale are this section's own decode, so the code and scale

@@ -1,5 +1,7 @@
 #include "verify/fixture_file.h"
 
+#include <filesystem>
+
 #include <hdf5.h>
 
 #include "core/error.h"
@@ -42,6 +44,14 @@ void write_verify_fixture(const std::string& path, uint64_t seed, bool with_marl
     out.write_quant(w);
   }
   out.commit();
+}
+
+FaultPlace write_faulty_fixture(const std::string& path, uint64_t seed, const std::string& weight,
+                                PlantedFault fault) {
+  std::filesystem::remove(path);
+  write_verify_fixture(path, seed);
+  plant_fault_in_file(path, weight, fault);
+  return fixture_fault_place(weight, fault);
 }
 
 void plant_fault_in_file(const std::string& path, const std::string& weight, PlantedFault fault) {

@@ -29,4 +29,9 @@ void write_verify_fixture(const std::string& path, uint64_t seed, bool with_marl
 // Replaces the Marlin section of `weight` in the file at `path` by a faulty one.
 void plant_fault_in_file(const std::string& path, const std::string& weight, PlantedFault fault);
 
+// A fresh fixture at `path` (replacing any) with `fault` planted in `weight`; returns where the
+// fault lies (fixture_fault_place).
+FaultPlace write_faulty_fixture(const std::string& path, uint64_t seed, const std::string& weight,
+                                PlantedFault fault);
+
 }  // namespace tl::verify::testing

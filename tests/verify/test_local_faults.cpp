@@ -58,10 +58,7 @@ TEST_CASE("local packing faults fail the GPU tiers on the emulation, naming the 
   EmulatedBackend emu;
   for (const LocalFault& lf : faults) {
     const std::string bad = dir + "/bad.tinyloop";
-    std::filesystem::remove(bad);
-    write_verify_fixture(bad, seed);
-    plant_fault_in_file(bad, lf.weight, lf.fault);
-    const FaultPlace at = fixture_fault_place(lf.weight, lf.fault);
+    const FaultPlace at = write_faulty_fixture(bad, seed, lf.weight, lf.fault);
     VerifyOptions o;
     o.file = bad;
     o.backend = &emu;

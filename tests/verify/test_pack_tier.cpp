@@ -103,10 +103,7 @@ TEST_CASE("each local planted fault fails the pack tier, naming the weight and t
   const std::string dir = scratch_dir("pack_local_faults");
   for (const LocalFault& lf : cases) {
     const std::string file = dir + "/fault.tinyloop";
-    std::filesystem::remove(file);
-    write_verify_fixture(file, seed);
-    plant_fault_in_file(file, lf.weight, lf.fault);
-    const FaultPlace at = fixture_fault_place(lf.weight, lf.fault);
+    const FaultPlace at = write_faulty_fixture(file, seed, lf.weight, lf.fault);
     std::string place;
     if (at.k0 == at.k1 && at.n0 == at.n1) {
       place = std::string("differs: q[") + std::to_string(at.k0) + ", " + std::to_string(at.n0) + "]";

@@ -194,15 +194,21 @@ CpuCase cpu_case(const std::string& name) {
   return c;
 }
 
-}  // namespace
-
-TEST_CASE("e2e on the CPU: PPL as the forward computes it, the same for any thread count") {
-  const CpuCase c = cpu_case("cpu_ppl");
+// The e2e tier on the CPU over the case's file and tokens, windows of 64.
+E2eOptions cpu_options(const CpuCase& c) {
   E2eOptions o;
   o.file = c.file;
   o.tokens = c.tokens;
   o.ctx = 64;
   o.device = E2eDevice::kCpu;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("e2e on the CPU: PPL as the forward computes it, the same for any thread count") {
+  const CpuCase c = cpu_case("cpu_ppl");
+  E2eOptions o = cpu_options(c);
   o.threads = 1;
   const E2eResult one = run_e2e_tier(o);
   o.threads = 2;
@@ -234,11 +240,7 @@ TEST_CASE("e2e on the CPU: PPL as the forward computes it, the same for any thre
 
 TEST_CASE("e2e on the CPU against the reference: zero for identical weights, the quantized weight's error otherwise") {
   const CpuCase c = cpu_case("cpu_ref");
-  E2eOptions o;
-  o.file = c.file;
-  o.tokens = c.tokens;
-  o.ctx = 64;
-  o.device = E2eDevice::kCpu;
+  E2eOptions o = cpu_options(c);
   // The reference holding exactly FILE's W_hat: the same logits, so no drift at all.
   o.reference = c.what_hat;
   const E2eResult same = run_e2e_tier(o);
