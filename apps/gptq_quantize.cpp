@@ -1,10 +1,12 @@
 // gptq-quantize INPUT -o OUTPUT.tinyloop [options]: asymmetric min-max GPTQ (or RTN) of every
 // selected linear weight of a checkpoint. Flags -> tl::run_gptq_quantize (libconvert).
+#include <memory>
 #include <string>
 
 #include "apps/tool_main.h"
 #include "formats/memory_budget.h"
 #include "libconvert/gptq_quantize_tool.h"
+#include "libgpu/gptq_device.h"
 
 int main(int argc, char** argv) {
   tl::GptqQuantizeOptions o;
@@ -17,7 +19,7 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", o.output, "output .tinyloop (written atomically)")->required();
   app.add_option("--calib", o.calib, "calibration .h5 with /hessian/<weight> (required by --method gptq)");
   app.add_option("--calib-tokens", o.calib_tokens,
-                 "token file (.u32 / .npy): run the model on the CPU and calibrate block by block")
+                 "token file (.u32 / .npy): run the model and calibrate block by block (GPTQ's sequential mode)")
       ->check(CLI::ExistingFile);
   app.add_option("--calib-seq", o.calib_seq, "tokens per calibration window")->capture_default_str();
   app.add_option("--calib-samples", o.calib_samples, "calibration windows (at most)")->capture_default_str();
@@ -45,6 +47,9 @@ int main(int argc, char** argv) {
                                   "the rest is copied unchanged");
   app.add_flag("--drop-unselected", o.drop_unselected,
                "write only the quantized weights and the config, not the rest (e.g. one layer of a 7B model)");
+  app.add_option("--device", o.device, "where GPTQ runs: cuda (the GPU; none usable: exit 2), cpu, or auto "
+                                       "(the GPU when one is usable, else the CPU, said on stderr)")
+      ->transform(CLI::IsMember({"auto", "cpu", "cuda"}, CLI::ignore_case))->capture_default_str();
   app.add_option("--threads", o.threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber)->capture_default_str();
   std::string max_memory;
   app.add_option("--max-memory", max_memory, "refuse to start when the estimated peak exceeds this (e.g. 16G; "
@@ -57,6 +62,8 @@ int main(int argc, char** argv) {
     return tl::cli_exit(app, e, argc, argv);
   }
   return tl::tool_main("gptq-quantize", [&] {
+    const std::unique_ptr<tl::GptqDevice> gpu = tl::gpu::make_gptq_device();
+    o.gpu = gpu.get();
     tl::parse_group_size(group, &o.group_size);
     o.for_marlin = target == "marlin";
     tl::zero_mode_from_name(zero, &o.zero_mode);

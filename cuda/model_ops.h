@@ -1,9 +1,10 @@
-// GPU ops of the TinyLoop forward (the e2e tier's model runner, libverify/model_gpu.cpp), besides
-// the linear layers, which go through quant_gemm (tl_kernels.h). fp16 storage of activations
-// that feed GEMMs, fp32 residual stream and fp32 math everywhere. The CPU reference of every op
-// is libconvert/model_forward.cpp (the forward) and libverify/perplexity.cpp (row statistics);
-// tests/cuda/test_model_*.cpp compare them. Launchers return an Rc (tl_kernels.h): kOk,
-// kShapeUnsupported for a size the kernel does not take, kCudaError after printing the call.
+// GPU ops of the TinyLoop forward (libgpu/block_forward.cpp: the e2e tier's model runner and
+// gptq-quantize's GPU calibration), besides the linear layers, which go through quant_gemm
+// (tl_kernels.h) or cuBLAS. fp16 storage of activations that feed GEMMs, fp32 residual stream
+// and fp32 math everywhere. The CPU reference of every op is libconvert/model_forward.cpp (the
+// forward) and libverify/perplexity.cpp (row statistics); tests/cuda/test_model_*.cpp compare
+// them. Launchers return an Rc (tl_kernels.h): kOk, kShapeUnsupported for a size the kernel
+// does not take, kCudaError after printing the call.
 #pragma once
 
 #include <cstdint>

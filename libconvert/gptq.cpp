@@ -218,6 +218,31 @@ bool gptq_inverse_hessian_factor(const MatrixRowF& H, float damp, MatrixRowF* u,
   return true;
 }
 
+void gptq_damped_factor(const GptqOptions& opt, float mean_diag, const std::function<bool(float damp)>& factor,
+                        GptqResult* r) {
+  double pd = opt.percdamp;
+  for (int attempt = 0;; ++attempt) {
+    const float damp = float(pd) * mean_diag;
+    if (factor(damp)) {
+      r->percdamp = pd;
+      r->damp = damp;
+      r->damp_retries = attempt;
+      return;
+    }
+    if (attempt >= opt.max_damp_retries) {
+      throw Error("Hessian is not positive definite even with damping " + fmt_g(pd) + " of the mean diagonal (" +
+                      std::to_string(attempt + 1) + " attempts); check the calibration data for this weight",
+                  "", opt.name);
+    }
+    const double next = pd * opt.damp_growth;
+    if (opt.log) {
+      opt.log(opt.name + ": Hessian not positive definite with damp " + fmt_g(pd) + " of mean diag; retrying with " +
+              fmt_g(next));
+    }
+    pd = next;
+  }
+}
+
 double quadratic_loss(const float* H, const float* E, int64_t K, int64_t N) {
   const Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> h(H, K, K);
   const Eigen::Map<const MatrixRowF> e(E, K, N);
@@ -314,28 +339,9 @@ GptqResult gptq_quantize(const float* W, int64_t K, int64_t N, const float* H,
     r.percdamp = opt.percdamp;
     r.damp = float(opt.percdamp) * mean_diag;
   } else {
-    double pd = opt.percdamp;
-    for (int attempt = 0;; ++attempt) {
-      const float damp = float(pd) * mean_diag;
-      if (gptq_inverse_hessian_factor(Hw, damp, &p.U, &p.V, std::max(1, opt.threads))) {
-        r.percdamp = pd;
-        r.damp = damp;
-        r.damp_retries = attempt;
-        break;
-      }
-      if (attempt >= opt.max_damp_retries) {
-        throw Error("Hessian is not positive definite even with damping " + fmt_g(pd) +
-                        " of the mean diagonal (" + std::to_string(attempt + 1) +
-                        " attempts); check the calibration data for this weight",
-                    "", opt.name);
-      }
-      const double next = pd * opt.damp_growth;
-      if (opt.log) {
-        opt.log(opt.name + ": Hessian not positive definite with damp " + fmt_g(pd) +
-                " of mean diag; retrying with " + fmt_g(next));
-      }
-      pd = next;
-    }
+    gptq_damped_factor(opt, mean_diag, [&](float damp) {
+      return gptq_inverse_hessian_factor(Hw, damp, &p.U, &p.V, std::max(1, opt.threads));
+    }, &r);
   }
 
   MinMaxResult rtn;

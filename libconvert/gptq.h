@@ -96,6 +96,12 @@ GptqResult gptq_quantize(const float* W, int64_t K, int64_t N, const float* H,
 bool gptq_inverse_hessian_factor(const MatrixRowF& H, float damp, MatrixRowF* u, MatrixRowF* v,
                                  int threads = 1);
 
+// Step 4's damping with its retries, for both devices: factor(damp) with damp = percdamp *
+// mean_diag (float32), percdamp growing by damp_growth up to max_damp_retries times (each retry
+// logged); fills r's percdamp, damp and damp_retries; tl::Error when every attempt fails.
+void gptq_damped_factor(const GptqOptions& opt, float mean_diag, const std::function<bool(float damp)>& factor,
+                        GptqResult* r);
+
 // In-place inverse of an upper-triangular matrix (the strictly lower part is set to 0).
 void invert_upper_triangular(Eigen::Ref<MatrixRowF> t, int threads = 1);
 

@@ -31,6 +31,7 @@
 #include "formats/token_file.h"
 #include "libconvert/eigen_blocking.h"
 #include "libconvert/gptq.h"
+#include "libconvert/gptq_device.h"
 #include "libconvert/model_weights.h"
 #include "libconvert/token_calibration.h"
 
@@ -105,6 +106,8 @@ void validate_options(const GptqQuantizeOptions& opt) {
   if (!(opt.damp > 0 && opt.damp < 10)) throw Error("--damp must be in (0, 10), a fraction of the mean Hessian diagonal");
   if (opt.block_size <= 0) throw Error("--block-size must be positive");
   if (opt.output.empty()) throw Error("no output path (-o)");
+  if (opt.device != "cpu" && opt.device != "cuda" && opt.device != "auto")
+    throw Error("--device must be cpu, cuda or auto, got " + opt.device);
   // The two calibration inputs are different files; say which flag a misplaced one belongs to.
   if (!opt.calib.empty() && is_regular_file(opt.calib) && !is_hdf5_file(opt.calib))
     throw Error("not a calibration file (HDF5 Hessians): " +
@@ -172,8 +175,28 @@ struct Job {
   std::mutex h5_mu;                           // every HDF5 call (input, calibration, output)
 
   MarlinGateTally marlin_misfits;             // selected weights the Marlin kernel cannot run
+  bool use_gpu = false;                       // GPTQ on opt.gpu (choose_device)
+  std::string device_note;                    // said at the start: where GPTQ runs
+  GptqPhaseTimes phases;                      // --json "phases" (summed over workers)
+  std::mutex phases_mu;
 
-  int workers() const { return int(std::min<size_t>(size_t(threads), linears.size())); }
+  void add_phase(double GptqPhaseTimes::*field, double seconds) {
+    std::lock_guard<std::mutex> lock(phases_mu);
+    phases.*field += seconds;
+  }
+
+  // One GPU: one weight at a time on it (the CPU workers would only queue behind each other).
+  int workers() const { return use_gpu ? 1 : int(std::min<size_t>(size_t(threads), linears.size())); }
+
+  // --device: GPTQ on the GPU when asked (cuda: it must be usable) or when one is (auto).
+  void choose_device() {
+    if (!gptq) return;  // RTN is CPU work whatever --device says
+    const std::string why = opt.gpu ? opt.gpu->unavailable_reason() : "this build has no GPU support";
+    if (opt.device == "cuda" && !why.empty()) throw Error("--device cuda: " + why);
+    use_gpu = opt.device != "cpu" && why.empty();
+    if (use_gpu) device_note = "GPTQ on " + opt.gpu->name();
+    else if (opt.device == "auto") device_note = "--device auto: " + why + "; GPTQ runs on the CPU";
+  }
   int inner_threads() const { return std::max(1, threads / workers()); }
 
   void select_linears() {
@@ -259,6 +282,17 @@ struct Job {
                    "use --threads 1, or a machine with more memory");
       return;
     }
+    if (use_gpu) {
+      std::set<std::string> selected;
+      for (const ImportEntry* e : linears) selected.insert(e->name);
+      const SequentialMemory m = opt.gpu->plan(in.config(), calib_windows, opt.calib_seq, selected);
+      admit_memory(m.host_bytes, opt.max_memory, "calibrating on " + opt.gpu->name() + ", streaming block by block: " + m.formula,
+                   "use fewer --calib-samples or a shorter --calib-seq, or a machine with more memory");
+      if (m.activations_on_host)
+        device_note += "; the calibration activations do not fit the GPU beside a block (" + format_bytes(m.device_free) +
+                       " free) and stay in pinned host memory";
+      return;
+    }
     uint64_t weights = 0;
     for (const ImportEntry& e : in.entries())
       weights += entry_elements(e) * (e.kind == ImportEntry::Kind::kQuantized ? 5 : 4);  // float32 (+ codes)
@@ -323,6 +357,71 @@ struct Job {
     return e.kind == ImportEntry::Kind::kQuantized ? entry_elements(e) / 2 : entry_elements(e) * dtype_size(e.dtype);
   }
 
+  // The GPTQ options of one weight (both devices).
+  GptqOptions gptq_options(const std::string& name, int64_t K, Progress& progress) const {
+    GptqOptions g;
+    g.percdamp = opt.damp;
+    g.group_size = opt.group_size.effective(K, name);
+    g.block_size = opt.block_size;
+    g.act_order = opt.act_order;
+    g.static_groups = opt.act_order;  // contiguous groups (see gptq.h step 3)
+    g.zero_mode = opt.zero_mode;
+    g.threads = inner_threads();
+    g.want_rtn_loss = opt.rtn_compare;
+    g.name = name;
+    g.log = [&progress](const std::string& m) { progress.note(m); };
+    return g;
+  }
+
+  // Linear i's QuantWeight (codes, stored parameters, provenance) and report from its GPTQ result.
+  QuantWeight from_gptq(size_t i, GptqResult&& r, int64_t nsamples) {
+    const ImportEntry& e = *linears[i];
+    QuantWeight qw;
+    qw.name = e.name;
+    qw.bits = kQuantBits;
+    qw.K = e.K();
+    qw.N = e.N();
+    WeightReport& rep = reports[i];
+    rep.name = e.name;
+    rep.K = qw.K;
+    rep.N = qw.N;
+    rep.nsamples = nsamples;
+    if (!r.contiguous_groups()) throw Error("internal: non-contiguous groups", "", e.name);
+    qw.group_size = r.group_size;
+    qw.q = std::move(r.q);
+    qw.scale = std::move(r.scale16);
+    qw.zero = std::move(r.zero16);
+    rep.gptq_loss = r.loss;
+    rep.rtn_loss = r.rtn_loss;
+    rep.percdamp = r.percdamp;
+    rep.damp = r.damp;
+    rep.damp_retries = r.damp_retries;
+    rep.dead = int64_t(r.dead.size());
+    nlohmann::json prov = provenance();
+    prov["damp"] = r.percdamp;
+    prov["damp_abs"] = r.damp;
+    prov["damp_retries"] = r.damp_retries;
+    prov["block_size"] = opt.block_size;
+    prov["act_order"] = opt.act_order;
+    prov["static_groups"] = opt.act_order && r.G > 1;
+    prov["nsamples"] = nsamples;
+    prov["dead_inputs"] = rep.dead;
+    prov["gptq_loss"] = r.loss;
+    if (r.rtn_loss >= 0) prov["rtn_loss"] = r.rtn_loss;
+    if (use_gpu) prov["device"] = opt.gpu->name();  // a CPU run's provenance is as before
+    qw.provenance = prov;
+    rep.group_size = qw.group_size;
+    qw.validate(opt.output);
+    return qw;
+  }
+
+  nlohmann::json provenance() const {
+    return {{"method", opt.method},
+            {"group", opt.group_size.name()},
+            {"zero", zero_mode_name(opt.zero_mode)},
+            {"producer", std::string("gptq-quantize ") + TL_VERSION}};
+  }
+
   // Quantizes linear i (W [K, N]; h empty for RTN without calibration); no I/O.
   QuantWeight quantize_one(size_t i, const std::vector<float>& W, const Hessian& h, Progress& progress) {
     const ImportEntry& e = *linears[i];
@@ -337,44 +436,11 @@ struct Job {
     rep.K = K;
     rep.N = N;
     rep.nsamples = h.nsamples;
-    nlohmann::json prov = {{"method", opt.method},
-                           {"group", opt.group_size.name()},
-                           {"zero", zero_mode_name(opt.zero_mode)},
-                           {"producer", std::string("gptq-quantize ") + TL_VERSION}};
+    nlohmann::json prov = provenance();
     if (gptq) {
-      GptqOptions g;
-      g.percdamp = opt.damp;
-      g.group_size = opt.group_size.effective(K, e.name);
-      g.block_size = opt.block_size;
-      g.act_order = opt.act_order;
-      g.static_groups = opt.act_order;  // contiguous groups (see gptq.h step 3)
-      g.zero_mode = opt.zero_mode;
-      g.threads = inner_threads();
-      g.want_rtn_loss = opt.rtn_compare;
-      g.name = e.name;
-      g.log = [&](const std::string& m) { progress.note(m); };
-      GptqResult r = gptq_quantize(W.data(), K, N, h.H.data(), g);
-      if (!r.contiguous_groups()) throw Error("internal: non-contiguous groups", "", e.name);
-      qw.group_size = r.group_size;
-      qw.q = std::move(r.q);
-      qw.scale = std::move(r.scale16);
-      qw.zero = std::move(r.zero16);
-      rep.gptq_loss = r.loss;
-      rep.rtn_loss = r.rtn_loss;
-      rep.percdamp = r.percdamp;
-      rep.damp = r.damp;
-      rep.damp_retries = r.damp_retries;
-      rep.dead = int64_t(r.dead.size());
-      prov["damp"] = r.percdamp;
-      prov["damp_abs"] = r.damp;
-      prov["damp_retries"] = r.damp_retries;
-      prov["block_size"] = opt.block_size;
-      prov["act_order"] = opt.act_order;
-      prov["static_groups"] = opt.act_order && r.G > 1;
-      prov["nsamples"] = h.nsamples;
-      prov["dead_inputs"] = rep.dead;
-      prov["gptq_loss"] = r.loss;
-      if (r.rtn_loss >= 0) prov["rtn_loss"] = r.rtn_loss;
+      const GptqOptions g = gptq_options(e.name, K, progress);
+      GptqResult r = use_gpu ? opt.gpu->gptq(W.data(), K, N, h.H.data(), g, &phases) : gptq_quantize(W.data(), K, N, h.H.data(), g);
+      return from_gptq(i, std::move(r), h.nsamples);
     } else {
       MinMaxResult r = rtn_quantize(W.data(), K, N, opt.group_size.effective(K, e.name), opt.zero_mode);
       if (!h.H.empty()) {
@@ -395,11 +461,11 @@ struct Job {
     return qw;
   }
 
-  void log_done(size_t i, const QuantWeight& qw, Clock::time_point t0, Progress& progress) {
+  void log_done(size_t i, const QuantWeight& qw, double seconds, Progress& progress) {
     const ImportEntry& e = *linears[i];
     const int64_t K = e.K(), N = e.N();
     WeightReport& rep = reports[i];
-    rep.seconds = since(t0);
+    rep.seconds = seconds;
     char line[512];
     std::snprintf(line, sizeof line, "%s %lldx%lld gs=%s%s %.1fs", e.name.c_str(), (long long)K, (long long)N,
                   qw.group_size == K ? "row" : std::to_string(qw.group_size).c_str(),
@@ -413,6 +479,8 @@ struct Job {
 
   // Weights one at a time per worker: read -> quantize -> write (in input order).
   void quantize_streaming(TinyloopWriter& out, Progress& progress) {
+    phases.forward = phases.hessian = -1;  // no forward here
+    if (!use_gpu) phases.cholesky = -1;   // the CPU does not time the factor apart from the sweep
     InOrder order;
     parallel_for(int64_t(linears.size()), workers(), [&](int64_t ii) {
       const size_t i = size_t(ii);
@@ -433,13 +501,18 @@ struct Job {
           h = calib->read(hnames[i]);
         }
         if (calib && !hnames[i].empty() && h.K != e.K()) throw hessian_size_error(i, h.K);  // checked up front too
+        const auto tq = Clock::now();
+        add_phase(&GptqPhaseTimes::load, since(t0));
         const QuantWeight qw = quantize_one(i, W, h, progress);
+        if (!use_gpu) add_phase(&GptqPhaseTimes::sweep, since(tq));  // the GPU reports its own phases
         W = std::vector<float>();
         order.run(i, [&] {
           std::lock_guard<std::mutex> lock(h5_mu);
+          const auto tw = Clock::now();
           out.write_quant(qw);
+          phases.write += since(tw);
         });
-        log_done(i, qw, t0, progress);
+        log_done(i, qw, since(t0), progress);
       } catch (const InOrder::Aborted&) {
         return;  // the worker whose weight failed reports that error
       } catch (...) {
@@ -459,7 +532,10 @@ struct Job {
     progress.note("loading the model as float32 for the CPU forward ...");
     const auto t_load = Clock::now();
     ModelWeights mw = load_model_weights_any(opt.input, false);
+    phases.load = since(t_load);
     progress.note("model loaded (" + format_duration(since(t_load)) + ")");
+    const auto t_calib = Clock::now();
+    double gptq_seconds = 0;
     std::unique_ptr<CalibWriter> save;
     if (!opt.save_calib.empty()) save = std::make_unique<CalibWriter>(opt.save_calib);
     std::vector<std::optional<QuantWeight>> done(linears.size());
@@ -468,6 +544,7 @@ struct Job {
         [&](std::map<std::string, Hessian>& hessians, ModelWeights& w) {
           std::vector<const Hessian*> hs;
           for (const auto& kv : hessians) hs.push_back(&kv.second);
+          const auto tq = Clock::now();
           parallel_for(int64_t(hs.size()), workers(), [&](int64_t t) {
             const Hessian& h = *hs[size_t(t)];
             const size_t i = index_of.at(h.name);
@@ -476,15 +553,20 @@ struct Job {
             LinearWeight* l = w.find_linear(h.name);
             QuantWeight qw = quantize_one(i, l->W, h, progress);
             l->W = qw.dequantize();  // the next block is calibrated on W_hat's outputs
-            log_done(i, qw, t0, progress);
+            log_done(i, qw, since(t0), progress);
             done[i] = std::move(qw);
           });
+          gptq_seconds += since(tq);  // the block's GPTQ wall time, however many workers ran it
           if (save)
             for (const Hessian* h : hs) save->write(*h);
         },
         CalibrationEvents{[&](const std::string& m) { progress.note(m); },
                           [&](double flops) { progress.add_work(flops, 0, kForwardWork); },
                           [&](double flops) { progress.advance(flops, kForwardWork); }});
+    // The CPU path does not separate the Hessians from the forward, nor the factor from the sweep.
+    phases.forward = std::max(0.0, since(t_calib) - gptq_seconds);
+    phases.hessian = phases.cholesky = -1;
+    phases.sweep = gptq_seconds;
     const auto t_write = Clock::now();
     progress.note("writing " + std::to_string(linears.size()) + " quantized weight(s) ...");
     for (size_t i = 0; i < linears.size(); ++i) {
@@ -492,7 +574,41 @@ struct Job {
       out.write_quant(*done[i]);
       done[i].reset();
     }
+    phases.write = since(t_write);
     progress.note("quantized weights written (" + format_duration(since(t_write)) + ")");
+    if (save) save->commit();
+  }
+
+  // --calib-tokens on the GPU: the model streamed block by block (libgpu/gptq_device.h); each
+  // weight is written as soon as it exists, in the calibration's fixed order (the block
+  // schedule, not the checkpoint's: a sharded HF file sorts layer 10 before layer 2).
+  void quantize_sequential_gpu(TinyloopWriter& out, Progress& progress) {
+    std::map<std::string, size_t> index_of;
+    for (size_t i = 0; i < linears.size(); ++i) index_of[linears[i]->name] = i;
+    std::set<std::string> selected;
+    for (const ImportEntry* e : linears) selected.insert(e->name);
+    std::unique_ptr<CalibWriter> save;
+    if (!opt.save_calib.empty()) save = std::make_unique<CalibWriter>(opt.save_calib);
+    std::vector<bool> written(linears.size(), false);
+    SequentialCalls calls;
+    calls.options = [&](const std::string& name, int64_t K) { return gptq_options(name, K, progress); };
+    calls.started = [&](const std::string& name) { progress.started(name); };
+    calls.quantized = [&](const std::string& name, GptqResult&& r, int64_t nsamples, double seconds) {
+      const size_t i = index_of.at(name);
+      const QuantWeight qw = from_gptq(i, std::move(r), nsamples);
+      const auto tw = Clock::now();
+      out.write_quant(qw);
+      phases.write += since(tw);
+      written[i] = true;
+      log_done(i, qw, seconds, progress);
+    };
+    if (save) calls.hessian = [&](const Hessian& h) { save->write(h); };
+    calls.events = CalibrationEvents{[&](const std::string& m) { progress.note(m); },
+                                     [&](double flops) { progress.add_work(flops, 0, kForwardWork); },
+                                     [&](double flops) { progress.advance(flops, kForwardWork); }};
+    opt.gpu->calibrate(opt.input, tokens, opt.calib_seq, calib_windows, selected, calls, &phases);
+    for (size_t i = 0; i < linears.size(); ++i)
+      if (!written[i]) throw Error("internal: weight was not calibrated", opt.calib_tokens, linears[i]->name);
     if (save) save->commit();
   }
 
@@ -538,6 +654,12 @@ struct Job {
     s["group"] = opt.group_size.name();
     s["zero"] = zero_mode_name(opt.zero_mode);
     s["threads"] = threads;
+    s["device"] = use_gpu ? "cuda" : "cpu";
+    if (use_gpu) s["device_name"] = opt.gpu->name();
+    auto phase = [](double v) { return v < 0 ? nlohmann::json(nullptr) : nlohmann::json(v); };
+    s["phases"] = {{"load", phase(phases.load)},         {"forward", phase(phases.forward)},
+                   {"hessian", phase(phases.hessian)},   {"cholesky", phase(phases.cholesky)},
+                   {"sweep", phase(phases.sweep)},       {"write", phase(phases.write)}};
     s["drop_unselected"] = opt.drop_unselected;
     s["marlin"] = {{"runnable", linears.size() - marlin_misfits.count()},
                    {"not_runnable", marlin_misfits.count()},
@@ -567,6 +689,7 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
   pin_eigen_blocking();  // before any worker runs an Eigen product (eigen_blocking.h)
   Job job(opt);
   job.select_linears();
+  job.choose_device();
   job.open_calibration();
   job.read_tokens();
   job.admit();
@@ -576,7 +699,9 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
   double total_work = 0;
   for (const ImportEntry* e : job.linears) total_work += Job::gptq_flops(e->K(), e->N());
   Progress progress(opt.tool, job.linears.size(), total_work, opt.quiet);
+  if (!job.device_note.empty()) progress.note(job.device_note);
   if (opt.calib_tokens.empty()) job.quantize_streaming(out, progress);
+  else if (job.use_gpu) job.quantize_sequential_gpu(out, progress);
   else job.quantize_sequential(out, progress);
   progress.end();
   out.commit();

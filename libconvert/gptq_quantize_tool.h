@@ -20,6 +20,12 @@
 // the memory estimate (--max-memory or the available memory; the sequential --calib-tokens
 // path holds the whole model in float32) are checked.
 //
+// Device: GPTQ (with --calib or --calib-tokens) runs on `gpu` when --device is cuda (no usable
+// GPU: exit 2 with its reason) or auto and it can run (else the CPU path, and a line says so).
+// The GPU path with --calib-tokens streams the model block by block (libgpu/gptq_device.h) and
+// writes each block's weights as soon as they exist; its output codes differ from the CPU's
+// only at near-ties of round() (docs/gptq.md "GPU"). RTN always runs on the CPU.
+//
 // Errors are tl::Error (exit 2 at the tool boundary): gptq without --calib, missing Hessians
 // (all listed), a Hessian of the wrong size, a Hessian that stays not positive definite, bad
 // input. The output is written to a temporary file and renamed into place only on success.
@@ -31,6 +37,10 @@
 
 #include "core/group_size.h"
 #include "libconvert/minmax_quantizer.h"
+
+namespace tl {
+class GptqDevice;
+}
 
 namespace tl {
 
@@ -56,6 +66,8 @@ struct GptqQuantizeOptions {
   bool json = false;                 // summary JSON on stdout
   bool quiet = false;                // no progress or summary on stderr
   bool rtn_compare = true;           // compute RTN's loss for every GPTQ weight (~K^2 N flops)
+  std::string device = "auto";       // where GPTQ runs: cpu, cuda, or auto (a usable GPU, else the CPU)
+  GptqDevice* gpu = nullptr;         // the GPU (libgpu's make_gptq_device); null: none in this build
   const char* tool = "gptq-quantize";  // prefix of log lines
 };
 

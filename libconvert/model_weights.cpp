@@ -78,6 +78,20 @@ BlockWeights read_block(const Source& src, const ModelConfig& c, const std::stri
   return b;
 }
 
+// The head: stored, or with tied embeddings the embedding transposed ([vocab, D] -> [D, vocab]).
+LinearWeight read_head(const Source& src, const ModelConfig& c, const std::vector<float>& embed) {
+  const int64_t D = c.d_model;
+  if (src.has("head") || !c.tie_embeddings) return src.linear("head", D, c.vocab);
+  LinearWeight head;
+  head.name = "head";
+  head.K = D;
+  head.N = c.vocab;
+  head.W.resize(size_t(D * c.vocab));
+  for (int64_t v = 0; v < c.vocab; ++v)
+    for (int64_t d = 0; d < D; ++d) head.W[size_t(d * c.vocab + v)] = embed[size_t(v * D + d)];
+  return head;
+}
+
 ModelWeights load_from_source(const Source& src, const ModelConfig& config) {
   ModelWeights w;
   w.config = config;
@@ -88,17 +102,7 @@ ModelWeights load_from_source(const Source& src, const ModelConfig& config) {
   for (int64_t i = 0; i < c.n_pre; ++i) w.pre.push_back(read_block(src, c, block_prefix(false, i)));
   for (int64_t j = 0; j < c.n_loop; ++j) w.loop.push_back(read_block(src, c, block_prefix(true, j)));
   w.final_norm = src.dense("final_norm", {D});
-  if (src.has("head") || !c.tie_embeddings) {
-    w.head = src.linear("head", D, c.vocab);
-  } else {
-    // Tied: the head is the embedding transposed, [vocab, D] -> [D, vocab].
-    w.head.name = "head";
-    w.head.K = D;
-    w.head.N = c.vocab;
-    w.head.W.resize(size_t(D * c.vocab));
-    for (int64_t v = 0; v < c.vocab; ++v)
-      for (int64_t d = 0; d < D; ++d) w.head.W[size_t(d * c.vocab + v)] = w.embed[size_t(v * D + d)];
-  }
+  w.head = read_head(src, c, w.embed);
   w.validate(src.file);
   return w;
 }
@@ -113,6 +117,56 @@ void check_linear(const LinearWeight& l, int64_t K, int64_t N, const std::string
     throw Error("expected shape [" + std::to_string(K) + ", " + std::to_string(N) + "], got [" +
                     std::to_string(l.K) + ", " + std::to_string(l.N) + "]", file, l.name);
   check_size(l.W, K * N, file, l.name);
+}
+
+// A Source over an importer of anything gptq-quantize reads (selecting nothing, so every linear
+// weight arrives dense as [K, N]); `imp` and `by_name` must outlive it.
+Source import_source(const CheckpointImport& imp, const std::map<std::string, const ImportEntry*>& by_name,
+                     const std::string& path, bool with_marlin) {
+  auto entry = [&by_name, path](const std::string& n) -> const ImportEntry& {
+    auto it = by_name.find(n);
+    if (it == by_name.end()) throw Error("missing tensor; expected the TinyLoop entry " + n, path, n);
+    return *it->second;
+  };
+  Source src;
+  src.file = path;
+  src.has = [&by_name](const std::string& n) { return by_name.count(n) > 0; };
+  src.dense = [&imp, entry, path](const std::string& n, const std::vector<int64_t>& shape) {
+    const Tensor t = imp.read_dense(entry(n));
+    if (!dtype_is_float(t.dtype) || t.shape != shape)
+      throw Error("expected a float tensor " + shape_str(shape) + ", got " + dtype_name(t.dtype) + " " + t.shape_str(), path, n);
+    t.check_finite(path);
+    return t.to_float();
+  };
+  src.linear = [&imp, entry, path, with_marlin](const std::string& n, int64_t K, int64_t N) {
+    const ImportEntry& e = entry(n);
+    if (e.K() != K || e.N() != N)
+      throw Error("expected a linear weight [" + std::to_string(K) + ", " + std::to_string(N) + "], got " +
+                      shape_str(e.shape), path, n);
+    LinearWeight l;
+    l.name = n;
+    l.K = K;
+    l.N = N;
+    if (e.kind == ImportEntry::Kind::kQuantized && imp.tinyloop()) {
+      auto q = std::make_shared<QuantWeight>(imp.tinyloop()->read_quant(n, with_marlin));
+      l.W = q->dequantize();
+      l.quant = std::move(q);
+    } else {
+      l.W = imp.read_linear(e);
+    }
+    return l;
+  };
+  return src;
+}
+
+// A Source over an open .tinyloop (`r` must outlive it).
+Source reader_source(const TinyloopReader& r, bool with_marlin) {
+  Source src;
+  src.file = r.path();
+  src.has = [&r](const std::string& n) { return r.has_dense(n) || r.has_quant(n); };
+  src.dense = [&r](const std::string& n, const std::vector<int64_t>& shape) { return read_vector(r, n, shape); };
+  src.linear = [&r, with_marlin](const std::string& n, int64_t K, int64_t N) { return read_linear(r, n, K, N, with_marlin); };
+  return src;
 }
 
 }  // namespace
@@ -210,56 +264,63 @@ void ModelWeights::validate(const std::string& file) const {
 
 ModelWeights load_model_weights(const TinyloopReader& r, bool with_marlin) {
   if (!r.has_config()) throw Error("missing /config; expected the model's hyper-parameters", r.path(), "config");
-  Source src;
-  src.file = r.path();
-  src.has = [&](const std::string& n) { return r.has_dense(n) || r.has_quant(n); };
-  src.dense = [&](const std::string& n, const std::vector<int64_t>& shape) { return read_vector(r, n, shape); };
-  src.linear = [&](const std::string& n, int64_t K, int64_t N) { return read_linear(r, n, K, N, with_marlin); };
-  return load_from_source(src, r.config());
+  return load_from_source(reader_source(r, with_marlin), r.config());
 }
 
 ModelWeights load_model_weights_any(const std::string& path, bool with_marlin) {
   if (is_hdf5_file(path)) return load_model_weights(path, with_marlin);
-  // An HF folder (or safetensors checkpoint with a config): through gptq-quantize's importer,
-  // selecting nothing, so every linear weight arrives dense as [K, N].
   CheckpointImport imp(path, "^$");
   if (!imp.has_config()) throw Error("expected a model config (config.json beside the weights)", path, "config");
   std::map<std::string, const ImportEntry*> by_name;
   for (const ImportEntry& e : imp.entries()) by_name[e.name] = &e;
-  auto entry = [&](const std::string& n) -> const ImportEntry& {
-    auto it = by_name.find(n);
-    if (it == by_name.end()) throw Error("missing tensor; expected the TinyLoop entry " + n, path, n);
-    return *it->second;
-  };
+  return load_from_source(import_source(imp, by_name, path, with_marlin), imp.config());
+}
+
+struct ModelStream::Impl {
+  std::unique_ptr<TinyloopReader> reader;
+  std::unique_ptr<CheckpointImport> imp;
+  std::map<std::string, const ImportEntry*> by_name;
   Source src;
-  src.file = path;
-  src.has = [&](const std::string& n) { return by_name.count(n) > 0; };
-  src.dense = [&](const std::string& n, const std::vector<int64_t>& shape) {
-    const Tensor t = imp.read_dense(entry(n));
-    if (!dtype_is_float(t.dtype) || t.shape != shape)
-      throw Error("expected a float tensor " + shape_str(shape) + ", got " + dtype_name(t.dtype) + " " + t.shape_str(), path, n);
-    t.check_finite(path);
-    return t.to_float();
-  };
-  src.linear = [&](const std::string& n, int64_t K, int64_t N) {
-    const ImportEntry& e = entry(n);
-    if (e.K() != K || e.N() != N)
-      throw Error("expected a linear weight [" + std::to_string(K) + ", " + std::to_string(N) + "], got " +
-                      shape_str(e.shape), path, n);
-    LinearWeight l;
-    l.name = n;
-    l.K = K;
-    l.N = N;
-    if (e.kind == ImportEntry::Kind::kQuantized && imp.tinyloop()) {
-      auto q = std::make_shared<QuantWeight>(imp.tinyloop()->read_quant(n, with_marlin));
-      l.W = q->dequantize();
-      l.quant = std::move(q);
-    } else {
-      l.W = imp.read_linear(e);
-    }
-    return l;
-  };
-  return load_from_source(src, imp.config());
+  ModelConfig config;
+};
+
+ModelStream::ModelStream(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  if (is_hdf5_file(path)) {
+    m.reader = std::make_unique<TinyloopReader>(path);
+    if (!m.reader->has_config()) throw Error("missing /config; expected the model's hyper-parameters", path, "config");
+    m.config = m.reader->config();
+    m.src = reader_source(*m.reader, false);
+  } else {
+    m.imp = std::make_unique<CheckpointImport>(path, "^$");
+    if (!m.imp->has_config()) throw Error("expected a model config (config.json beside the weights)", path, "config");
+    for (const ImportEntry& e : m.imp->entries()) m.by_name[e.name] = &e;
+    m.config = m.imp->config();
+    m.src = import_source(*m.imp, m.by_name, path, false);
+  }
+  m.config.validate(path);
+}
+
+ModelStream::~ModelStream() = default;
+
+const ModelConfig& ModelStream::config() const { return impl_->config; }
+bool ModelStream::hdf5() const { return bool(impl_->reader); }
+
+std::vector<float> ModelStream::embed() const {
+  return impl_->src.dense("embed", {impl_->config.vocab, impl_->config.d_model});
+}
+
+BlockWeights ModelStream::block(bool loop, int64_t index) const {
+  BlockWeights b = read_block(impl_->src, impl_->config, block_prefix(loop, index));
+  for (const char* s : kBlockLinearNames) check_linear(*b.linear(s), b.linear(s)->K, b.linear(s)->N, impl_->src.file);
+  return b;
+}
+
+std::vector<float> ModelStream::final_norm() const { return impl_->src.dense("final_norm", {impl_->config.d_model}); }
+
+LinearWeight ModelStream::head() const {
+  const bool derived = !impl_->src.has("head") && impl_->config.tie_embeddings;
+  return read_head(impl_->src, impl_->config, derived ? embed() : std::vector<float>());
 }
 
 ModelWeights load_model_weights(const std::string& path, bool with_marlin) {

@@ -1,5 +1,5 @@
 // The weights of one TinyLoop model in float32, as the CPU forward (model_forward.h) and the GPU
-// runner (libverify/model_gpu.h) consume them.
+// runner (libgpu/model_gpu.h) consume them.
 //
 // Entry names in a .tinyloop file (checkpoint_import writes them; DESIGN.md "The model"):
 //   embed [vocab, D]                    token embedding (a lookup table, not a linear weight)
@@ -75,6 +75,30 @@ ModelWeights load_model_weights(const std::string& tinyloop_path, bool with_marl
 // A .tinyloop (by its HDF5 signature) or anything gptq-quantize imports (an HF Llama-family
 // folder, a TinyLoop HF-style folder), every linear weight dense.
 ModelWeights load_model_weights_any(const std::string& path, bool with_marlin = true);
+
+// The same inputs as load_model_weights_any, read piece by piece (GPU calibration streams a
+// 7B model block by block: host memory holds one block, never the model). Every linear weight
+// arrives dense (a quantized .tinyloop entry as its W_hat, without the Marlin section).
+// Reads of an HF / safetensors input may run on another thread than the caller's other work
+// (memory maps); a .tinyloop input uses HDF5 (hdf5() == true): serialize with other HDF5 use.
+class ModelStream {
+ public:
+  explicit ModelStream(const std::string& path);  // throws tl::Error (no config, bad file)
+  ~ModelStream();
+  ModelStream(const ModelStream&) = delete;
+  ModelStream& operator=(const ModelStream&) = delete;
+
+  const ModelConfig& config() const;
+  bool hdf5() const;
+  std::vector<float> embed() const;                   // [vocab, D]
+  BlockWeights block(bool loop, int64_t index) const; // checked against the config
+  std::vector<float> final_norm() const;              // [D]
+  LinearWeight head() const;                          // stored, or embed^T when tied
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // A model with seeded N(0, std) weights (norm gains near 1), for tests and cross-checks.
 // std defaults to 1/sqrt(fan-in) per linear so activations stay O(1) through deep stacks.

@@ -68,9 +68,7 @@ class HessianSet {
 };
 
 bool block_has_selected(const BlockWeights& b, const std::set<std::string>& selected) {
-  for (const char* n : kBlockLinearNames)
-    if (selected.count(b.prefix + "." + n)) return true;
-  return false;
+  return block_selected(b.prefix, selected);
 }
 
 }  // namespace
@@ -82,6 +80,24 @@ uint64_t calibration_peak_bytes(const ModelConfig& c, int64_t rows, bool head_se
   const uint64_t hess = 2 * (3 * D * D + att * att + F * F);   // qkv, gate, up, out, down; twice
   const uint64_t logits = head_selected ? r * uint64_t(c.vocab) : 0;
   return 4 * (acts + hess + logits);
+}
+
+bool block_selected(const std::string& prefix, const std::set<std::string>& selected) {
+  for (const char* n : kBlockLinearNames)
+    if (selected.count(prefix + "." + n)) return true;
+  return false;
+}
+
+double calibration_forward_flops(const ModelConfig& c, int64_t rows, const std::set<std::string>& selected) {
+  const double pass = block_forward_flops(c, rows);
+  double plan = 0;
+  for (int64_t i = 0; i < c.n_pre; ++i) plan += pass * (block_selected(block_prefix(false, i), selected) ? 2 : 1);
+  bool loop_selected = false;
+  for (int64_t j = 0; j < c.n_loop; ++j) loop_selected = loop_selected || block_selected(block_prefix(true, j), selected);
+  const double loop_pass = pass * double(c.loops) * double(c.n_loop);
+  if (loop_selected) plan += loop_pass;
+  if (selected.count("head")) plan += loop_pass;
+  return plan;
 }
 
 double block_forward_flops(const ModelConfig& c, int64_t rows) {
@@ -133,13 +149,7 @@ TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t
   auto forward_done = [&](double flops) {
     if (events.forward_done) events.forward_done(flops);
   };
-  if (events.planned) {
-    double plan = 0;
-    for (const BlockWeights& b : w.pre) plan += pass * (block_has_selected(b, selected) ? 2 : 1);
-    if (loop_selected) plan += loop_pass;
-    if (selected.count("head")) plan += loop_pass;
-    events.planned(plan);
-  }
+  if (events.planned) events.planned(calibration_forward_flops(c, tc.n_seq * seq_len, selected));
   ActMatrix x = embed_tokens(w, tokens.data(), tc.n_seq * seq_len);
   say("calibration: " + std::to_string(tc.n_seq) + " windows x " + std::to_string(seq_len) + " tokens embedded");
 

@@ -52,6 +52,14 @@ struct CalibrationEvents {
 // attention and norms are a few percent at calibration lengths and are left out).
 double block_forward_flops(const ModelConfig& c, int64_t rows);
 
+// True when a weight of the block with this prefix ("pre.3", "loop.0") is selected.
+bool block_selected(const std::string& prefix, const std::set<std::string>& selected);
+// The FLOPs of every forward pass a sequential calibration runs over `rows` rows, counted the
+// way both paths run them: a selected distinct block twice (original weights with Hessians,
+// then W_hat), an unselected one once; the loop stack once per iteration when a loop weight is
+// selected, and again before the head's Hessian when the head is.
+double calibration_forward_flops(const ModelConfig& c, int64_t rows, const std::set<std::string>& selected);
+
 // tokens: at least seq_len tokens; the first min(max_seq, tokens / seq_len) windows are used.
 // `selected`: linear weight names to calibrate and quantize; others keep their fp weights.
 // Throws tl::Error for bad arguments.

@@ -26,11 +26,11 @@ std::string basename_of(const std::string& p) {
 }
 
 // The report's name of a path: fp16 / native / marlin.
-const char* path_key(GpuPath p) {
+const char* path_key(gpu::GpuPath p) {
   switch (p) {
-    case GpuPath::kFp16: return "fp16";
-    case GpuPath::kNative: return "native";
-    case GpuPath::kMarlin: return "marlin";
+    case gpu::GpuPath::kFp16: return "fp16";
+    case gpu::GpuPath::kNative: return "native";
+    case gpu::GpuPath::kMarlin: return "marlin";
   }
   return "?";
 }
@@ -38,9 +38,9 @@ const char* path_key(GpuPath p) {
 const char* path_label(const E2ePathRow& row) {
   if (row.device == "cpu") return "native (CPU fp32 forward on W_hat)";
   switch (row.path) {
-    case GpuPath::kFp16: return "fp16 (W_hat as fp16 copies, cuBLAS)";
-    case GpuPath::kNative: return "native INT4 (int4_gemm)";
-    case GpuPath::kMarlin: return "Marlin + correction";
+    case gpu::GpuPath::kFp16: return "fp16 (W_hat as fp16 copies, cuBLAS)";
+    case gpu::GpuPath::kNative: return "native INT4 (int4_gemm)";
+    case gpu::GpuPath::kMarlin: return "Marlin + correction";
   }
   return "?";
 }
@@ -62,7 +62,7 @@ std::string kernel_note(const E2eModelResult& m, const E2ePathRow& row) {
     s << "KLD vs fp16 mean " << fmt("%.2e", row.s.kld_mean) << ", p99 " << fmt("%.2e", row.s.kld_p99) << ", max "
       << fmt("%.2e", row.s.kld_max) << "; top-1 " << fmt("%.2f", 100 * row.s.top1_agreement) << " %";
   }
-  if (row.path == GpuPath::kMarlin) {
+  if (row.path == gpu::GpuPath::kMarlin) {
     if (m.has_drift) s << "; drift " << fmt("%+.3f", m.drift_pct) << " % vs native";
     s << "; " << m.info.marlin_packed << "/" << m.info.quantized << " packed, " << row.dispatches[1]
       << " Marlin GEMMs, " << total_fallbacks(row) << " fallbacks";
@@ -344,7 +344,7 @@ void write_drift_markdown(const E2eResult& r, std::ostream& out) {
     std::vector<std::pair<std::string, const KldSummary*>> series;
     for (const E2eModelResult* m : models_of(r))
       for (const E2ePathRow& row : m->rows)
-        if (row.path != GpuPath::kFp16 || row.device == "cpu")
+        if (row.path != gpu::GpuPath::kFp16 || row.device == "cpu")
           series.push_back({(m == &r.main ? std::string("") : "baseline ") + path_key(row.path), &row.vs_ref.kld});
     out << svg_kld_histogram(series) << "\n";
   }

@@ -68,7 +68,7 @@ void gather_batch(const std::vector<int32_t>& tokens, const WindowPlan& plan, in
     if (r % ctx + 1 < ctx) (*targets)[size_t(r)] = (*chunk)[size_t(r + 1)];
 }
 
-// A batch's row statistics (from GpuModel::row_stats) into a trace: the scored rows of windows
+// A batch's row statistics (from gpu::GpuModel::row_stats) into a trace: the scored rows of windows
 // w0 .. w0 + nb - 1, row wi * ctx + t - 1 predicting position t; kld may be null.
 void record_batch(const WindowPlan& plan, int64_t w0, int64_t nb, const std::vector<float>& lse,
                   const std::vector<float>& tgt, const std::vector<int32_t>& arg, const std::vector<float>* kld,
@@ -142,16 +142,16 @@ struct Scored {
 // each path's KLD, and the fp16 path's for the kernel comparison.
 void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt,
                const ModelWeights* ref_w, E2eReference* ref, std::vector<Scored*>& models) {
-  std::unique_ptr<GpuModel> ref_gm;
-  if (ref_w) ref_gm = std::make_unique<GpuModel>(*ref_w, /*with_fp16=*/true);
-  std::vector<std::unique_ptr<GpuModel>> gms;
+  std::unique_ptr<gpu::GpuModel> ref_gm;
+  if (ref_w) ref_gm = std::make_unique<gpu::GpuModel>(*ref_w, /*with_fp16=*/true);
+  std::vector<std::unique_ptr<gpu::GpuModel>> gms;
   for (Scored* m : models) {
-    gms.push_back(std::make_unique<GpuModel>(m->w, /*with_fp16=*/true));
-    GpuModel& gm = *gms.back();
+    gms.push_back(std::make_unique<gpu::GpuModel>(m->w, /*with_fp16=*/true));
+    gpu::GpuModel& gm = *gms.back();
     m->res.info = gm.info();
-    std::vector<GpuPath> paths = {GpuPath::kFp16};
-    if (gm.has_path(GpuPath::kNative)) paths.push_back(GpuPath::kNative);
-    if (gm.has_path(GpuPath::kMarlin)) paths.push_back(GpuPath::kMarlin);
+    std::vector<gpu::GpuPath> paths = {gpu::GpuPath::kFp16};
+    if (gm.has_path(gpu::GpuPath::kNative)) paths.push_back(gpu::GpuPath::kNative);
+    if (gm.has_path(gpu::GpuPath::kMarlin)) paths.push_back(gpu::GpuPath::kMarlin);
     m->acc.assign(paths.size(), PathAccum{});
     m->res.rows.resize(paths.size());
     for (size_t p = 0; p < paths.size(); ++p) {
@@ -164,7 +164,7 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
 
   const int64_t ctx = plan.ctx, n_win = int64_t(plan.starts.size());
   const int64_t batch = std::max<int64_t>(1, opt.batch);
-  GpuReference ref_logits;
+  gpu::GpuReference ref_logits;
   std::vector<int32_t> chunk, targets, arg, ref_arg;
   std::vector<float> lse, tgt, kld, kld_ref;
   size_t forwards = ref ? 1 : 0;
@@ -176,7 +176,7 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
     gather_batch(tokens, plan, w0, nb, &chunk, &targets);
     if (ref_gm) {
       const auto tp = Clock::now();
-      ref_gm->forward(chunk.data(), int(nb), int(ctx), GpuPath::kFp16);
+      ref_gm->forward(chunk.data(), int(nb), int(ctx), gpu::GpuPath::kFp16);
       ref_gm->save_reference(ref_logits);
       ref_gm->row_stats(targets.data(), &lse, &arg, &tgt, nullptr);
       record_batch(plan, w0, nb, lse, tgt, arg, nullptr, ref->trace);
@@ -184,14 +184,14 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
     }
     for (size_t mi = 0; mi < models.size(); ++mi) {
       Scored& m = *models[mi];
-      GpuModel& gm = *gms[mi];
+      gpu::GpuModel& gm = *gms[mi];
       for (size_t p = 0; p < m.res.rows.size(); ++p) {
         E2ePathRow& row = m.res.rows[p];
         const auto tp = Clock::now();
         reset_dispatch();
         gm.forward(chunk.data(), int(nb), int(ctx), row.path);
         add_dispatch(row);
-        const bool is_fp16 = row.path == GpuPath::kFp16;
+        const bool is_fp16 = row.path == gpu::GpuPath::kFp16;
         if (is_fp16) gm.save_reference();
         gm.row_stats(targets.data(), &lse, &arg, &tgt, is_fp16 ? nullptr : &kld, ref_gm ? &ref_logits : nullptr,
                      ref_gm ? &kld_ref : nullptr);
@@ -216,8 +216,8 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
   }
   for (Scored* m : models) {
     for (size_t p = 0; p < m->res.rows.size(); ++p)
-      m->res.rows[p].s = summarize_path(gpu_path_name(m->res.rows[p].path), m->acc[p],
-                                        p == 0 ? "" : gpu_path_name(GpuPath::kFp16));
+      m->res.rows[p].s = summarize_path(gpu::gpu_path_name(m->res.rows[p].path), m->acc[p],
+                                        p == 0 ? "" : gpu::gpu_path_name(gpu::GpuPath::kFp16));
     m->res.first_dispatch_line = first_dispatch_line();
   }
 }
@@ -247,7 +247,7 @@ void score_cpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
                const ModelWeights* ref_w, E2eReference* ref, std::vector<Scored*>& models) {
   for (Scored* m : models) {
     m->res.rows.resize(1);
-    m->res.rows[0].path = GpuPath::kNative;
+    m->res.rows[0].path = gpu::GpuPath::kNative;
     m->res.rows[0].device = "cpu";
     size_trace(m->res.rows[0].trace, plan, ref_w != nullptr);
     for (const std::string& n : m->w.linear_names()) {
@@ -341,7 +341,7 @@ std::vector<LayerDrift> per_layer_cpu(const std::vector<int32_t>& tokens, const 
 std::vector<LayerDrift> per_layer_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan,
                                       const E2eOptions& opt, const ModelWeights& ref_w, const PathTrace& ref_trace,
                                       const ModelWeights& q, int64_t n_windows) {
-  GpuModel ref_gm(ref_w, /*with_fp16=*/true);
+  gpu::GpuModel ref_gm(ref_w, /*with_fp16=*/true);
   std::vector<std::string> names;
   for (const std::string& n : q.linear_names())
     if (q.find_linear(n)->quant) names.push_back(n);
@@ -350,13 +350,13 @@ std::vector<LayerDrift> per_layer_gpu(const std::vector<int32_t>& tokens, const 
   for (PathTrace& tr : traces) size_trace(tr, size_t(n_windows * plan.scored_per_window()), true);
   Progress progress("tl-verify", names.size() * size_t((n_windows + batch - 1) / batch), 0, opt.progress == nullptr,
                     opt.progress);
-  GpuReference ref_logits;
+  gpu::GpuReference ref_logits;
   std::vector<int32_t> chunk, targets, arg;
   std::vector<float> lse, tgt, kld;
   for (int64_t w0 = 0; w0 < n_windows; w0 += batch) {
     const int64_t nb = std::min(batch, n_windows - w0);
     gather_batch(tokens, plan, w0, nb, &chunk, &targets);
-    ref_gm.forward(chunk.data(), int(nb), int(ctx), GpuPath::kFp16);
+    ref_gm.forward(chunk.data(), int(nb), int(ctx), gpu::GpuPath::kFp16);
     ref_gm.save_reference(ref_logits);
     for (size_t i = 0; i < names.size(); ++i) {
       const LinearWeight* lr = ref_w.find_linear(names[i]);
@@ -364,7 +364,7 @@ std::vector<LayerDrift> per_layer_gpu(const std::vector<int32_t>& tokens, const 
       if (!lr || lr->K != lq->K || lr->N != lq->N)
         throw Error("the reference has no weight of this name and shape", opt.reference, names[i]);
       ref_gm.set_linear_fp16(names[i], lq->W);
-      ref_gm.forward(chunk.data(), int(nb), int(ctx), GpuPath::kFp16);
+      ref_gm.forward(chunk.data(), int(nb), int(ctx), gpu::GpuPath::kFp16);
       ref_gm.set_linear_fp16(names[i], lr->W);
       ref_gm.row_stats(targets.data(), &lse, &arg, &tgt, nullptr, &ref_logits, &kld);
       record_batch(plan, w0, nb, lse, tgt, arg, &kld, traces[i]);
@@ -382,8 +382,8 @@ void cpu_check(const std::vector<int32_t>& tokens, const WindowPlan& plan, Score
   std::vector<int32_t> chunk;
   gather_windows(tokens, plan, 0, 1, &chunk);
   const ActMatrix cpu = forward_logits(m.w, chunk.data(), 1, plan.ctx);
-  GpuModel gm(m.w, /*with_fp16=*/true);
-  gm.forward(chunk.data(), 1, int(plan.ctx), GpuPath::kFp16);
+  gpu::GpuModel gm(m.w, /*with_fp16=*/true);
+  gm.forward(chunk.data(), 1, int(plan.ctx), gpu::GpuPath::kFp16);
   std::vector<float> gpu;
   gm.logits_to_host(&gpu);
   double num = 0, den = 0, mx = 0;
@@ -432,9 +432,9 @@ E2eDevice parse_e2e_device(const std::string& s) {
   throw Error("expected cpu, cuda or auto, got '" + s + "'", "", "--device");
 }
 
-std::string e2e_gpu_unavailable_reason() { return gpu_model_unavailable_reason(); }
+std::string e2e_gpu_unavailable_reason() { return gpu::gpu_model_unavailable_reason(); }
 
-const E2ePathRow* E2eModelResult::row(GpuPath p) const {
+const E2ePathRow* E2eModelResult::row(gpu::GpuPath p) const {
   for (const E2ePathRow& r : rows)
     if (r.path == p) return &r;
   return nullptr;
@@ -485,7 +485,7 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
                   opt.reference, "--reference");
   }
   if (n_quant == 0) return skip("no quantized weight in " + opt.file + ": nothing for the int4 paths to run");
-  const std::string gpu_why = gpu_model_unavailable_reason();
+  const std::string gpu_why = gpu::gpu_model_unavailable_reason();
   if (opt.device == E2eDevice::kCuda && !gpu_why.empty()) return skip("--device cuda: " + gpu_why);
   const bool on_gpu = opt.device != E2eDevice::kCpu && gpu_why.empty();
   r.device_kind = on_gpu ? "cuda" : "cpu";
@@ -525,8 +525,8 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
         row.has_ref = true;
         row.vs_ref = compare_to_reference(row.trace, r.reference->trace);
       }
-    const E2ePathRow* nat = res.row(GpuPath::kNative);
-    const E2ePathRow* mar = res.row(GpuPath::kMarlin);
+    const E2ePathRow* nat = res.row(gpu::GpuPath::kNative);
+    const E2ePathRow* mar = res.row(gpu::GpuPath::kMarlin);
     if (nat && mar) {
       res.has_drift = true;
       res.drift_pct = (mar->s.ppl / nat->s.ppl - 1.0) * 100.0;
@@ -551,7 +551,7 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
       r.failures.push_back("drift " + fmt("%.3f", m.drift_pct) + " % exceeds --max-drift " + fmt("%g", opt.max_drift_pct) + " %");
     for (const E2ePathRow& row : m.rows)
       if (row.s.has_reference && row.s.kld_mean > opt.max_kld)
-        r.failures.push_back(std::string(gpu_path_name(row.path)) + ": mean KLD vs fp16 " + fmt("%.3g", row.s.kld_mean) +
+        r.failures.push_back(std::string(gpu::gpu_path_name(row.path)) + ": mean KLD vs fp16 " + fmt("%.3g", row.s.kld_mean) +
                              " exceeds " + fmt("%g", opt.max_kld));
     if (m.cpu_checked && !(m.cpu_rel <= kE2eCpuCheckMaxRel))
       r.failures.push_back("GPU fp16 vs CPU forward: relative error " + fmt("%.3g", m.cpu_rel) + " exceeds " +
@@ -560,10 +560,10 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
   for (const E2ePathRow& row : m.rows) {
     if (!row.has_ref) continue;
     if (opt.max_ppl_ratio > 0 && !(row.vs_ref.ratio <= opt.max_ppl_ratio))
-      r.failures.push_back(std::string(gpu_path_name(row.path)) + ": PPL ratio vs reference " +
+      r.failures.push_back(std::string(gpu::gpu_path_name(row.path)) + ": PPL ratio vs reference " +
                            fmt("%.4f", row.vs_ref.ratio) + " exceeds --max-ppl-ratio " + fmt("%g", opt.max_ppl_ratio));
     if (opt.max_ref_kld > 0 && !(row.vs_ref.kld.mean <= opt.max_ref_kld))
-      r.failures.push_back(std::string(gpu_path_name(row.path)) + ": mean KLD vs reference " +
+      r.failures.push_back(std::string(gpu::gpu_path_name(row.path)) + ": mean KLD vs reference " +
                            fmt("%.3g", row.vs_ref.kld.mean) + " exceeds --max-ref-kld " + fmt("%g", opt.max_ref_kld));
   }
   r.status = r.failures.empty() ? Status::kPassed : Status::kFailed;
@@ -583,7 +583,7 @@ TierResult e2e_tier_result(const E2eResult& r) {
   auto add = [&](const E2eModelResult& m, const std::string& tag) {
     for (const E2ePathRow& row : m.rows) {
       CaseResult c;
-      c.label = tag + (row.device == "cpu" ? std::string("native") : gpu_path_name(row.path)) + " ctx=" +
+      c.label = tag + (row.device == "cpu" ? std::string("native") : gpu::gpu_path_name(row.path)) + " ctx=" +
                 std::to_string(r.options.ctx) + (row.device == "cpu" ? " (cpu)" : "");
       c.weight = m.file;
       c.M = r.options.batch * r.options.ctx;
@@ -603,7 +603,7 @@ TierResult e2e_tier_result(const E2eResult& r) {
       c.message = msg.str();
       bool bad = false;
       if (tag.empty() && row.s.has_reference && row.s.kld_mean > r.options.max_kld) bad = true;
-      if (tag.empty() && row.path == GpuPath::kMarlin && m.has_drift && std::abs(m.drift_pct) > r.options.max_drift_pct) bad = true;
+      if (tag.empty() && row.path == gpu::GpuPath::kMarlin && m.has_drift && std::abs(m.drift_pct) > r.options.max_drift_pct) bad = true;
       if (tag.empty() && row.has_ref && r.options.max_ppl_ratio > 0 && !(row.vs_ref.ratio <= r.options.max_ppl_ratio)) bad = true;
       if (tag.empty() && row.has_ref && r.options.max_ref_kld > 0 && !(row.vs_ref.kld.mean <= r.options.max_ref_kld)) bad = true;
       c.status = r.status == Status::kSkipped ? Status::kSkipped : (bad ? Status::kFailed : Status::kPassed);
@@ -640,9 +640,9 @@ std::vector<std::string> dump_logits(const std::string& model_path, const std::s
   std::vector<float> all;
   const ActMatrix cpu = forward_logits(w, tokens.data(), n_seq, ctx);
   all.assign(cpu.data(), cpu.data() + cpu.size());
-  if (gpu_model_unavailable_reason().empty()) {
-    GpuModel gm(w, true);
-    gm.forward(tokens.data(), int(n_seq), int(ctx), GpuPath::kFp16);
+  if (gpu::gpu_model_unavailable_reason().empty()) {
+    gpu::GpuModel gm(w, true);
+    gm.forward(tokens.data(), int(n_seq), int(ctx), gpu::GpuPath::kFp16);
     std::vector<float> g;
     gm.logits_to_host(&g);
     all.insert(all.end(), g.begin(), g.end());

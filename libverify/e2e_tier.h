@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "libverify/drift_stats.h"
-#include "libverify/model_gpu.h"
+#include "libgpu/model_gpu.h"
 #include "libverify/perplexity.h"
 #include "libverify/verify_report.h"
 
@@ -89,7 +89,7 @@ struct E2eOptions {
 };
 
 struct E2ePathRow {
-  GpuPath path = GpuPath::kFp16;
+  gpu::GpuPath path = gpu::GpuPath::kFp16;
   std::string device = "cuda"; // "cuda" or "cpu"
   PathSummary s;               // PPL, and on the GPU KLD vs the fp16 path, top-1 agreement
   PathTrace trace;             // per scored token (KLD against the reference, when there is one)
@@ -102,14 +102,14 @@ struct E2ePathRow {
 
 struct E2eModelResult {
   std::string file;
-  GpuModelInfo info;
+  gpu::GpuModelInfo info;
   std::vector<E2ePathRow> rows;      // fp16, native, marlin (those the file supports)
   bool has_drift = false;
   double drift_pct = 0;              // (PPL_marlin / PPL_native - 1) * 100
   std::string first_dispatch_line;
   bool cpu_checked = false;
   double cpu_max_abs = 0, cpu_rel = 0;  // GPU fp16 path vs CPU forward, window 0
-  const E2ePathRow* row(GpuPath p) const;
+  const E2ePathRow* row(gpu::GpuPath p) const;
 };
 
 struct E2eReference {

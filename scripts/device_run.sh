@@ -4,6 +4,13 @@
 # summary printed last.
 #   bash scripts/device_run.sh [test] [sanitize] [bench-quick] [bench] [ab] [verify] [tiers]
 #                              [tiers-thorough] [faults] [demo] [crosscheck] [hfcalib] [sanitize-model]
+#                              [gptq-devices] [gptq-big]
+# gptq-devices: the demo model's GPTQ on --device cuda and cpu (act-order off and on), each
+# through the e2e tier against the original; their PPLs must agree within 0.3 %.
+# gptq-big: a Llama-2-7B-shaped random bf16 checkpoint (tools/make_llama_checkpoint.py, kept in
+# /tmp/l<shape>-<layers> between calls of one lease; BIG_SHAPE=70b BIG_LAYERS=2 for two 70B
+# blocks), 128 x 2048 random tokens, gptq-quantize --device cuda with act-order off and on
+# (GPTQ_ACT="0 1"); --json, /usr/bin/time -v, the tool's anonymous RSS and the GPU's memory.
 # ab: .device/bin/bench_kernels_base (another commit's build) and bench_kernels alternately,
 # base, new, base, new, with BENCH_ARGS; logs ab-base-N.log / ab-new-N.log.
 # Extra benchmark arguments: BENCH_ARGS="--sets 70b --g 128". SANITIZER_TESTS: a doctest
@@ -120,6 +127,73 @@ for step in "${steps[@]}"; do
       timeout "${SANITIZER_TIMEOUT:-120}" compute-sanitizer --tool memcheck --error-exitcode 9 \
         "$bin/test_cuda" -tc="model gpu*" > "$OUT/memcheck_model.log" 2>&1; rc=$?
       note "memcheck (model gpu tests): rc=$rc $(grep -E "ERROR SUMMARY" "$OUT/memcheck_model.log" | tail -1) ($(( $(date +%s) - start )) s)"
+      ;;
+    gptq-devices)
+      start=$(date +%s)
+      mkdir -p /tmp/gd
+      rc=0
+      for act in 0 1; do
+        flag=""; [ "$act" = 1 ] && flag=--act-order
+        for dev in cuda cpu; do
+          "$bin/gptq-quantize" data/tinyloop-kjv --calib-tokens data/kjv_calib.u32 --calib-samples 32 --group-size 128 \
+            $flag --device $dev -o /tmp/gd/$dev-$act.tinyloop --json > "$OUT/gptq-$dev-$act.json" 2> "$OUT/gptq-$dev-$act.log" || rc=1
+          "$bin/tl-verify" /tmp/gd/$dev-$act.tinyloop --tiers e2e --tokens data/kjv_eval.u32 --reference data/tinyloop-kjv \
+            --drift-json "$OUT/drift-$dev-$act.json" > /dev/null 2>> "$OUT/gptq-$dev-$act.log" || rc=1
+        done
+        line=$(python3 - "$OUT/drift-cuda-$act.json" "$OUT/drift-cpu-$act.json" "$OUT/gptq-cuda-$act.json" "$OUT/gptq-cpu-$act.json" <<'PY'
+import json, sys
+g, c = (json.load(open(p)) for p in sys.argv[1:3])
+jg, jc = (json.load(open(p)) for p in sys.argv[3:5])
+pg = next(p for p in g["paths"] if p["name"] == "fp16" and p["model"] == "main")["ppl"]
+pc = next(p for p in c["paths"] if p["name"] == "fp16" and p["model"] == "main")["ppl"]
+d = abs(pg / pc - 1)
+print(f"PPL gpu {pg:.4f} cpu {pc:.4f} (original {g['reference']['ppl']:.4f}): differ {100 * d:.3f} % "
+      f"({'ok' if d <= 0.003 else 'FAIL'} <= 0.3 %); gptq time gpu {jg['totals']['seconds']:.1f} s cpu {jc['totals']['seconds']:.1f} s; "
+      f"loss gpu {jg['totals']['gptq_loss']:.5g} cpu {jc['totals']['gptq_loss']:.5g}")
+sys.exit(0 if d <= 0.003 else 1)
+PY
+        ) || rc=1
+        note "gptq-devices act-order=$act: $line"
+      done
+      note "gptq-devices: rc=$rc ($(( $(date +%s) - start )) s)"
+      ;;
+    gptq-big)
+      start=$(date +%s)
+      shape=${BIG_SHAPE:-7b}; layers=${BIG_LAYERS:-0}; ck=/tmp/l$shape-$layers
+      if [ ! -f $ck/model.safetensors.index.json ]; then
+        python3 tools/make_llama_checkpoint.py $ck --shape $shape --layers $layers > "$OUT/make-$shape.log" 2>&1 ||
+          note "make_llama_checkpoint failed"
+      fi
+      python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 32000, 128 * 2048, dtype='<u4').tofile('/tmp/big_tokens.u32')"
+      note "$shape checkpoint ($layers layers; 0: all) ready ($(( $(date +%s) - start )) s; $(du -sh $ck | cut -f1))"
+      for act in ${GPTQ_ACT:-0 1}; do
+        flag=""; [ "$act" = 1 ] && flag=--act-order
+        rm -f /tmp/big-q.tinyloop
+        nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 > "$OUT/gpumem-$act.txt" 2>/dev/null &
+        smi=$!
+        # The tool's own memory: anonymous RSS (heap, pinned buffers), apart from the mmap'ed shards.
+        ( while sleep 0.5; do p=$(pgrep -x gptq-quantize | head -1); [ -n "$p" ] && grep -E "^RssAnon" /proc/$p/status; done ) \
+          > "$OUT/rssanon-$act.txt" 2>/dev/null &
+        anon=$!
+        t0=$(date +%s)
+        /usr/bin/time -v "$bin/gptq-quantize" $ck --calib-tokens /tmp/big_tokens.u32 --calib-seq 2048 --calib-samples 128 \
+          --group-size 128 $flag --device cuda -o /tmp/big-q.tinyloop --json > "$OUT/gptq-$shape-$act.json" 2> "$OUT/gptq-$shape-$act.log"; rc=$?
+        kill $smi $anon 2>/dev/null
+        line=$(python3 - "$OUT/gptq-$shape-$act.json" "$OUT/gpumem-$act.txt" "$OUT/gptq-$shape-$act.log" "$OUT/rssanon-$act.txt" <<'PY' 2>&1
+import json, re, sys
+s = json.load(open(sys.argv[1]))
+mem = max(int(x) for x in open(sys.argv[2]).read().split() if x.strip().isdigit())
+rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(sys.argv[3]).read())
+anon = max([int(x.split()[1]) for x in open(sys.argv[4]) if x.startswith("RssAnon")] or [0])
+ph = s["phases"]
+print(f"{s['totals']['seconds']:.1f} s end to end; phases " + ", ".join(f"{k} {v:.1f}" for k, v in ph.items() if v is not None) +
+      f"; GPU memory peak {mem} MiB; max RSS {int(rss.group(1)) / 1e6:.2f} GB (anonymous {anon / 1e6:.2f} GB); {s['totals']['bytes'] / 1e9:.3f} GB of codes")
+PY
+        )
+        note "gptq $shape act-order=$act: rc=$rc $line (wall $(( $(date +%s) - t0 )) s)"
+        while IFS= read -r l; do note "  $l"; done < <(grep -E "^gptq-quantize: (calibration|pre\.(0|1|31) )" "$OUT/gptq-$shape-$act.log" | head -4)
+      done
+      rm -f /tmp/big-q.tinyloop
       ;;
     *) note "unknown step $step" ;;
   esac

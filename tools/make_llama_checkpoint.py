@@ -2,7 +2,10 @@
 """Writes a Llama-architecture HF checkpoint of random weights, for sizes and timings at real scale.
 
     tools/make_llama_checkpoint.py OUT_DIR [--shape 7b|13b|70b|tiny] [--dtype bf16|fp16]
-                                           [--shard-gb 5] [--seed 0]
+                                           [--shard-gb 5] [--seed 0] [--layers N]
+
+--layers keeps the shape's layer sizes with fewer (or more) layers: a 70B-shaped model of 2
+layers (4.5 GB) times one 70B block where the disk cannot hold the 138 GB of the whole model.
 
 OUT_DIR gets config.json, model-0000i-of-0000n.safetensors and model.safetensors.index.json with
 the tensor names and [out, in] orientations of transformers' LlamaForCausalLM (the importer's
@@ -71,8 +74,11 @@ def main():
     ap.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
     ap.add_argument("--shard-gb", type=float, default=5.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layers", type=int, default=0, help="number of layers (0: the shape's)")
     a = ap.parse_args()
     shape = SHAPES[a.shape]
+    if a.layers > 0:
+        shape = shape[:2] + (a.layers,) + shape[3:]
     d, f, layers, heads, kv, vocab = shape
     plan, shard, size = [[]], 0, 0
     limit = int(a.shard_gb * 1e9)

@@ -72,6 +72,20 @@ expect_bad "is the same file as the input" w.safetensors -o w.safetensors --meth
 expect_bad "not a valid regular expression" w.safetensors -o out.tinyloop --method rtn --only '('
 expect_bad "output" w.safetensors --method rtn
 
+expect_bad "device" w.safetensors -o out.tinyloop --calib calib.h5 --only '^a\.' --group-size 32 --device tpu
+# --device: without a usable GPU, cuda is exit 2 with the reason and auto says it runs on the
+# CPU. (Where a GPU is usable, test_cuda's gptq gpu cases run the GPU path instead.)
+if ! "$GQ" w.safetensors -o probe.tinyloop --calib calib.h5 --only '^a\.' --group-size 32 --device cuda -q 2> /dev/null; then
+  expect_bad "^gptq-quantize: --device cuda: (no CUDA|no usable|this build|built without)" \
+    w.safetensors -o out.tinyloop --calib calib.h5 --only '^a\.' --group-size 32 --device cuda
+  "$GQ" w.safetensors -o auto.tinyloop --calib calib.h5 --only '^a\.' --group-size 32 2> auto.err || fail "--device auto failed"
+  grep -q "device auto: .*GPTQ runs on the CPU" auto.err || fail "--device auto did not say where GPTQ runs: $(cat auto.err)"
+  "$GQ" w.safetensors -o cpu.tinyloop --calib calib.h5 --only '^a\.' --group-size 32 --device cpu 2> cpu.err || fail "--device cpu failed"
+  ! grep -q "device" cpu.err || fail "--device cpu mentions devices: $(cat cpu.err)"
+  cmp -s auto.tinyloop cpu.tinyloop || fail "--device auto on the CPU wrote other bytes than --device cpu"
+fi
+rm -f probe.tinyloop
+
 # The happy path still works on the same files, and exit codes stay 0.
 "$GQ" w.safetensors -o out.tinyloop --calib calib.h5 --only '^a\.' --group-size 32 -q || fail "good run failed"
 [ -s out.tinyloop ] || fail "no output"

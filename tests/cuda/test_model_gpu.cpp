@@ -1,4 +1,4 @@
-// The GPU model runner (libverify/model_gpu + cuda/model_ops) against the CPU forward
+// The GPU model runner (libgpu/model_gpu + cuda/model_ops) against the CPU forward
 // (libconvert/model_forward, fp32) on a seeded random TinyLoop model with GQA and a loop block,
 // on each GEMM path (fp16 copies, native int4, Marlin + correction); the logits row kernels
 // against perplexity.cpp's CPU math; and the e2e tier end to end on a packed file.
@@ -17,12 +17,12 @@
 #include "libconvert/model_forward.h"
 #include "libconvert/model_weights.h"
 #include "libverify/e2e_tier.h"
-#include "libverify/model_gpu.h"
+#include "libgpu/model_gpu.h"
 #include "libverify/perplexity.h"
 
 namespace {
 
-using tl::verify::GpuPath;
+using tl::gpu::GpuPath;
 
 // GPU logits vs the CPU fp32 forward, relative Frobenius error. Each GEMM input is rounded to
 // fp16 (relative RMS error 2^-11/sqrt(3) ~ 2.8e-4), ~7 such roundings per block plus q/k/v and
@@ -129,24 +129,24 @@ TEST_CASE("model gpu: every path's logits match the CPU forward (GQA, loop block
   const int n_seq = 3, T = 45;  // T: not a multiple of the 32-key attention tile
   const auto tok = tokens_for(int64_t(n_seq) * T, w.config.vocab, 41);
   const tl::ActMatrix cpu = tl::forward_logits(w, tok.data(), n_seq, T);
-  tl::verify::GpuModel gm(w, true);
+  tl::gpu::GpuModel gm(w, true);
   CHECK(gm.info().quantized == 11);      // 5 linears x 2 distinct blocks (pre.0, loop.0) + head
   CHECK(gm.info().marlin_packed == 10);  // the head is not packed
   CHECK(gm.info().marlin_bytes > 0);
-  for (GpuPath p : {GpuPath::kFp16, GpuPath::kNative, GpuPath::kMarlin}) {
+  for (tl::gpu::GpuPath p : {tl::gpu::GpuPath::kFp16, tl::gpu::GpuPath::kNative, tl::gpu::GpuPath::kMarlin}) {
     REQUIRE(gm.has_path(p));
     tl::cuda::reset_dispatch_stats();
     gm.forward(tok.data(), n_seq, T, p);
     const tl::cuda::DispatchStats st = tl::cuda::dispatch_stats();
     std::vector<float> logits;
     gm.logits_to_host(&logits);
-    compare_logits(tl::verify::gpu_path_name(p), cpu, logits);
+    compare_logits(tl::gpu::gpu_path_name(p), cpu, logits);
     // 5 linears x 3 block runs + head per forward, each on the path asked for.
     const long long total = st.dispatches[0] + st.dispatches[1] + st.dispatches[2];
     CHECK(total == 16);
-    if (p == GpuPath::kFp16) CHECK(st.dispatches[int(tl::cuda::GemmPath::kFp16Copy)] == 16);
-    if (p == GpuPath::kNative) CHECK(st.dispatches[int(tl::cuda::GemmPath::kNativeInt4)] == 16);
-    if (p == GpuPath::kMarlin) {
+    if (p == tl::gpu::GpuPath::kFp16) CHECK(st.dispatches[int(tl::cuda::GemmPath::kFp16Copy)] == 16);
+    if (p == tl::gpu::GpuPath::kNative) CHECK(st.dispatches[int(tl::cuda::GemmPath::kNativeInt4)] == 16);
+    if (p == tl::gpu::GpuPath::kMarlin) {
       CHECK(st.dispatches[int(tl::cuda::GemmPath::kMarlin)] == 15);
       CHECK(st.dispatches[int(tl::cuda::GemmPath::kNativeInt4)] == 1);
       REQUIRE(st.fallbacks.count("no marlin pack") == 1);
@@ -169,8 +169,8 @@ TEST_CASE("model gpu: any even d_head (8, 80, 256) and GQA group matches the CPU
     const int n_seq = 2, T = 77;
     const auto tok = tokens_for(int64_t(n_seq) * T, c.vocab, uint64_t(sh.d_head) + 1);
     const tl::ActMatrix cpu = tl::forward_logits(w, tok.data(), n_seq, T);
-    tl::verify::GpuModel gm(w, true);
-    gm.forward(tok.data(), n_seq, T, GpuPath::kFp16);
+    tl::gpu::GpuModel gm(w, true);
+    gm.forward(tok.data(), n_seq, T, tl::gpu::GpuPath::kFp16);
     std::vector<float> logits;
     gm.logits_to_host(&logits);
     CAPTURE(sh.d_head);
@@ -199,7 +199,7 @@ TEST_CASE("model gpu: the e2e tier passes on a packed file and reports its paths
   CHECK(r.main.has_drift);
   CHECK(std::abs(r.main.drift_pct) < 1.0);
   CHECK(r.main.cpu_checked);
-  const auto* m = r.main.row(GpuPath::kMarlin);
+  const auto* m = r.main.row(tl::gpu::GpuPath::kMarlin);
   REQUIRE(m != nullptr);
   CHECK(m->dispatches[int(tl::cuda::GemmPath::kMarlin)] == 15 * 3);  // 15 packed GEMMs x 3 batches
   CHECK(m->s.top1_agreement > 0.9);
@@ -229,11 +229,11 @@ TEST_CASE("model gpu: the e2e tier against a reference, per layer, and the CPU e
   // Against its own W_hat the fp16 path is the same computation: no drift at all.
   tl::verify::E2eResult same = tl::verify::run_e2e_tier(o);
   REQUIRE(same.status == tl::verify::Status::kPassed);
-  const auto* f16 = same.main.row(GpuPath::kFp16);
+  const auto* f16 = same.main.row(tl::gpu::GpuPath::kFp16);
   REQUIRE(f16 != nullptr);
   CHECK(f16->vs_ref.kld.max == 0.0);
   CHECK(f16->vs_ref.ratio == 1.0);
-  CHECK(same.main.row(GpuPath::kMarlin)->vs_ref.kld.mean > 0);  // the kernels round differently
+  CHECK(same.main.row(tl::gpu::GpuPath::kMarlin)->vs_ref.kld.mean > 0);  // the kernels round differently
   // Against the original: the quantization error, the same on both int4 paths within kernel noise.
   o.reference = dir + "/ref.tinyloop";
   o.per_layer = true;
@@ -242,8 +242,8 @@ TEST_CASE("model gpu: the e2e tier against a reference, per layer, and the CPU e
   INFO(g.reason);
   REQUIRE(g.status == tl::verify::Status::kPassed);
   CHECK(g.device_kind == "cuda");
-  const auto* nat = g.main.row(GpuPath::kNative);
-  const auto* mar = g.main.row(GpuPath::kMarlin);
+  const auto* nat = g.main.row(tl::gpu::GpuPath::kNative);
+  const auto* mar = g.main.row(tl::gpu::GpuPath::kMarlin);
   REQUIRE(nat);
   REQUIRE(mar);
   CHECK(nat->vs_ref.kld.mean > 10 * nat->s.kld_mean);  // quantization >> kernel differences

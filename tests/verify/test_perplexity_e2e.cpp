@@ -64,16 +64,16 @@ E2eResult known_result() {
   r.main.has_drift = true;
   r.main.drift_pct = 0.0123;
   r.main.first_dispatch_line = "[marlin] first dispatch ok: BT=8192 N=1536 K=512 gs=128";
-  for (GpuPath p : {GpuPath::kFp16, GpuPath::kNative, GpuPath::kMarlin}) {
+  for (tl::gpu::GpuPath p : {tl::gpu::GpuPath::kFp16, tl::gpu::GpuPath::kNative, tl::gpu::GpuPath::kMarlin}) {
     E2ePathRow row;
     row.path = p;
     row.s.tokens = 32768;
-    row.s.ppl = p == GpuPath::kMarlin ? 3.0204 : 3.0200;
+    row.s.ppl = p == tl::gpu::GpuPath::kMarlin ? 3.0204 : 3.0200;
     row.s.ppl_err = 0.0111;
-    row.s.has_reference = p != GpuPath::kFp16;
+    row.s.has_reference = p != tl::gpu::GpuPath::kFp16;
     row.s.kld_mean = 1.5e-5;
     row.s.top1_agreement = 0.9991;
-    if (p == GpuPath::kMarlin) {
+    if (p == tl::gpu::GpuPath::kMarlin) {
       row.dispatches[1] = 120;
       row.dispatches[2] = 4;
       row.fallbacks["N % 128 != 0"] = 4;
@@ -130,7 +130,7 @@ TEST_CASE("e2e tier: bad input throws before any GPU work; skips say why") {
   CHECK(r.status == Status::kSkipped);
   CHECK(r.reason.find("no quantized weight") != std::string::npos);
   // Where no GPU model can be built, --device cuda skips with that reason, auto scores on the CPU.
-  const std::string why = gpu_model_unavailable_reason();
+  const std::string why = tl::gpu::gpu_model_unavailable_reason();
   if (!why.empty()) {
     E2eOptions oc = o;
     oc.device = E2eDevice::kCuda;
@@ -216,7 +216,7 @@ TEST_CASE("e2e on the CPU: PPL as the forward computes it, the same for any thre
   REQUIRE(one.status == Status::kPassed);
   CHECK(one.device_kind == "cpu");
   REQUIRE(one.main.rows.size() == 1);
-  CHECK(one.main.rows[0].path == GpuPath::kNative);
+  CHECK(one.main.rows[0].path == tl::gpu::GpuPath::kNative);
   CHECK(one.main.rows[0].trace.nll == two.main.rows[0].trace.nll);  // bit for bit
   // The same number straight from the forward and perplexity.cpp's accumulation.
   const tl::ModelWeights w = tl::load_model_weights(c.file, false);

@@ -1,4 +1,4 @@
-#include "libverify/model_gpu.h"
+#include "libgpu/model_gpu.h"
 
 #include <algorithm>
 
@@ -15,9 +15,11 @@
 #include "cuda/kernels_ref.h"
 #include "cuda/model_ops.h"
 #include "cuda/tl_kernels.h"
+#include "libgpu/block_forward.h"
+#include "libgpu/launch_check.h"
 #endif
 
-namespace tl::verify {
+namespace tl::gpu {
 
 const char* gpu_path_name(GpuPath p) {
   switch (p) {
@@ -55,11 +57,6 @@ GpuReference::~GpuReference() = default;
 
 namespace {
 
-void check_rc(int rc, const std::string& what) {
-  if (rc != cuda::kOk)
-    throw Error(rc == cuda::kCudaError ? "CUDA error (printed above)" : "launcher refused the shape (rc " + std::to_string(rc) + ")",
-                "", what);
-}
 
 // Device memory: the one buffer class of cuda/device_buffer.h, as bytes, grown on demand.
 using DevBuf = cuda::DeviceBuffer<uint8_t>;
@@ -188,30 +185,26 @@ struct GpuModel::Impl {
     options.use_marlin = p == GpuPath::kMarlin;
     int rc = cuda::kOk;
     cuda::quant_gemm(w, X, Y, M, nullptr, options, &rc);
-    check_rc(rc, "quant_gemm " + l.name + " (M=" + std::to_string(M) + " K=" + std::to_string(l.K) +
+    check_launch(rc, "quant_gemm " + l.name + " (M=" + std::to_string(M) + " K=" + std::to_string(l.K) +
                      " N=" + std::to_string(l.N) + ", path " + gpu_path_name(p) + ")");
   }
 
   void reserve(int64_t R, int seq_len) {
-    const int64_t D = c.d_model, dh = c.d_head, H = c.n_heads, Hkv = c.n_kv_heads;
+    const BlockBufferSizes n = block_buffer_elements(c, R);
     tokens.reserve(size_t(R) * 4);
     targets.reserve(size_t(R) * 4);
-    x.reserve(size_t(R * D) * 4);
-    h.reserve(size_t(R * D) * 2);
-    qkv.reserve(size_t(R * (H + 2 * Hkv) * dh) * 2);
-    q.reserve(size_t(R * H * dh) * 2);
-    k.reserve(size_t(R * Hkv * dh) * 2);
-    v.reserve(size_t(R * Hkv * dh) * 2);
-    att.reserve(size_t(R * H * dh) * 2);
-    y.reserve(size_t(R * D) * 2);
-    gate.reserve(size_t(R * c.ffn) * 2);
-    up.reserve(size_t(R * c.ffn) * 2);
+    x.reserve(size_t(R * c.d_model) * 4);
+    for (DevBuf* b : {&h, &y}) b->reserve(size_t(n.h) * 2);
+    qkv.reserve(size_t(n.qkv) * 2);
+    for (DevBuf* b : {&q, &att}) b->reserve(size_t(n.q) * 2);
+    for (DevBuf* b : {&k, &v}) b->reserve(size_t(n.kv) * 2);
+    for (DevBuf* b : {&gate, &up}) b->reserve(size_t(n.gate) * 2);
     logits.reserve(size_t(R * c.vocab) * 2);
     for (DevBuf* b : {&s_lse, &s_tgt, &s_kld}) b->reserve(size_t(R) * 4);
     s_arg.reserve(size_t(R) * 4);
     if (seq_len != T) {
       std::vector<float> cs, sn;
-      rope_tables(seq_len, dh, c.rope_theta, &cs, &sn);
+      rope_tables(seq_len, c.d_head, c.rope_theta, &cs, &sn);
       upload(cos_tab, cs.data(), cs.size() * 4);
       upload(sin_tab, sn.data(), sn.size() * 4);
       T = seq_len;
@@ -219,23 +212,21 @@ struct GpuModel::Impl {
   }
 
   void run_block(const GpuBlock& b, GpuPath p, int n_seq) {
-    const int M = int(rows), D = int(c.d_model), H = int(c.n_heads), Hkv = int(c.n_kv_heads);
-    const int dh = int(c.d_head), F = int(c.ffn);
-    const float eps = float(c.norm_eps);
-    check_rc(cuda::rms_norm_rows(x.as<float>(), b.attn_norm.as<float>(), h.as<__half>(), M, D, eps, nullptr), "rms_norm attn");
-    gemm(b.lin[0], p, h.as<__half>(), qkv.as<__half>(), M);
-    check_rc(cuda::qkv_split_rope(qkv.as<__half>(), cos_tab.as<float>(), sin_tab.as<float>(), q.as<__half>(),
-                                  k.as<__half>(), v.as<__half>(), n_seq, T, H, Hkv, dh, nullptr), "qkv_split_rope");
-    check_rc(cuda::causal_attention(q.as<__half>(), k.as<__half>(), v.as<__half>(), att.as<__half>(), n_seq, T, H,
-                                    Hkv, dh, nullptr), "causal_attention (d_head " + std::to_string(dh) + ")");
-    gemm(b.lin[1], p, att.as<__half>(), y.as<__half>(), M);
-    check_rc(cuda::residual_add(x.as<float>(), y.as<__half>(), int64_t(M) * D, nullptr), "residual_add");
-    check_rc(cuda::rms_norm_rows(x.as<float>(), b.mlp_norm.as<float>(), h.as<__half>(), M, D, eps, nullptr), "rms_norm mlp");
-    gemm(b.lin[2], p, h.as<__half>(), gate.as<__half>(), M);
-    gemm(b.lin[3], p, h.as<__half>(), up.as<__half>(), M);
-    check_rc(cuda::swiglu_inplace(gate.as<__half>(), up.as<__half>(), int64_t(M) * F, nullptr), "swiglu");
-    gemm(b.lin[4], p, gate.as<__half>(), y.as<__half>(), M);
-    check_rc(cuda::residual_add(x.as<float>(), y.as<__half>(), int64_t(M) * D, nullptr), "residual_add");
+    BlockBuffers bb;
+    bb.x = x.as<float>();
+    bb.h = h.as<__half>();
+    bb.qkv = qkv.as<__half>();
+    bb.q = q.as<__half>();
+    bb.k = k.as<__half>();
+    bb.v = v.as<__half>();
+    bb.att = att.as<__half>();
+    bb.y = y.as<__half>();
+    bb.gate = gate.as<__half>();
+    bb.up = up.as<__half>();
+    bb.cos_tab = cos_tab.as<float>();
+    bb.sin_tab = sin_tab.as<float>();
+    block_forward(c, b.attn_norm.as<float>(), b.mlp_norm.as<float>(), bb, n_seq, T,
+                  [&](int i, const __half* X, __half* Y, int M) { gemm(b.lin[i], p, X, Y, M); });
   }
 };
 
@@ -298,12 +289,12 @@ const void* GpuModel::forward(const int32_t* tokens, int n_seq, int T, GpuPath p
   m.reserve(R, T);
   m.rows = R;
   TL_CUDA_THROW(cudaMemcpy(m.tokens.as<int32_t>(), tokens, size_t(R) * 4, cudaMemcpyHostToDevice));
-  check_rc(cuda::embed_gather(m.embed.as<__half>(), m.tokens.as<int32_t>(), m.x.as<float>(), int(R),
+  check_launch(cuda::embed_gather(m.embed.as<__half>(), m.tokens.as<int32_t>(), m.x.as<float>(), int(R),
                               int(m.c.d_model), nullptr), "embed_gather");
   for (const auto& b : m.pre) m.run_block(*b, p, n_seq);
   for (int64_t it = 0; it < m.c.loops; ++it)
     for (const auto& b : m.loop) m.run_block(*b, p, n_seq);
-  check_rc(cuda::rms_norm_rows(m.x.as<float>(), m.final_norm.as<float>(), m.h.as<__half>(), int(R),
+  check_launch(cuda::rms_norm_rows(m.x.as<float>(), m.final_norm.as<float>(), m.h.as<__half>(), int(R),
                                int(m.c.d_model), float(m.c.norm_eps), nullptr), "rms_norm final");
   m.gemm(m.head, p, m.h.as<__half>(), m.logits.as<__half>(), int(R));
   TL_CUDA_THROW(cudaDeviceSynchronize());
@@ -333,7 +324,7 @@ void GpuModel::save_reference(GpuReference& into) const {
   r.logits.reserve(n);
   r.lse.reserve(size_t(m.rows) * 4);
   TL_CUDA_THROW(cudaMemcpy(r.logits.as<void>(), m.logits.as<void>(), n, cudaMemcpyDeviceToDevice));
-  check_rc(cuda::logits_row_stats(r.logits.as<__half>(), nullptr, int(m.rows), int(m.c.vocab), r.lse.as<float>(),
+  check_launch(cuda::logits_row_stats(r.logits.as<__half>(), nullptr, int(m.rows), int(m.c.vocab), r.lse.as<float>(),
                                   nullptr, nullptr, nullptr), "reference row stats");
   r.rows = m.rows;
   r.vocab = m.c.vocab;
@@ -355,7 +346,7 @@ void GpuModel::save_reference() {
   m.ref_logits.reserve(n);
   m.ref_lse.reserve(size_t(m.rows) * 4);
   TL_CUDA_THROW(cudaMemcpy(m.ref_logits.as<void>(), m.logits.as<void>(), n, cudaMemcpyDeviceToDevice));
-  check_rc(cuda::logits_row_stats(m.ref_logits.as<__half>(), nullptr, int(m.rows), int(m.c.vocab), m.ref_lse.as<float>(),
+  check_launch(cuda::logits_row_stats(m.ref_logits.as<__half>(), nullptr, int(m.rows), int(m.c.vocab), m.ref_lse.as<float>(),
                                   nullptr, nullptr, nullptr), "reference row stats");
   m.has_ref = true;
   m.ref_rows = m.rows;
@@ -369,7 +360,7 @@ void GpuModel::row_stats(const int32_t* targets, std::vector<float>* lse, std::v
   Impl& m = *impl_;
   const int R = int(m.rows), V = int(m.c.vocab);
   if (targets) TL_CUDA_THROW(cudaMemcpy(m.targets.as<int32_t>(), targets, size_t(R) * 4, cudaMemcpyHostToDevice));
-  check_rc(cuda::logits_row_stats(m.logits.as<__half>(), targets ? m.targets.as<int32_t>() : nullptr, R, V,
+  check_launch(cuda::logits_row_stats(m.logits.as<__half>(), targets ? m.targets.as<int32_t>() : nullptr, R, V,
                                   m.s_lse.as<float>(), m.s_arg.as<int32_t>(), m.s_tgt.as<float>(), nullptr), "row stats");
   auto down = [&](const DevBuf& b, auto* out) {
     out->resize(size_t(R));
@@ -380,7 +371,7 @@ void GpuModel::row_stats(const int32_t* targets, std::vector<float>* lse, std::v
   if (target_logit) down(m.s_tgt, target_logit);
   if (kld) {
     if (!m.has_ref || m.ref_rows != m.rows) throw Error("no reference logits of this batch saved", "", "kld");
-    check_rc(cuda::kld_rows(m.ref_logits.as<__half>(), m.ref_lse.as<float>(), m.logits.as<__half>(), m.s_lse.as<float>(),
+    check_launch(cuda::kld_rows(m.ref_logits.as<__half>(), m.ref_lse.as<float>(), m.logits.as<__half>(), m.s_lse.as<float>(),
                             R, V, m.s_kld.as<float>(), nullptr), "kld_rows");
     down(m.s_kld, kld);
   }
@@ -388,7 +379,7 @@ void GpuModel::row_stats(const int32_t* targets, std::vector<float>* lse, std::v
     const GpuReference::Impl* o = other ? other->impl.get() : nullptr;
     if (!o || o->rows != m.rows || o->vocab != m.c.vocab)
       throw Error("no reference logits of this batch and vocabulary", "", "kld");
-    check_rc(cuda::kld_rows(o->logits.as<__half>(), o->lse.as<float>(), m.logits.as<__half>(), m.s_lse.as<float>(), R, V,
+    check_launch(cuda::kld_rows(o->logits.as<__half>(), o->lse.as<float>(), m.logits.as<__half>(), m.s_lse.as<float>(), R, V,
                             m.s_kld.as<float>(), nullptr), "kld_rows (reference)");
     down(m.s_kld, kld_other);
   }
@@ -396,4 +387,4 @@ void GpuModel::row_stats(const int32_t* targets, std::vector<float>* lse, std::v
 
 #endif  // TL_HAVE_CUDA
 
-}  // namespace tl::verify
+}  // namespace tl::gpu

@@ -23,7 +23,7 @@
 
 #include "libconvert/model_weights.h"
 
-namespace tl::verify {
+namespace tl::gpu {
 
 enum class GpuPath { kFp16, kNative, kMarlin };
 const char* gpu_path_name(GpuPath p);  // "fp16", "native-int4", "marlin"
@@ -96,4 +96,4 @@ class GpuModel {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace tl::verify
+}  // namespace tl::gpu

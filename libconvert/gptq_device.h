@@ -1,0 +1,75 @@
+// The GPU as gptq-quantize sees it: an interface libconvert defines and libgpu implements
+// (libgpu/gptq_device.h, make_gptq_device), handed to run_gptq_quantize by the tool's main. The
+// converter so stays below the GPU code (DESIGN.md: libgpu depends on libconvert, never the
+// reverse) and knows no CUDA; a build without CUDA hands in a device that says why it cannot run.
+//
+// Two jobs, the same math as the CPU path:
+//  - gptq(): one weight with a host Hessian (--calib FILE);
+//  - calibrate(): GPTQ's sequential mode from tokens (--calib-tokens), streaming the model block
+//    by block from its checkpoint: each block runs once with its original weights to accumulate
+//    its linears' Hessians, its selected weights are quantized, and it runs again with W_hat to
+//    give the next block its inputs (libgpu/gptq_device.cpp says how, with the memory formula).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "formats/calib_file.h"
+#include "formats/model_config.h"
+#include "libconvert/gptq.h"
+#include "libconvert/token_calibration.h"
+
+namespace tl {
+
+// Seconds per phase of a GPTQ run (--json "phases"); a phase a path does not separate is -1.
+struct GptqPhaseTimes {
+  double load = 0;      // reading the checkpoint (what the run waited for)
+  double forward = 0;   // calibration forward passes, without the Hessian GEMMs
+  double hessian = 0;   // the Hessian GEMMs
+  double cholesky = 0;  // dead inputs, permutation, damping, the inverse-Hessian factor
+  double sweep = 0;     // parameters, the blocked sweep, RTN's loss
+  double write = 0;     // the output's quantized weights
+};
+
+// What calibrate() needs from the tool.
+struct SequentialCalls {
+  std::function<GptqOptions(const std::string& name, int64_t K)> options;  // GPTQ options of a weight
+  std::function<void(const std::string& name)> started;                   // a weight's GPTQ starts
+  // A weight is quantized: its result, its Hessian's sample count, the seconds it took.
+  std::function<void(const std::string& name, GptqResult&& r, int64_t nsamples, double seconds)> quantized;
+  std::function<void(const Hessian& h)> hessian;  // --save-calib: each Hessian before GPTQ (may be empty)
+  CalibrationEvents events;                       // stage lines, the forward FLOPs (progress)
+  bool activations_on_host = false;               // tests: keep them in host memory even when they fit
+};
+
+// Memory a calibrate() run needs, and where the calibration activations live.
+struct SequentialMemory {
+  uint64_t host_bytes = 0, device_bytes = 0, device_free = 0;
+  bool activations_on_host = false;  // spilled: they do not fit beside the block on the GPU
+  std::string formula;               // how host_bytes is made up, for the admission message
+};
+
+class GptqDevice {
+ public:
+  virtual ~GptqDevice() = default;
+  virtual std::string unavailable_reason() const = 0;  // "" when the device can run
+  virtual std::string name() const = 0;                // "NVIDIA H200 (sm_90)"
+
+  virtual GptqResult gptq(const float* W, int64_t K, int64_t N, const float* H, const GptqOptions& opt,
+                          GptqPhaseTimes* times) = 0;
+
+  // Throws tl::Error naming the numbers when even spilled activations do not fit the GPU.
+  virtual SequentialMemory plan(const ModelConfig& c, int64_t n_seq, int64_t seq_len,
+                                const std::set<std::string>& selected) const = 0;
+  // model: what ModelStream opens. tokens: at least n_seq * seq_len ids checked against the
+  // vocabulary. Quantizes every weight in `selected` (linear names of the forward) in the
+  // block schedule's order.
+  virtual void calibrate(const std::string& model, const std::vector<int32_t>& tokens, int64_t seq_len,
+                         int64_t n_seq, const std::set<std::string>& selected, const SequentialCalls& calls,
+                         GptqPhaseTimes* times) = 0;
+};
+
+}  // namespace tl

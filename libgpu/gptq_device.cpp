@@ -1,0 +1,592 @@
+#include "libgpu/gptq_device.h"
+
+#include "core/error.h"
+
+#if TL_HAVE_CUDA
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <map>
+#include <optional>
+
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include "cuda/cublas_gemm.h"
+#include "cuda/device_buffer.h"
+#include "cuda/gptq_ops.h"
+#include "cuda/model_ops.h"
+#include "formats/memory_budget.h"
+#include "libconvert/model_forward.h"
+#include "libconvert/model_weights.h"
+#include "libgpu/block_forward.h"
+#include "libgpu/gptq_gpu.h"
+#include "libgpu/launch_check.h"
+#include "libgpu/model_gpu.h"
+#endif
+
+namespace tl::gpu {
+
+#if !TL_HAVE_CUDA
+
+namespace {
+class NoGpu final : public GptqDevice {
+ public:
+  std::string unavailable_reason() const override { return "built without CUDA (no nvcc at configure time)"; }
+  std::string name() const override { return "none"; }
+  GptqResult gptq(const float*, int64_t, int64_t, const float*, const GptqOptions&, GptqPhaseTimes*) override {
+    throw Error(unavailable_reason());
+  }
+  SequentialMemory plan(const ModelConfig&, int64_t, int64_t, const std::set<std::string>&) const override {
+    throw Error(unavailable_reason());
+  }
+  void calibrate(const std::string&, const std::vector<int32_t>&, int64_t, int64_t, const std::set<std::string>&,
+                 const SequentialCalls&, GptqPhaseTimes*) override {
+    throw Error(unavailable_reason());
+  }
+};
+}  // namespace
+
+std::unique_ptr<GptqDevice> make_gptq_device() { return std::make_unique<NoGpu>(); }
+
+#else
+
+namespace {
+
+using cuda::DeviceBuffer;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+
+// The calibration activations x [rows, D] fp32: on the device, or in pinned host memory when
+// they do not fit beside the block's work (then every chunk is staged through the device).
+class Activations {
+ public:
+  Activations(int64_t rows, int64_t D, bool on_host) : D_(D), on_host_(on_host) {
+    const size_t bytes = size_t(rows) * size_t(D) * sizeof(float);
+    if (on_host) TL_CUDA_THROW(cudaHostAlloc(reinterpret_cast<void**>(&host_), bytes, cudaHostAllocDefault));
+    else dev_.resize(size_t(rows) * size_t(D));
+  }
+  ~Activations() {
+    if (host_) cudaFreeHost(host_);
+  }
+  Activations(const Activations&) = delete;
+  Activations& operator=(const Activations&) = delete;
+
+  // Rows [r0, r0 + n) as a device pointer to work on in place: the store itself, or `stage`
+  // filled from the host copy (put() writes it back).
+  float* get(int64_t r0, int64_t n, float* stage) {
+    if (!on_host_) return dev_.get() + r0 * D_;
+    TL_CUDA_THROW(cudaMemcpy(stage, host_ + r0 * D_, bytes(n), cudaMemcpyHostToDevice));
+    return stage;
+  }
+  void put(int64_t r0, int64_t n, const float* dev) {
+    if (on_host_) TL_CUDA_THROW(cudaMemcpy(host_ + r0 * D_, dev, bytes(n), cudaMemcpyDeviceToHost));
+  }
+  // A copy of rows [r0, r0 + n) into the device buffer `dst` (the store is left unchanged).
+  void copy_to(int64_t r0, int64_t n, float* dst) {
+    if (on_host_) TL_CUDA_THROW(cudaMemcpy(dst, host_ + r0 * D_, bytes(n), cudaMemcpyHostToDevice));
+    else TL_CUDA_THROW(cudaMemcpy(dst, dev_.get() + r0 * D_, bytes(n), cudaMemcpyDeviceToDevice));
+  }
+  void put_host(int64_t r0, int64_t n, const float* src) {
+    if (on_host_) std::memcpy(host_ + r0 * D_, src, bytes(n));
+    else TL_CUDA_THROW(cudaMemcpy(dev_.get() + r0 * D_, src, bytes(n), cudaMemcpyHostToDevice));
+  }
+
+ private:
+  size_t bytes(int64_t n) const { return size_t(n) * size_t(D_) * sizeof(float); }
+  int64_t D_;
+  bool on_host_;
+  DeviceBuffer<float> dev_;
+  float* host_ = nullptr;
+};
+
+// One linear weight of a resident block: its fp16 copy (the forward's), and where its input's
+// Hessian accumulates (-1: not selected).
+struct DevLinear {
+  std::string name;
+  int K = 0, N = 0;
+  DeviceBuffer<__half> w;
+  int slot = -1;            // Hessian slot
+  bool owns_slot = false;   // false for mlp_up sharing mlp_gate's input
+};
+
+struct DevBlock {
+  BlockWeights host;        // fp32 weights for GPTQ (freed once the block is quantized)
+  DeviceBuffer<float> attn_norm, mlp_norm;
+  DevLinear lin[5];
+};
+
+// One chunk's activations; sized for kChunkRows rows rounded to whole windows.
+struct ChunkBuffers {
+  DeviceBuffer<float> x, cos_tab, sin_tab;
+  DeviceBuffer<__half> h, qkv, q, k, v, att, y, gate, up;
+  void reserve(const ModelConfig& c, int64_t rows, int T) {
+    const BlockBufferSizes n = block_buffer_elements(c, rows);
+    x.reserve(size_t(rows * c.d_model));
+    for (auto* b : {&h, &y}) b->reserve(size_t(n.h));
+    qkv.reserve(size_t(n.qkv));
+    for (auto* b : {&q, &att}) b->reserve(size_t(n.q));
+    for (auto* b : {&k, &v}) b->reserve(size_t(n.kv));
+    for (auto* b : {&gate, &up}) b->reserve(size_t(n.gate));
+    std::vector<float> cs, sn;
+    rope_tables(T, c.d_head, c.rope_theta, &cs, &sn);
+    cos_tab.resize(cs.size());
+    sin_tab.resize(sn.size());
+    cos_tab.upload(cs);
+    sin_tab.upload(sn);
+  }
+  BlockBuffers view(float* xp) const {
+    BlockBuffers b;
+    b.x = xp;
+    b.h = h.get();
+    b.qkv = qkv.get();
+    b.q = q.get();
+    b.k = k.get();
+    b.v = v.get();
+    b.att = att.get();
+    b.y = y.get();
+    b.gate = gate.get();
+    b.up = up.get();
+    b.cos_tab = cos_tab.get();
+    b.sin_tab = sin_tab.get();
+    return b;
+  }
+};
+
+uint64_t block_params(const ModelConfig& c) {
+  const uint64_t D = uint64_t(c.d_model), F = uint64_t(c.ffn);
+  const uint64_t qkv = uint64_t(c.n_heads + 2 * c.n_kv_heads) * uint64_t(c.d_head), att = uint64_t(c.n_heads * c.d_head);
+  return D * qkv + att * D + 3 * D * F + 2 * D;
+}
+
+int64_t chunk_windows(int64_t seq_len) { return std::max<int64_t>(1, kChunkRows / seq_len); }
+
+// The largest linear weight GPTQ meets, [K, N].
+std::pair<int64_t, int64_t> largest_weight(const ModelConfig& c, const std::set<std::string>& selected) {
+  int64_t K = 0, N = 0;
+  for (const std::string& name : selected) {
+    const std::vector<int64_t> s = expected_entry_shape(c, name);
+    if (s.size() == 2 && s[0] * s[1] > K * N) K = s[0], N = s[1];
+  }
+  return {K, N};
+}
+
+class CudaGptqDevice final : public GptqDevice {
+ public:
+  std::string unavailable_reason() const override { return gpu_model_unavailable_reason(); }
+
+  std::string name() const override {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "device 0";
+    return std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+  }
+
+  GptqResult gptq(const float* W, int64_t K, int64_t N, const float* H, const GptqOptions& opt,
+                  GptqPhaseTimes* times) override {
+    GptqGpuTimes t;
+    GptqResult r = engine().quantize_host(W, K, N, H, opt, &t);
+    if (times) times->cholesky += t.cholesky, times->sweep += t.sweep;
+    return r;
+  }
+
+  SequentialMemory plan(const ModelConfig& c, int64_t n_seq, int64_t seq_len,
+                        const std::set<std::string>& selected) const override {
+    const uint64_t rows = uint64_t(n_seq) * uint64_t(seq_len), D = uint64_t(c.d_model);
+    const uint64_t crow = uint64_t(std::min(n_seq, chunk_windows(seq_len)) * seq_len);
+    const BlockBufferSizes b = block_buffer_elements(c, int64_t(crow));
+    const uint64_t chunk = crow * D * 4 + 2 * uint64_t(2 * b.h + b.qkv + 2 * b.q + 2 * b.kv + 2 * b.gate);
+    const uint64_t blocks = std::max<uint64_t>(1, uint64_t(c.n_loop));  // resident at once
+    const uint64_t weights16 = blocks * block_params(c) * 2;
+    const uint64_t F = uint64_t(c.ffn), A = uint64_t(c.n_heads * c.d_head);
+    const uint64_t hess = blocks * 4 * (2 * D * D + A * A + F * F) + 4 * std::max({D, A, F}) * std::max({D, A, F});
+    const auto [K, N] = largest_weight(c, selected);
+    const uint64_t staging = uint64_t(K) * uint64_t(N) * 4;
+    const uint64_t work = chunk + weights16 + hess + GpuGptq::device_bytes(K, N) + staging + (256ull << 20);
+    const uint64_t acts = rows * D * 4;
+    SequentialMemory m;
+    size_t free = 0, total = 0;
+    TL_CUDA_THROW(cudaMemGetInfo(&free, &total));
+    m.device_free = free;
+    m.activations_on_host = work + acts > uint64_t(free) * 9 / 10;
+    m.device_bytes = work + (m.activations_on_host ? 0 : acts);
+    if (m.device_bytes > uint64_t(free))
+      throw Error("GPU calibration needs " + format_bytes(m.device_bytes) + " on " + name() + " beyond the activations, " +
+                  format_bytes(free) + " free (one block's work: chunk buffers " + format_bytes(chunk) + ", fp16 weights " +
+                  format_bytes(weights16) + ", Hessians " + format_bytes(hess) + ", GPTQ " +
+                  format_bytes(GpuGptq::device_bytes(K, N)) + ")");
+    const uint64_t block32 = blocks * block_params(c) * 4;
+    const uint64_t embed = uint64_t(c.vocab) * D * 4;
+    const uint64_t head = selected.count("head") ? uint64_t(c.vocab) * D * 4 : 0;
+    m.host_bytes = 2 * block32 + embed + head + crow * D * 4 + uint64_t(K) * uint64_t(N) * 3 +
+                   (m.activations_on_host ? acts : 0);
+    m.formula = "2 x one block in float32 (" + format_bytes(2 * block32) + ") + the embedding in float32 (" +
+                format_bytes(embed) + ")" + (head ? " + the head in float32 (" + format_bytes(head) + ")" : "") +
+                " + a chunk of staging + one weight's codes" +
+                (m.activations_on_host ? " + the activations, which do not fit the GPU (" + format_bytes(acts) + ")" : "");
+    return m;
+  }
+
+  void calibrate(const std::string& model, const std::vector<int32_t>& tokens, int64_t seq_len, int64_t n_seq,
+                 const std::set<std::string>& selected, const SequentialCalls& calls, GptqPhaseTimes* times) override;
+
+ private:
+  GpuGptq& engine() {
+    if (!gptq_) gptq_ = std::make_unique<GpuGptq>();
+    return *gptq_;
+  }
+  std::unique_ptr<GpuGptq> gptq_;
+};
+
+// The state of one calibrate() run.
+class Run {
+ public:
+  Run(GpuGptq& gptq, const ModelStream& src, const std::set<std::string>& selected, const SequentialCalls& calls,
+      GptqPhaseTimes& t)
+      : gptq_(gptq), src_(src), c_(src.config()), selected_(selected), calls_(calls), t_(t) {
+    if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) throw Error("cublasCreate failed");
+  }
+  ~Run() {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    cublasDestroy(blas_);
+  }
+
+  void go(const std::vector<int32_t>& tokens, int64_t seq_len, int64_t n_seq, bool acts_on_host) {
+    T_ = int(seq_len);
+    n_seq_ = n_seq;
+    const int64_t rows = n_seq * seq_len, D = c_.d_model;
+    wpc_ = std::min(n_seq, chunk_windows(seq_len));
+    chunk_.reserve(c_, wpc_ * seq_len, T_);
+    acts_ = std::make_unique<Activations>(rows, D, acts_on_host);
+    const auto t0 = Clock::now();
+    auto t_step = t0;
+    auto say = [&](const std::string& what) {
+      if (!calls_.events.log) return;
+      char b[80];
+      std::snprintf(b, sizeof b, " (%.1fs; %.1fs in all)", since(t_step), since(t0));
+      t_step = Clock::now();
+      calls_.events.log(what + b);
+    };
+    const double pass = block_forward_flops(c_, rows);
+    if (calls_.events.planned) calls_.events.planned(calibration_forward_flops(c_, rows, selected_));
+    auto forward_done = [&](double flops) {
+      if (calls_.events.forward_done) calls_.events.forward_done(flops);
+    };
+
+    {  // x = embed[tokens], chunk by chunk through a host staging buffer
+      auto tl = Clock::now();
+      const std::vector<float> embed = src_.embed();
+      t_.load += since(tl);
+      std::vector<float> stage(static_cast<size_t>(wpc_ * seq_len * D));
+      for (int64_t r0 = 0; r0 < rows; r0 += wpc_ * seq_len) {
+        const int64_t n = std::min(wpc_ * seq_len, rows - r0);
+        for (int64_t r = 0; r < n; ++r)
+          std::memcpy(&stage[size_t(r * D)], &embed[size_t(tokens[size_t(r0 + r)]) * size_t(D)], size_t(D) * 4);
+        acts_->put_host(r0, n, stage.data());
+      }
+    }
+    say("calibration: " + std::to_string(n_seq) + " windows x " + std::to_string(seq_len) + " tokens embedded on " +
+        std::string(acts_on_host ? "the host (pinned; they do not fit the GPU)" : "the GPU"));
+
+    // Distinct blocks: read ahead one block on another thread where the input allows it.
+    std::future<BlockWeights> next;
+    auto fetch = [&](int64_t i) {
+      if (src_.hdf5()) {  // HDF5 is not used from two threads at once (the output is HDF5 too)
+        std::promise<BlockWeights> p;
+        p.set_value(src_.block(false, i));
+        return p.get_future();
+      }
+      return std::async(std::launch::async, [this, i] { return src_.block(false, i); });
+    };
+    if (c_.n_pre > 0) next = fetch(0);
+    for (int64_t i = 0; i < c_.n_pre; ++i) {
+      auto tl = Clock::now();
+      BlockWeights bw = next.get();
+      t_.load += since(tl);
+      if (i + 1 < c_.n_pre) next = fetch(i + 1);
+      DevBlock blk;
+      upload(std::move(bw), blk);
+      const std::string prefix = blk.host.prefix;
+      if (!block_selected(prefix, selected_)) {
+        forward_pass({&blk}, 1, /*in_place=*/true, false);
+        forward_done(pass);
+        say(prefix + ": forward (nothing selected)");
+        continue;
+      }
+      const int slots = assign_slots({&blk});
+      accumulate_begin(slots, int(n_seq));
+      forward_pass({&blk}, 1, /*in_place=*/false, true);
+      forward_done(pass);
+      quantize({&blk});
+      forward_pass({&blk}, 1, /*in_place=*/true, false);
+      forward_done(pass);
+      say(prefix + " calibrated and quantized");
+    }
+
+    // The shared loop blocks (TinyLoop): Hessians over every iteration, one quantization.
+    std::vector<std::unique_ptr<DevBlock>> loop;
+    std::vector<DevBlock*> lp;
+    bool loop_selected = false;
+    for (int64_t j = 0; j < c_.n_loop; ++j) loop_selected = loop_selected || block_selected(block_prefix(true, j), selected_);
+    const bool head = selected_.count("head") > 0;
+    if (loop_selected || head) {
+      for (int64_t j = 0; j < c_.n_loop; ++j) {
+        auto tl = Clock::now();
+        BlockWeights bw = src_.block(true, j);
+        t_.load += since(tl);
+        loop.push_back(std::make_unique<DevBlock>());
+        upload(std::move(bw), *loop.back());
+        lp.push_back(loop.back().get());
+      }
+    }
+    if (loop_selected) {
+      const int slots = assign_slots(lp);
+      accumulate_begin(slots, int(n_seq * c_.loops));
+      forward_pass(lp, int(c_.loops), /*in_place=*/false, true);
+      forward_done(pass * double(c_.loops) * double(c_.n_loop));
+      quantize(lp);
+      say("loop blocks calibrated over " + std::to_string(c_.loops) + " iterations and quantized");
+    }
+    if (head) {
+      auto tl = Clock::now();
+      const std::vector<float> final_norm = src_.final_norm();
+      LinearWeight hw = src_.head();
+      t_.load += since(tl);
+      DeviceBuffer<float> fn(final_norm);
+      slot_dim_.assign(1, int(hw.K));
+      accumulate_begin(1, int(n_seq));
+      head_pass(lp, fn.get(), int(hw.K));
+      forward_done(pass * double(c_.loops) * double(c_.n_loop));
+      symmetrize();
+      quantize_one(hw, 0, nullptr);
+      say("head calibrated and quantized");
+    }
+  }
+
+ private:
+  // fp16 copies of the block's linears (converted on the device), norms; slots unassigned.
+  void upload(BlockWeights&& bw, DevBlock& blk) {
+    blk.host = std::move(bw);
+    blk.attn_norm = DeviceBuffer<float>(blk.host.attn_norm);
+    blk.mlp_norm = DeviceBuffer<float>(blk.host.mlp_norm);
+    for (int i = 0; i < 5; ++i) {
+      const LinearWeight& lw = *blk.host.linear(kBlockLinearNames[i]);
+      DevLinear& l = blk.lin[i];
+      l.name = lw.name;
+      l.K = int(lw.K);
+      l.N = int(lw.N);
+      l.w.resize(lw.W.size());
+      staging_.reserve(lw.W.size());
+      TL_CUDA_THROW(cudaMemcpy(staging_.get(), lw.W.data(), lw.W.size() * 4, cudaMemcpyHostToDevice));
+      check_launch(cuda::float_to_half_n(staging_.get(), l.w.get(), int64_t(lw.W.size()), nullptr), "float_to_half_n");
+    }
+  }
+
+  // Hessian slots for the selected linears of these blocks; mlp_up shares mlp_gate's input.
+  int assign_slots(const std::vector<DevBlock*>& blocks) {
+    int n = 0;
+    slot_dim_.clear();
+    for (DevBlock* b : blocks) {
+      for (int i = 0; i < 5; ++i) {
+        DevLinear& l = b->lin[i];
+        l.slot = -1;
+        l.owns_slot = false;
+        if (!selected_.count(l.name)) continue;
+        if (i == 3 && b->lin[2].slot >= 0) {
+          l.slot = b->lin[2].slot;
+          continue;
+        }
+        l.slot = n++;
+        l.owns_slot = true;
+        slot_dim_.push_back(l.K);
+      }
+    }
+    return n;
+  }
+
+  // Zeroed Hessian accumulators for the slots assign_slots made (the head: one slot of its K);
+  // `samples` = the sample count each will hold (windows x calls per window).
+  void accumulate_begin(int slots, int samples) {
+    hess_.resize(size_t(slots));
+    for (int s = 0; s < slots; ++s) {
+      const size_t KK = size_t(slot_dim_[size_t(s)]) * size_t(slot_dim_[size_t(s)]);
+      hess_[size_t(s)].reserve(KK);
+      TL_CUDA_THROW(cudaMemset(hess_[size_t(s)].get(), 0, KK * 4));
+    }
+    samples_ = samples;
+  }
+
+  // H_slot += (2 / samples) X^T X for X [M, K] fp16 (row-major; column-major it is X^T [K, M]),
+  // bracketed by events so the pass can tell its Hessian time from its forward time.
+  void accumulate(int slot, const __half* X, int M) {
+    const int K = slot_dim_[size_t(slot)];
+    const float alpha = float(2.0 / double(samples_)), one = 1.0f;
+    if (events_used_ + 2 > events_.size()) {
+      cudaEvent_t e0, e1;
+      TL_CUDA_THROW(cudaEventCreate(&e0));
+      TL_CUDA_THROW(cudaEventCreate(&e1));
+      events_.push_back(e0);
+      events_.push_back(e1);
+    }
+    TL_CUDA_THROW(cudaEventRecord(events_[events_used_++]));
+    const cublasStatus_t st = cublasGemmEx(blas_, CUBLAS_OP_N, CUBLAS_OP_T, K, K, M, &alpha, X, CUDA_R_16F, K, X,
+                                           CUDA_R_16F, K, &one, hess_[size_t(slot)].get(), CUDA_R_32F, K,
+                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS) throw Error("cublasGemmEx (Hessian) failed: status " + std::to_string(int(st)));
+    TL_CUDA_THROW(cudaEventRecord(events_[events_used_++]));
+  }
+
+  // After a pass (device synchronized): the time its Hessian GEMMs took.
+  double hessian_seconds() {
+    double s = 0;
+    for (size_t i = 0; i + 1 < events_used_; i += 2) {
+      float ms = 0;
+      TL_CUDA_THROW(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
+      s += ms / 1000.0;
+    }
+    events_used_ = 0;
+    return s;
+  }
+
+  void symmetrize() {
+    for (int s = 0; s < int(hess_.size()); ++s)
+      check_launch(cuda::gptq_symmetrize(hess_[size_t(s)].get(), slot_dim_[size_t(s)], nullptr), "gptq_symmetrize");
+  }
+
+  void run_block(const DevBlock& b, float* x, int n_seq, bool hooks) {
+    block_forward(c_, b.attn_norm.get(), b.mlp_norm.get(), chunk_.view(x), n_seq, T_,
+                  [&](int i, const __half* X, __half* Y, int M) {
+                    const DevLinear& l = b.lin[i];
+                    if (hooks && l.owns_slot) accumulate(l.slot, X, M);
+                    check_launch(cuda::detail::cublas_fp16_gemm(X, l.w.get(), Y, M, l.N, l.K, nullptr),
+                             "cublas_fp16_gemm " + l.name);
+                  });
+  }
+
+  // Every chunk through `blocks` (`iterations` times): in place on x, or on a copy (pass 1).
+  void forward_pass(const std::vector<DevBlock*>& blocks, int iterations, bool in_place, bool hooks) {
+    const auto t0 = Clock::now();
+    for (int64_t w0 = 0; w0 < n_seq_; w0 += wpc_) {
+      const int nw = int(std::min(wpc_, n_seq_ - w0));
+      const int64_t r0 = w0 * T_, n = int64_t(nw) * T_;
+      float* x = chunk_.x.get();
+      if (in_place) x = acts_->get(r0, n, chunk_.x.get());
+      else acts_->copy_to(r0, n, x);
+      for (int it = 0; it < iterations; ++it)
+        for (const DevBlock* b : blocks) run_block(*b, x, nw, hooks);
+      if (in_place) acts_->put(r0, n, x);
+    }
+    TL_CUDA_THROW(cudaDeviceSynchronize());
+    const double h = hessian_seconds();
+    t_.forward += since(t0) - h;
+    t_.hessian += h;
+  }
+
+  // The head's Hessian: every chunk through the loop stack (if any), then the final norm.
+  void head_pass(const std::vector<DevBlock*>& loop, const float* final_norm, int D) {
+    const auto t0 = Clock::now();
+    for (int64_t w0 = 0; w0 < n_seq_; w0 += wpc_) {
+      const int nw = int(std::min(wpc_, n_seq_ - w0));
+      const int64_t r0 = w0 * T_, n = int64_t(nw) * T_;
+      float* x = chunk_.x.get();
+      acts_->copy_to(r0, n, x);
+      for (int64_t it = 0; it < c_.loops; ++it)
+        for (const DevBlock* b : loop) run_block(*b, x, nw, false);
+      check_launch(cuda::rms_norm_rows(x, final_norm, chunk_.h.get(), int(n), D, float(c_.norm_eps), nullptr), "rms_norm final");
+      accumulate(0, chunk_.h.get(), int(n));
+    }
+    TL_CUDA_THROW(cudaDeviceSynchronize());
+    const double h = hessian_seconds();
+    t_.forward += since(t0) - h;
+    t_.hessian += h;
+  }
+
+  // GPTQ of every selected weight of these blocks, in block order; their fp16 copies become
+  // W_hat. A Hessian shared by mlp_gate and mlp_up is copied for the first (GPTQ modifies it).
+  void quantize(const std::vector<DevBlock*>& blocks) {
+    symmetrize();
+    for (DevBlock* b : blocks) {
+      for (int i = 0; i < 5; ++i) {
+        DevLinear& l = b->lin[i];
+        if (l.slot < 0) continue;
+        const bool shared = i == 2 && b->lin[3].slot == l.slot;
+        quantize_one(*b->host.linear(kBlockLinearNames[i]), l.slot, l.w.get(), shared);
+      }
+      for (const char* n : kBlockLinearNames) b->host.linear(n)->W = std::vector<float>();  // GPTQ is done with them
+    }
+  }
+
+  void quantize_one(const LinearWeight& lw, int slot, __half* w_hat, bool keep_hessian = false) {
+    const int K = int(lw.K);
+    float* H = hess_[size_t(slot)].get();
+    if (keep_hessian) {
+      hess_copy_.reserve(size_t(K) * size_t(K));
+      TL_CUDA_THROW(cudaMemcpy(hess_copy_.get(), H, size_t(K) * size_t(K) * 4, cudaMemcpyDeviceToDevice));
+      H = hess_copy_.get();
+    }
+    if (calls_.hessian) {
+      Hessian h;
+      h.name = lw.name;
+      h.K = K;
+      h.nsamples = samples_;
+      h.H.resize(size_t(K) * size_t(K));
+      TL_CUDA_THROW(cudaMemcpy(h.H.data(), H, h.H.size() * 4, cudaMemcpyDeviceToHost));
+      calls_.hessian(h);
+    }
+    if (calls_.started) calls_.started(lw.name);
+    const auto t0 = Clock::now();
+    GptqGpuTimes gt;
+    GptqResult r = gptq_.quantize(lw.W.data(), lw.K, lw.N, H, calls_.options(lw.name, lw.K), w_hat, &gt);
+    t_.cholesky += gt.cholesky;
+    t_.sweep += gt.sweep;
+    calls_.quantized(lw.name, std::move(r), samples_, since(t0));
+  }
+
+  GpuGptq& gptq_;
+  const ModelStream& src_;
+  const ModelConfig& c_;
+  const std::set<std::string>& selected_;
+  const SequentialCalls& calls_;
+  GptqPhaseTimes& t_;
+  cublasHandle_t blas_ = nullptr;
+  std::vector<cudaEvent_t> events_;  // pairs around the Hessian GEMMs of the current pass
+  size_t events_used_ = 0;
+  int T_ = 0;
+  int64_t n_seq_ = 0, wpc_ = 1;
+  int samples_ = 1;
+  ChunkBuffers chunk_;
+  std::unique_ptr<Activations> acts_;
+  DeviceBuffer<float> staging_, hess_copy_;
+  std::vector<DeviceBuffer<float>> hess_;
+  std::vector<int> slot_dim_;
+};
+
+void CudaGptqDevice::calibrate(const std::string& model, const std::vector<int32_t>& tokens, int64_t seq_len,
+                               int64_t n_seq, const std::set<std::string>& selected, const SequentialCalls& calls,
+                               GptqPhaseTimes* times) {
+  const std::string why = unavailable_reason();
+  if (!why.empty()) throw Error(why);
+  ModelStream src(model);
+  const ModelConfig& c = src.config();
+  if (seq_len <= 0 || n_seq <= 0 || int64_t(tokens.size()) < n_seq * seq_len)
+    throw Error("calibration needs " + std::to_string(n_seq) + " windows of " + std::to_string(seq_len) + " tokens");
+  if (seq_len > 65535) throw Error("calibration windows longer than 65535 tokens are not supported on the GPU");
+  for (const std::string& name : selected)
+    if (expected_entry_shape(c, name).size() != 2 || name == "embed")
+      throw Error("selected weight is not a linear weight of the model's forward pass", "", name);
+  const SequentialMemory m = plan(c, n_seq, seq_len, selected);
+  GptqPhaseTimes local;
+  Run run(engine(), src, selected, calls, times ? *times : local);
+  run.go(tokens, seq_len, n_seq, m.activations_on_host || calls.activations_on_host);
+}
+
+}  // namespace
+
+std::unique_ptr<GptqDevice> make_gptq_device() { return std::make_unique<CudaGptqDevice>(); }
+
+#endif
+
+}  // namespace tl::gpu

@@ -1,0 +1,57 @@
+// GPTQ of one linear weight on the GPU: the same algorithm, options and result as the CPU port
+// (libconvert/gptq.h, whose step list this follows), with
+//   - the dead-input fix, act-order permutation and damping on the device (the diagonal is read
+//     back to sort it and to take its mean in double, in the CPU's order);
+//   - the inverse-Hessian factor as upstream computes it: cuSOLVER potrf -> potri -> potrf
+//     (H + damp I = L L^T, H^-1, H^-1 = U^T U), retried with growing damping like the CPU;
+//   - the blocked lazy sweep: one kernel per block of rows (cuda/gptq_ops.h: a thread per
+//     output column, the in-block error feedback in shared memory) and one fp32 cuBLAS SGEMM
+//     per block for the lazy update of the rows below (no TF32: CUBLAS_DEFAULT_MATH);
+//   - RTN's comparison loss as 0.5 * sum((H + damp I) E .* E), one SGEMM.
+// Codes can differ from the CPU's only where a value sits on a near-tie of round(): the
+// summation orders of the factor and the GEMMs differ (tests/cuda/test_gptq_gpu.cpp).
+//
+// One GpuGptq per thread; buffers grow to the largest weight seen and are reused.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <cuda_fp16.h>
+
+#include "libconvert/gptq.h"
+
+namespace tl::gpu {
+
+struct GptqGpuTimes {
+  double cholesky = 0;  // dead inputs, permutation, damping, the factor (with retries)
+  double sweep = 0;     // parameters, the blocked sweep, RTN's loss, results to the host
+};
+
+class GpuGptq {
+ public:
+  GpuGptq();  // device 0; throws tl::Error when no usable device
+  ~GpuGptq();
+  GpuGptq(const GpuGptq&) = delete;
+  GpuGptq& operator=(const GpuGptq&) = delete;
+
+  // W: host [K, N] row-major float32 (original row order). H_dev: device [K, K] float32,
+  // add_batch's H (symmetric); it is modified (dead diagonals set to 1). w_hat_dev: optional
+  // device fp16 [K, N] that receives fp16(q * scale16 + zero16), the weights as stored.
+  GptqResult quantize(const float* W, int64_t K, int64_t N, float* H_dev, const GptqOptions& opt,
+                      __half* w_hat_dev = nullptr, GptqGpuTimes* times = nullptr);
+  // The same with H on the host (the --calib path): uploaded first.
+  GptqResult quantize_host(const float* W, int64_t K, int64_t N, const float* H, const GptqOptions& opt,
+                           GptqGpuTimes* times = nullptr);
+
+  // Device bytes quantize() needs for a [K, N] weight (besides the caller's H and w_hat).
+  static uint64_t device_bytes(int64_t K, int64_t N);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tl::gpu

@@ -1,0 +1,414 @@
+// gptq-quantize's GPU path (libgpu/gptq_gpu.h, libgpu/gptq_device.h) against upstream's golden
+// GPTQ outputs and against the CPU port, on fresh random data:
+//  - golden: with upstream's own inverse-Hessian factor, upstream's codes exactly (the sweep
+//    follows upstream's float32 operations); with the GPU's cuSOLVER factor, the README's parity
+//    gate the CPU port passes (tests/convert/test_gptq_golden.h);
+//  - random layers, every parameter path (per row, dynamic groups smaller / equal / larger than
+//    the block, static groups with act-order, float zero, dead inputs, a short last block,
+//    N not a multiple of the kernel's 32 columns): the GPU's codes differ from the CPU's only in
+//    columns whose first difference sits on a near-tie of round();
+//  - sequential calibration on a random TinyLoop model (pre blocks, a loop block, the head):
+//    the same weights in the same order, Hessians from fp16 inputs within their rounding bound,
+//    the same sample counts, GPTQ losses within a few percent; activations kept on the host give
+//    the same bytes, and so does a second run (determinism);
+//  - the tool: `--device cuda` twice gives byte-identical files.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "convert/test_gptq_golden.h"
+#include "core/group_size.h"
+#include "core/half.h"
+#include "formats/token_file.h"
+#include "gpu_test_util.h"
+#include "libconvert/gptq.h"
+#include "libconvert/gptq_quantize_tool.h"
+#include "libconvert/model_forward.h"
+#include "libconvert/model_weights.h"
+#include "libconvert/token_calibration.h"
+#include "libgpu/gptq_device.h"
+#include "libgpu/gptq_gpu.h"
+
+namespace {
+
+using tl_test::GptqCalib;
+using tl_test::GptqCase;
+
+TEST_CASE("gptq gpu golden: upstream's inverse-Hessian factor gives upstream's codes exactly") {
+  tl::gpu::GpuGptq gpu;
+  for (const char* name : tl_test::kCases) {
+    const GptqCase g = tl_test::load_case(name);
+    if (g.Hinv.empty()) continue;  // stored for K <= 256 only
+    CAPTURE(g.name);
+    const GptqCalib c = tl_test::load_calib(std::to_string(g.K) + "x" + std::to_string(g.N));
+    tl::GptqOptions o = tl_test::options_for(g);
+    o.hinv_upper = g.Hinv.data();
+    const tl::GptqResult r = gpu.quantize_host(c.W.data(), c.K, c.N, c.H.data(), o);
+    const tl_test::CodeDiff d = tl_test::diff_codes(g, r);
+    CHECK_MESSAGE(d.cols == 0, g.name << ": " << d.codes << " codes in " << d.cols << " columns differ\n" << d.report);
+    tl_test::check_params(g, r, d.col_differs);
+    CHECK(r.g_idx == g.g_idx);
+    if (g.actorder) CHECK(r.perm == g.perm);
+  }
+}
+
+TEST_CASE("gptq gpu golden: the GPU's own factor passes the parity gate in every case") {
+  tl::gpu::GpuGptq gpu;
+  int64_t flips = 0, cols = 0;
+  for (const char* name : tl_test::kCases) {
+    const GptqCase g = tl_test::load_case(name);
+    CAPTURE(g.name);
+    const GptqCalib c = tl_test::load_calib(std::to_string(g.K) + "x" + std::to_string(g.N));
+    const tl::GptqResult r = gpu.quantize_host(c.W.data(), c.K, c.N, c.H.data(), tl_test::options_for(g));
+    const tl_test::CodeDiff d = tl_test::check_parity_gate(g, c, r);
+    flips += d.codes;
+    cols += d.cols;
+  }
+  MESSAGE("GPU: total near-tie code flips vs upstream: " << flips << " codes in " << cols << " columns");
+}
+
+// ---- GPU against CPU on random layers ----
+
+// A value whose |frac(x) - 1/2| is below this is a near-tie for two float32 computations of the
+// same GPTQ that differ in their Cholesky and GEMM summation orders: the inverse factors agree
+// to ~K * 2^-24 * cond relative (K <= 512, a damped H of 2K random rows: cond ~ 10), ~3e-4 at
+// most, and the error feedback of a column adds that up over at most K rows of |x| <= 15 with
+// errors of +-1/2 -- so |x_gpu - x_cpu| stays below ~1e-3 until the first flip. A wrong row,
+// parameter or update would move codes at margins spread over [0, 1/2].
+constexpr float kGpuNearTie = 1e-3f;
+
+struct LayerCase {
+  const char* what;
+  int64_t K, N, group, block;  // group: rows (== K: per row)
+  bool act_order;
+  tl::ZeroMode zero;
+  int dead;  // dead input rows
+};
+
+const LayerCase kLayers[] = {
+    {"g128 dynamic, 3 blocks", 384, 256, 128, 128, false, tl::ZeroMode::kInt, 0},
+    {"g64 dynamic (group < block), N % 32 != 0", 320, 200, 64, 128, false, tl::ZeroMode::kInt, 0},
+    {"g256 dynamic (group > block)", 512, 128, 256, 128, false, tl::ZeroMode::kInt, 0},
+    {"per row, act-order", 256, 96, 256, 128, true, tl::ZeroMode::kInt, 0},
+    {"g128 static act-order, float zero", 384, 160, 128, 128, true, tl::ZeroMode::kFloat, 0},
+    {"g32 dynamic, dead inputs, block 64, short last block", 288, 64, 32, 64, false, tl::ZeroMode::kInt, 5},
+    {"g128 static act-order, dead inputs", 256, 128, 128, 128, true, tl::ZeroMode::kInt, 3},
+};
+
+// H = 2/n X^T X of n = 2K rows whose columns have spread scales (so act-order reorders).
+std::vector<float> random_hessian(int64_t K, int dead, std::mt19937_64& rng) {
+  const int64_t n = 2 * K;
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::uniform_real_distribution<double> ud(0.2, 2.0);
+  std::vector<double> scale(static_cast<size_t>(K));
+  for (double& s : scale) s = ud(rng);
+  std::vector<double> X(static_cast<size_t>(n * K));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t k = 0; k < K; ++k) X[size_t(r * K + k)] = nd(rng) * scale[size_t(k)];
+  for (int d = 0; d < dead; ++d) {
+    const int64_t k = (int64_t(d) * 37 + 11) % K;
+    for (int64_t r = 0; r < n; ++r) X[size_t(r * K + k)] = 0;
+  }
+  std::vector<float> H(static_cast<size_t>(K * K));
+  for (int64_t i = 0; i < K; ++i)
+    for (int64_t j = 0; j <= i; ++j) {
+      double s = 0;
+      for (int64_t r = 0; r < n; ++r) s += X[size_t(r * K + i)] * X[size_t(r * K + j)];
+      H[size_t(i * K + j)] = H[size_t(j * K + i)] = float(2.0 * s / double(n));
+    }
+  return H;
+}
+
+TEST_CASE("gptq gpu vs cpu: random layers, codes differ only after near-ties") {
+  std::mt19937_64 rng(tl::test::test_seed());
+  tl::gpu::GpuGptq gpu;
+  float worst_margin = 0;
+  for (const LayerCase& lc : kLayers) {
+    CAPTURE(lc.what);
+    const int64_t K = lc.K, N = lc.N;
+    std::normal_distribution<float> nd(0.0f, 0.05f);
+    std::vector<float> W(static_cast<size_t>(K * N));
+    for (float& w : W) w = nd(rng);
+    const std::vector<float> H = random_hessian(K, lc.dead, rng);
+    tl::GptqOptions o;
+    o.group_size = lc.group;
+    o.block_size = lc.block;
+    o.act_order = lc.act_order;
+    o.static_groups = lc.act_order;
+    o.zero_mode = lc.zero;
+    o.want_rtn_loss = true;
+    o.want_tie_margin = true;
+    const tl::GptqResult c = tl::gptq_quantize(W.data(), K, N, H.data(), o);
+    o.want_tie_margin = false;
+    const tl::GptqResult g = gpu.quantize_host(W.data(), K, N, H.data(), o);
+
+    CHECK(g.dead == c.dead);
+    CHECK(int(g.dead.size()) == lc.dead);
+    CHECK(g.perm == c.perm);
+    CHECK(g.g_idx == c.g_idx);
+    CHECK(g.damp == c.damp);  // the same float32 product of the same double mean
+    int64_t cols = 0, codes = 0, unexplained = 0;
+    std::vector<bool> col_differs(static_cast<size_t>(N), false);
+    for (int64_t n = 0; n < N; ++n) {
+      int64_t first = -1;
+      for (int64_t j = 0; j < K; ++j) {
+        const int64_t k = c.perm.empty() ? j : c.perm[size_t(j)];
+        if (g.q[size_t(k * N + n)] != c.q[size_t(k * N + n)]) {
+          if (first < 0) first = k;
+          ++codes;
+        }
+      }
+      if (first < 0) continue;
+      ++cols;
+      col_differs[size_t(n)] = true;
+      const float m = c.tie_margin[size_t(first * N + n)];
+      worst_margin = std::max(worst_margin, m);
+      if (!(m < kGpuNearTie)) {
+        ++unexplained;
+        MESSAGE("column " << n << ": first difference at row " << first << " has tie margin " << m);
+      }
+    }
+    MESSAGE(lc.what << ": " << codes << " codes in " << cols << " of " << N << " columns differ");
+    CHECK(unexplained == 0);
+    CHECK(cols <= std::max<int64_t>(1, N / 50));
+    // Parameters that are a function of W alone (per row, static groups) are bit-exact; those
+    // of dynamic groups in columns whose codes all match differ by at most one float16 step.
+    const bool dynamic = lc.group < K && !lc.act_order;
+    int64_t bad = 0;
+    for (int64_t gi = 0; gi < c.G; ++gi)
+      for (int64_t n = 0; n < N; ++n) {
+        if (col_differs[size_t(n)]) continue;
+        const size_t i = size_t(gi * N + n);
+        const int64_t steps = dynamic && gi > 0 ? 1 : 0;
+        if (tl_test::half_steps(g.scale16[i], c.scale16[i]) > steps || tl_test::half_steps(g.zero16[i], c.zero16[i]) > steps)
+          ++bad;
+      }
+    CHECK(bad == 0);
+    // The loss (a double sum either way) moves with the factor only (no flips: ~1e-5).
+    CHECK(std::fabs(g.loss - c.loss) <= (cols ? 1e-3 : 1e-4) * c.loss);
+    // RTN's loss: the same E, a float32 GEMM on each side.
+    CHECK(std::fabs(g.rtn_loss - c.rtn_loss) <= 1e-4 * c.rtn_loss);
+    CHECK(g.loss < g.rtn_loss);
+  }
+  MESSAGE("largest tie margin at a first difference: " << worst_margin << " (bound " << kGpuNearTie << ")");
+}
+
+TEST_CASE("gptq gpu: refuses what the CPU refuses, and blocks above its kernel's limit") {
+  tl::gpu::GpuGptq gpu;
+  const int64_t K = 64, N = 32;
+  std::vector<float> W(size_t(K * N), 0.1f), H(size_t(K * K), 0.0f);
+  for (int64_t k = 0; k < K; ++k) H[size_t(k * K + k)] = -1.0f;  // negative definite
+  tl::GptqOptions o;
+  o.group_size = K;
+  o.max_damp_retries = 1;
+  CHECK_THROWS_WITH(gpu.quantize_host(W.data(), K, N, H.data(), o), doctest::Contains("not positive definite"));
+  o.block_size = 512;
+  CHECK_THROWS_WITH(gpu.quantize_host(W.data(), K, N, H.data(), o), doctest::Contains("block size 512"));
+}
+
+// ---- sequential calibration ----
+
+tl::ModelConfig small_config() {
+  tl::ModelConfig c;
+  c.d_model = 64;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.d_head = 16;
+  c.ffn = 160;
+  c.vocab = 300;
+  c.n_pre = 2;
+  c.n_loop = 1;
+  c.loops = 2;
+  c.norm_eps = 1e-5;
+  c.rope_theta = 10000;
+  return c;
+}
+
+struct CalibOut {
+  std::vector<std::string> order;              // quantized, in the order they came
+  std::map<std::string, tl::Hessian> hessians;
+  std::map<std::string, tl::GptqResult> results;
+  std::map<std::string, int64_t> nsamples;
+};
+
+tl::GptqOptions calib_options(int64_t K) {
+  tl::GptqOptions o;
+  o.group_size = K;  // per row: every weight of the small model takes it
+  o.want_rtn_loss = true;
+  return o;
+}
+
+CalibOut run_gpu(const std::string& model, const std::vector<int32_t>& tokens, int64_t T, int64_t n_seq,
+                 const std::set<std::string>& selected, bool on_host) {
+  CalibOut out;
+  auto dev = tl::gpu::make_gptq_device();
+  tl::SequentialCalls calls;
+  calls.options = [](const std::string&, int64_t K) { return calib_options(K); };
+  calls.quantized = [&](const std::string& name, tl::GptqResult&& r, int64_t ns, double) {
+    out.order.push_back(name);
+    out.nsamples[name] = ns;
+    out.results[name] = std::move(r);
+  };
+  calls.hessian = [&](const tl::Hessian& h) { out.hessians[h.name] = h; };
+  calls.activations_on_host = on_host;
+  tl::GptqPhaseTimes t;
+  dev->calibrate(model, tokens, T, n_seq, selected, calls, &t);
+  CHECK(t.forward > 0);
+  CHECK(t.hessian > 0);
+  CHECK(t.sweep > 0);
+  return out;
+}
+
+std::string tmp_dir(const std::string& name);
+
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+TEST_CASE("gptq gpu calibration: the CPU's sequential mode, block by block") {
+  const tl::ModelConfig cfg = small_config();
+  const uint64_t seed = tl::test::test_seed();
+  tl::ModelWeights w = tl::random_model_weights(cfg, seed);
+  const std::string path = tmp_dir("gptq_gpu_calib") + "/model.tinyloop";
+  tl::write_model_tinyloop(w, path, tl::DType::F32);
+  const int64_t T = 24, n_seq = 12;  // 288 rows: one chunk
+  std::mt19937_64 rng(seed + 1);
+  std::uniform_int_distribution<int32_t> tok(0, int32_t(cfg.vocab - 1));
+  std::vector<int32_t> tokens(static_cast<size_t>(T * n_seq));
+  for (int32_t& t : tokens) t = tok(rng);
+  std::set<std::string> selected;
+  for (const std::string& n : w.linear_names()) selected.insert(n);
+
+  const CalibOut gpu = run_gpu(path, tokens, T, n_seq, selected, false);
+  REQUIRE(gpu.results.size() == selected.size());
+  // The schedule's order: pre.0.*, pre.1.*, loop.0.*, head.
+  std::vector<std::string> expect;
+  for (const char* p : {"pre.0", "pre.1", "loop.0"})
+    for (const char* n : tl::kBlockLinearNames) expect.push_back(std::string(p) + "." + n);
+  expect.push_back("head");
+  CHECK(gpu.order == expect);
+
+  // The CPU path on the same schedule, fed the GPU's W_hat after each block, so that both see
+  // the same weights upstream of every Hessian (the two GPTQs' codes differ at near-ties, and
+  // each difference would move every later Hessian): GPTQ on the CPU with its own Hessians.
+  CalibOut cpu;
+  tl::calibrate_sequential(w, tokens, T, n_seq, selected, [&](std::map<std::string, tl::Hessian>& hs, tl::ModelWeights& mw) {
+    for (auto& [name, h] : hs) {
+      tl::LinearWeight* l = mw.find_linear(name);
+      cpu.results[name] = tl::gptq_quantize(l->W.data(), l->K, l->N, h.H.data(), calib_options(l->K));
+      const tl::GptqResult& g = gpu.results.at(name);
+      tl::QuantWeight qw;
+      qw.name = name;
+      qw.K = l->K;
+      qw.N = l->N;
+      qw.group_size = g.group_size;
+      qw.q = g.q;
+      qw.scale = g.scale16;
+      qw.zero = g.zero16;
+      l->W = qw.dequantize();
+      cpu.nsamples[name] = h.nsamples;
+      cpu.hessians[name] = h;
+    }
+  });
+  for (const std::string& name : expect) {
+    CAPTURE(name);
+    CHECK(gpu.nsamples.at(name) == cpu.nsamples.at(name));
+    // The GPU's Hessian inputs are fp16 (2^-11 relative per element, ~1e-3 at most on a product
+    // of two, far less in a sum over rows); pre.0 sees the same embeddings on both sides. Later
+    // blocks also see the GPU forward's fp16 activations (about 8 roundings of 2^-11 per block
+    // pass, 5 block passes before the head), against the CPU's fp32 forward: 1e-2.
+    const double hd = rel_diff(gpu.hessians.at(name).H, cpu.hessians.at(name).H);
+    const bool first = name.rfind("pre.0.", 0) == 0;
+    MESSAGE(name << ": Hessian relative difference " << hd);
+    CHECK(hd <= (first ? 2e-3 : 1e-2));
+    // GPTQ's loss on each side's own Hessian: the same optimization of nearly the same problem.
+    const double lg = gpu.results.at(name).loss, lc = cpu.results.at(name).loss;
+    CHECK(std::fabs(lg - lc) <= 0.05 * lc);
+    CHECK(lg < gpu.results.at(name).rtn_loss);
+  }
+
+  // Activations in pinned host memory: the same bytes; and a second run: the same bytes.
+  for (bool on_host : {true, false}) {
+    CAPTURE(on_host);
+    const CalibOut again = run_gpu(path, tokens, T, n_seq, selected, on_host);
+    for (const std::string& name : expect) {
+      CAPTURE(name);
+      CHECK(again.hessians.at(name).H == gpu.hessians.at(name).H);
+      CHECK(again.results.at(name).q == gpu.results.at(name).q);
+      CHECK(again.results.at(name).scale16 == gpu.results.at(name).scale16);
+      CHECK(again.results.at(name).zero16 == gpu.results.at(name).zero16);
+    }
+  }
+}
+
+std::string tmp_dir(const std::string& name) {
+  const std::string dir = std::string(TL_TEST_TMP) + "/" + name;
+  REQUIRE(std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str()) == 0);
+  return dir;
+}
+
+std::vector<char> file_bytes(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(f), {});
+}
+
+TEST_CASE("gptq-quantize --device cuda: the same bytes on every run, the CPU path beside it") {
+  const tl::ModelConfig cfg = small_config();
+  tl::ModelWeights w = tl::random_model_weights(cfg, tl::test::test_seed() + 7);
+  const std::string dir = tmp_dir("gptq_gpu_tool");
+  const std::string model = dir + "/gpu_tool_model.tinyloop", toks = dir + "/gpu_tool_tokens.u32";
+  tl::write_model_tinyloop(w, model, tl::DType::F16);
+  std::mt19937_64 rng(11);
+  std::uniform_int_distribution<int32_t> tok(0, int32_t(cfg.vocab - 1));
+  std::vector<int32_t> tokens(600);
+  for (int32_t& t : tokens) t = tok(rng);
+  tl::write_token_file_u32(toks, tokens);
+  auto dev = tl::gpu::make_gptq_device();
+  auto run = [&](const std::string& device, const std::string& out, uint64_t max_memory = 0) {
+    tl::GptqQuantizeOptions o;
+    o.input = model;
+    o.output = out;
+    o.calib_tokens = toks;
+    o.calib_seq = 40;
+    o.calib_samples = 15;
+    o.group_size = tl::GroupSize::per_row();
+    o.device = device;
+    o.gpu = dev.get();
+    o.quiet = true;
+    o.threads = 2;
+    o.max_memory = max_memory;
+    return tl::run_gptq_quantize(o);
+  };
+  // Admission before any work: the host formula of the streamed path, with its numbers.
+  CHECK_THROWS_WITH(run("cuda", dir + "/gpu_tool_small.tinyloop", 1 << 16),
+                    doctest::Contains("streaming block by block: 2 x one block in float32"));
+  REQUIRE(run("cuda", dir + "/gpu_tool_a.tinyloop") == 0);
+  REQUIRE(run("cuda", dir + "/gpu_tool_b.tinyloop") == 0);
+  REQUIRE(run("cpu", dir + "/gpu_tool_cpu.tinyloop") == 0);
+  const std::vector<char> a = file_bytes(dir + "/gpu_tool_a.tinyloop"), b = file_bytes(dir + "/gpu_tool_b.tinyloop");
+  CHECK(a.size() > 10000);
+  CHECK(a == b);
+  // Both devices write every block linear, readable as a model.
+  for (const char* f : {"/gpu_tool_a.tinyloop", "/gpu_tool_cpu.tinyloop"}) {
+    const tl::ModelWeights q = tl::load_model_weights(dir + f, false);
+    CHECK(bool(q.pre[1].mlp_down.quant));
+    CHECK(bool(q.loop[0].attn_qkv.quant));
+  }
+}
+
+}  // namespace
