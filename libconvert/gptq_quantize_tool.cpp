@@ -376,16 +376,8 @@ struct Job {
   // Linear i's QuantWeight (codes, stored parameters, provenance) and report from its GPTQ result.
   QuantWeight from_gptq(size_t i, GptqResult&& r, int64_t nsamples) {
     const ImportEntry& e = *linears[i];
-    QuantWeight qw;
-    qw.name = e.name;
-    qw.bits = kQuantBits;
-    qw.K = e.K();
-    qw.N = e.N();
+    QuantWeight qw = start_weight(i, nsamples);
     WeightReport& rep = reports[i];
-    rep.name = e.name;
-    rep.K = qw.K;
-    rep.N = qw.N;
-    rep.nsamples = nsamples;
     if (!r.contiguous_groups()) throw Error("internal: non-contiguous groups", "", e.name);
     qw.group_size = r.group_size;
     qw.q = std::move(r.q);
@@ -409,10 +401,30 @@ struct Job {
     prov["gptq_loss"] = r.loss;
     if (r.rtn_loss >= 0) prov["rtn_loss"] = r.rtn_loss;
     if (use_gpu) prov["device"] = opt.gpu->name();  // a CPU run's provenance is as before
-    qw.provenance = prov;
-    rep.group_size = qw.group_size;
-    qw.validate(opt.output);
+    return finish_weight(i, std::move(qw), std::move(prov));
+  }
+
+  // Linear i's QuantWeight header and report, before the codes exist.
+  QuantWeight start_weight(size_t i, int64_t nsamples) {
+    const ImportEntry& e = *linears[i];
+    QuantWeight qw;
+    qw.name = e.name;
+    qw.bits = kQuantBits;
+    qw.K = e.K();
+    qw.N = e.N();
+    WeightReport& rep = reports[i];
+    rep.name = e.name;
+    rep.K = qw.K;
+    rep.N = qw.N;
+    rep.nsamples = nsamples;
     return qw;
+  }
+
+  QuantWeight finish_weight(size_t i, QuantWeight&& qw, nlohmann::json&& prov) {
+    qw.provenance = std::move(prov);
+    reports[i].group_size = qw.group_size;
+    qw.validate(opt.output);
+    return std::move(qw);
   }
 
   nlohmann::json provenance() const {
@@ -426,39 +438,27 @@ struct Job {
   QuantWeight quantize_one(size_t i, const std::vector<float>& W, const Hessian& h, Progress& progress) {
     const ImportEntry& e = *linears[i];
     const int64_t K = e.K(), N = e.N();
-    QuantWeight qw;
-    qw.name = e.name;
-    qw.bits = kQuantBits;
-    qw.K = K;
-    qw.N = N;
-    WeightReport& rep = reports[i];
-    rep.name = e.name;
-    rep.K = K;
-    rep.N = N;
-    rep.nsamples = h.nsamples;
-    nlohmann::json prov = provenance();
     if (gptq) {
       const GptqOptions g = gptq_options(e.name, K, progress);
       GptqResult r = use_gpu ? opt.gpu->gptq(W.data(), K, N, h.H.data(), g, &phases) : gptq_quantize(W.data(), K, N, h.H.data(), g);
       return from_gptq(i, std::move(r), h.nsamples);
-    } else {
-      MinMaxResult r = rtn_quantize(W.data(), K, N, opt.group_size.effective(K, e.name), opt.zero_mode);
-      if (!h.H.empty()) {
-        std::vector<float> E(W.size());
-        for (size_t j = 0; j < E.size(); ++j) E[j] = r.w_hat[j] - W[j];
-        rep.rtn_loss = hessian_loss(h.H, E, K, N);
-        prov["rtn_loss"] = rep.rtn_loss;
-        prov["nsamples"] = h.nsamples;
-      }
-      qw.group_size = r.group_size;
-      qw.q = std::move(r.q);
-      qw.scale = std::move(r.scale16);
-      qw.zero = std::move(r.zero16);
     }
-    qw.provenance = prov;
-    rep.group_size = qw.group_size;
-    qw.validate(opt.output);
-    return qw;
+    QuantWeight qw = start_weight(i, h.nsamples);
+    WeightReport& rep = reports[i];
+    nlohmann::json prov = provenance();
+    MinMaxResult r = rtn_quantize(W.data(), K, N, opt.group_size.effective(K, e.name), opt.zero_mode);
+    if (!h.H.empty()) {
+      std::vector<float> E(W.size());
+      for (size_t j = 0; j < E.size(); ++j) E[j] = r.w_hat[j] - W[j];
+      rep.rtn_loss = hessian_loss(h.H, E, K, N);
+      prov["rtn_loss"] = rep.rtn_loss;
+      prov["nsamples"] = h.nsamples;
+    }
+    qw.group_size = r.group_size;
+    qw.q = std::move(r.q);
+    qw.scale = std::move(r.scale16);
+    qw.zero = std::move(r.zero16);
+    return finish_weight(i, std::move(qw), std::move(prov));
   }
 
   void log_done(size_t i, const QuantWeight& qw, double seconds, Progress& progress) {

@@ -39,6 +39,7 @@ class CudaBackend final : public KernelBackend {
   CudaBackend(int device, std::string name) : device_(device), name_(std::move(name)) {
     TL_CUDA_THROW(cudaSetDevice(device_));
     TL_CUDA_THROW(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    floor_min_m_ = tl::cuda::kernel_options_from_env().dequant_min_m;  // the runtime's crossover
   }
   ~CudaBackend() override { if (stream_) cudaStreamDestroy(stream_); }
   std::string device_name() const override { return name_; }
@@ -54,7 +55,7 @@ class CudaBackend final : public KernelBackend {
       dC.fill_bytes(0x7e);
       ws.fill_bytes(0);
       const int rc = tl::cuda::marlin_int4_tc_gemm(half(dA), dB.get(), half(dC), half(ds), ws.get(),
-                                                   M, N, K, group_size, stream_);
+                                                   M, N, K, group_size, stream_, options_);
       finish("marlin_int4_tc_gemm", rc, M, N, K, group_size);
       check_workspace_zero(ws, N);
       dC.download(C);
@@ -91,7 +92,7 @@ class CudaBackend final : public KernelBackend {
       dC.fill_bytes(0x7e);
       ws.fill_bytes(0);
       const int rc = tl::cuda::marlin_mm_asymmetric(half(dA), dB.get(), half(ds), half(dd), half(dC),
-                                                    ws.get(), M, N, K, group_size, stream_);
+                                                    ws.get(), M, N, K, group_size, stream_, options_);
       finish("marlin_mm_asymmetric", rc, M, N, K, group_size);
       check_workspace_zero(ws, N);
       dC.download(C);
@@ -119,7 +120,7 @@ class CudaBackend final : public KernelBackend {
     const int rc = kernel == PlanKernel::kNative
                        ? tl::cuda::int4_gemm_plan(M, N, K, group_size, &p)
                        : tl::cuda::marlin_plan(M, N, K, group_size, kernel == PlanKernel::kMarlinAsymmetric,
-                                               tl::cuda::KernelOptions{}, &p);
+                                               options_, &p);
     KernelPlan k;
     if (rc != tl::cuda::kOk) {
       cudaGetLastError();
@@ -140,6 +141,9 @@ class CudaBackend final : public KernelBackend {
     k.ragged_n = p.ragged_n;
     return k;
   }
+
+  int prefill_floor_min_m() const override { return floor_min_m_; }
+  void set_prefill_floor(bool on) override { options_.dequant_min_m = on ? floor_min_m_ : 0; }
 
  private:
   static __half* half(const DeviceBuffer<uint16_t>& b) { return reinterpret_cast<__half*>(b.get()); }
@@ -181,6 +185,8 @@ class CudaBackend final : public KernelBackend {
   int device_;
   std::string name_;
   cudaStream_t stream_ = nullptr;
+  tl::cuda::KernelOptions options_;  // the launchers' defaults; dequant_min_m: set_prefill_floor
+  int floor_min_m_ = 0;
 };
 
 }  // namespace

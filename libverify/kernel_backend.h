@@ -21,10 +21,10 @@ struct KernelStatus {
 // How the backend's launcher shares a problem out (cuda/tl_kernels.h GemmPlan, copied so that
 // this header needs no CUDA): the tiers pick their shapes from it (tier_shapes.h).
 struct KernelPlan {
-  std::string kernel;             // "decode", "tiled", "native"; empty: the launcher declines
+  std::string kernel;             // "decode", "tiled", "dequant", "native"; empty: the launcher declines
   int blocks = 0, warps_per_block = 0;
   int units_per_warp = 0, cluster = 0;                              // decode
-  int slices = 0, last_slice_rows = 0, tiles_per_block = 0;         // tiled
+  int slices = 0, last_slice_rows = 0, tiles_per_block = 0;         // tiled (dequant: column chunks)
   int last_tiles_per_block = 0, last_blocks_per_sm = 0;             // tiled
   int k_splits = 0, rows_per_block = 0;                             // native
   bool ragged_n = false;                                            // native
@@ -58,6 +58,13 @@ class KernelBackend {
   // The plan the launcher would use for this problem on this device (kernel empty when it
   // declines the shape).
   virtual KernelPlan plan(PlanKernel kernel, int M, int N, int K, int group_size) = 0;
+
+  // The runtime's prefill floor (cuda/marlin_dequant.cu: the weight dequantized into fp16 tiles
+  // and cuBLAS): the M from which the runtime's options send Marlin calls to it, 0 when this
+  // backend has none. set_prefill_floor(true): later Marlin calls and plans run with it, as the
+  // runtime would; false (the default): without it, the tiled kernel at every M > 16.
+  virtual int prefill_floor_min_m() const { return 0; }
+  virtual void set_prefill_floor(bool on) { (void)on; }
 };
 
 struct BackendProbe {

@@ -61,8 +61,11 @@ void run_synthetic(TierId id, const TierBounds& b, const RunContext& ctx, TierRe
     } else {
       const QuantWeight w = random_packed_weight(rng, "", s.K, s.N, s.group_size);
       const std::vector<half_bits> A = random_halves(rng, s.M, s.K);
+      ctx.backend->set_prefill_floor(s.prefill_floor);
       c = id == TierId::kSymmetric ? run_symmetric_case(*ctx.backend, w, A, s.M, b)
                                    : run_wrapper_case(*ctx.backend, w, A, s.M, b);
+      ctx.backend->set_prefill_floor(false);
+      if (s.prefill_floor) c.label += " (prefill floor)";
     }
     c.covers = s.covers;
     progress.done(c);

@@ -40,6 +40,10 @@ const std::vector<Requirement>& marlin_requirements() {
        [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && p.last_blocks_per_sm == 2; }},
       {"tiled per-column scales (G = 1)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "tiled" && gs == K; }},
       {"tiled most groups (G >= 64)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "tiled" && gs != K && K / gs >= 64; }},
+      // The runtime's prefill floor (KernelBackend::prefill_floor_min_m): what serves M >= 256.
+      {"dequant floor + cuBLAS (the runtime's M >= crossover)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "dequant"; }},
+      {"dequant floor, several column chunks", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "dequant" && p.slices >= 2; }},
+      {"dequant floor per-column scales (G = 1)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "dequant" && gs == K; }},
   };
   return r;
 }
@@ -92,6 +96,7 @@ struct Candidate {
   int64_t M, K, N, gs;
   KernelPlan plan;
   double cost;
+  bool floor = false;  // planned (and to be run) with the runtime's prefill floor
 };
 
 }  // namespace
@@ -128,15 +133,22 @@ TierShapes tier_shapes(TierId tier, KernelBackend& backend, bool small, bool tho
                         : tier == TierId::kWrapper ? PlanKernel::kMarlinAsymmetric
                                                    : PlanKernel::kMarlinSymmetric;
   std::vector<Candidate> pool;
+  // Marlin tiers: every shape without the prefill floor, and those at or above the runtime's
+  // crossover with it as well (the runtime serves them there).
+  const bool marlin = tier == TierId::kSymmetric || tier == TierId::kWrapper;
+  const int64_t floor_m = marlin ? backend.prefill_floor_min_m() : 0;
+  for (int floor = 0; floor < (floor_m > 0 ? 2 : 1); ++floor) {
+  backend.set_prefill_floor(floor == 1);
   for (int64_t M : Ms)
     for (auto [K, N] : KN)
       for (int64_t gs : {int64_t(32), int64_t(128), K}) {
+        if (floor && M < floor_m) continue;
         if (small && (K > 1024 || N > 1024 || M > 100)) continue;
         if (gs == K && K == 128) continue;  // the same case as gs = 128
         // Marlin runs group 128 or one group per column (core/group_size.h, the gate); the
         // native kernel and the correction pair take any group dividing K.
         if (gs == 32 && tier != TierId::kNative && tier != TierId::kCorrection) continue;
-        Candidate c{M, K, N, gs, {}, 0};
+        Candidate c{M, K, N, gs, {}, 0, floor == 1};
         if (tier != TierId::kCorrection) {
           c.plan = backend.plan(pk, int(M), int(N), int(K), int(gs));
           if (c.plan.kernel.empty()) continue;  // the launcher declines this shape
@@ -145,6 +157,8 @@ TierShapes tier_shapes(TierId tier, KernelBackend& backend, bool small, bool tho
         c.cost = double(std::min<int64_t>(M, 64)) * double(K) * double(N) * (small ? double(M) : 1.0);
         pool.push_back(c);
       }
+  }
+  backend.set_prefill_floor(false);
   std::sort(pool.begin(), pool.end(), [](const Candidate& a, const Candidate& b) { return a.cost < b.cost; });
 
   TierShapes out;
@@ -169,10 +183,10 @@ TierShapes tier_shapes(TierId tier, KernelBackend& backend, bool small, bool tho
         }
     }
   std::sort(chosen.begin(), chosen.end(), [](const Candidate* a, const Candidate* b) {
-    return std::tie(a->M, a->K, a->N, a->gs) < std::tie(b->M, b->K, b->N, b->gs);
+    return std::tie(a->M, a->K, a->N, a->gs, a->floor) < std::tie(b->M, b->K, b->N, b->gs, b->floor);
   });
   for (const Candidate* c : chosen)
-    out.cases.push_back({c->M, c->K, c->N, c->gs, plan_covers(tier, c->plan, c->M, c->K, c->N, c->gs)});
+    out.cases.push_back({c->M, c->K, c->N, c->gs, plan_covers(tier, c->plan, c->M, c->K, c->N, c->gs), c->floor});
   return out;
 }
 

@@ -18,6 +18,7 @@ namespace tl::verify {
 struct ShapeCase {
   int64_t M = 0, K = 0, N = 0, group_size = 0;  // effective group size (== K: per column)
   std::vector<std::string> covers;              // requirement names met by this case
+  bool prefill_floor = false;                   // run with the runtime's prefill floor on
 };
 
 struct TierShapes {

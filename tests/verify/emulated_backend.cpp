@@ -133,6 +133,12 @@ KernelPlan EmulatedBackend::plan(PlanKernel kernel, int M, int N, int K, int gro
     return p;
   }
   if (!marlin_gate(K, N, group_size).ok || M < 1) return p;
+  if (floor_ && M > 16 && M >= prefill_floor_min_m()) {
+    const int cols = std::max(128, std::min(N, int((size_t(64) << 20) / (size_t(K) * 2) / 128 * 128)));
+    p.kernel = "dequant";
+    p.slices = (N + cols - 1) / cols;
+    return p;
+  }
   const int units = (K / 128) * (N / 128);
   if (M <= 16) {
     const int warps = std::min(kSms * 8, units);

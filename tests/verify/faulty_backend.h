@@ -36,6 +36,8 @@ class FaultyBackend final : public KernelBackend {
   KernelPlan plan(PlanKernel kernel, int M, int N, int K, int group_size) override {
     return inner_.plan(kernel, M, N, K, group_size);
   }
+  int prefill_floor_min_m() const override { return inner_.prefill_floor_min_m(); }
+  void set_prefill_floor(bool on) override { inner_.set_prefill_floor(on); }
 
   // Where the fault lands for an M x N output with slices of `slice` rows: rows r0..r1,
   // columns n0..n1 (empty, r0 > r1, when it does not apply to this shape).

@@ -108,3 +108,32 @@ TEST_CASE("file cases are described by the same paths") {
   CHECK(std::count(dc.begin(), dc.end(), "decode per-column scales (G = 1)") == 1);
   CHECK(emu.plan(PlanKernel::kMarlinSymmetric, 16, 200, 256, 128).kernel.empty());  // N % 128 != 0
 }
+
+TEST_CASE("the runtime's prefill floor is a path of its own: run with the floor on, beside the tiled kernel") {
+  EmulatedBackend emu;
+  for (TierId id : {TierId::kSymmetric, TierId::kWrapper}) {
+    INFO(tier_spec(id).name);
+    const TierShapes s = tier_shapes(id, emu, false, false);
+    bool floor_case = false, tiled_large = false;
+    for (const ShapeCase& c : s.cases) {
+      const bool dequant = std::any_of(c.covers.begin(), c.covers.end(),
+                                       [](const std::string& p) { return p.rfind("dequant floor", 0) == 0; });
+      CHECK(dequant == c.prefill_floor);  // a floor case covers floor paths only, and only it does
+      if (c.prefill_floor) CHECK(c.M >= emu.prefill_floor_min_m());
+      floor_case = floor_case || c.prefill_floor;
+      tiled_large = tiled_large || (!c.prefill_floor && c.M >= 256);
+    }
+    CHECK(floor_case);
+    CHECK(tiled_large);  // the tiled kernel at M >= 256 stays certified (TL_MARLIN_DEQUANT_MIN_M=0)
+    const std::set<std::string> got = covered(s);
+    CHECK(got.count("dequant floor, several column chunks") == 1);
+    CHECK(got.count("dequant floor per-column scales (G = 1)") == 1);
+  }
+  // A runtime without the floor (TL_MARLIN_DEQUANT_MIN_M=0) names its paths as not reached.
+  EmulatedBackend off;
+  off.floor_min_m = 0;
+  const TierShapes s = tier_shapes(TierId::kSymmetric, off, false, false);
+  CHECK(s.not_reached == std::vector<std::string>{"decode cluster combine (sm_90)", "dequant floor + cuBLAS (the runtime's M >= crossover)",
+                                                  "dequant floor, several column chunks", "dequant floor per-column scales (G = 1)"});
+  for (const ShapeCase& c : s.cases) CHECK_FALSE(c.prefill_floor);
+}
