@@ -574,6 +574,10 @@ void CudaGptqDevice::calibrate(const std::string& model, const std::vector<int32
   if (seq_len <= 0 || n_seq <= 0 || int64_t(tokens.size()) < n_seq * seq_len)
     throw Error("calibration needs " + std::to_string(n_seq) + " windows of " + std::to_string(seq_len) + " tokens");
   if (seq_len > 65535) throw Error("calibration windows longer than 65535 tokens are not supported on the GPU");
+  for (int64_t r = 0; r < n_seq * seq_len; ++r)
+    if (tokens[size_t(r)] < 0 || tokens[size_t(r)] >= c.vocab)
+      throw Error("token id " + std::to_string(tokens[size_t(r)]) + " outside [0, " + std::to_string(c.vocab) + ")", "",
+                  "token " + std::to_string(r));
   for (const std::string& name : selected)
     if (expected_entry_shape(c, name).size() != 2 || name == "embed")
       throw Error("selected weight is not a linear weight of the model's forward pass", "", name);

@@ -412,3 +412,27 @@ TEST_CASE("gptq-quantize --device cuda: the same bytes on every run, the CPU pat
 }
 
 }  // namespace
+
+namespace {
+
+TEST_CASE("gptq gpu calibration: bad input is an error before any work") {
+  const tl::ModelConfig cfg = small_config();
+  const tl::ModelWeights w = tl::random_model_weights(cfg, 5);
+  const std::string path = tmp_dir("gptq_gpu_bad") + "/model.tinyloop";
+  tl::write_model_tinyloop(w, path, tl::DType::F16);
+  auto dev = tl::gpu::make_gptq_device();
+  tl::SequentialCalls calls;
+  calls.options = [](const std::string&, int64_t K) { return calib_options(K); };
+  calls.quantized = [](const std::string&, tl::GptqResult&&, int64_t, double) { FAIL("nothing may be quantized"); };
+  std::vector<int32_t> tokens(64, 1);
+  tokens[37] = int32_t(cfg.vocab);  // one id past the vocabulary
+  CHECK_THROWS_WITH(dev->calibrate(path, tokens, 16, 4, {"pre.0.attn_qkv"}, calls, nullptr),
+                    doctest::Contains("token id 300 outside [0, 300)"));
+  tokens[37] = 1;
+  CHECK_THROWS_WITH(dev->calibrate(path, tokens, 16, 4, {"embed"}, calls, nullptr),
+                    doctest::Contains("not a linear weight"));
+  CHECK_THROWS_WITH(dev->calibrate(path, tokens, 16, 5, {"pre.0.attn_qkv"}, calls, nullptr),
+                    doctest::Contains("needs 5 windows of 16 tokens"));
+}
+
+}  // namespace
