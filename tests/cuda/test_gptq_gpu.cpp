@@ -29,6 +29,7 @@
 #include "convert/test_gptq_golden.h"
 #include "core/group_size.h"
 #include "core/half.h"
+#include "formats/calib_file.h"
 #include "formats/token_file.h"
 #include "gpu_test_util.h"
 #include "libconvert/gptq.h"
@@ -379,7 +380,8 @@ TEST_CASE("gptq-quantize --device cuda: the same bytes on every run, the CPU pat
   for (int32_t& t : tokens) t = tok(rng);
   tl::write_token_file_u32(toks, tokens);
   auto dev = tl::gpu::make_gptq_device();
-  auto run = [&](const std::string& device, const std::string& out, uint64_t max_memory = 0) {
+  auto run = [&](const std::string& device, const std::string& out, uint64_t max_memory = 0,
+                 const std::string& save_calib = "") {
     tl::GptqQuantizeOptions o;
     o.input = model;
     o.output = out;
@@ -392,17 +394,28 @@ TEST_CASE("gptq-quantize --device cuda: the same bytes on every run, the CPU pat
     o.quiet = true;
     o.threads = 2;
     o.max_memory = max_memory;
+    o.save_calib = save_calib;
     return tl::run_gptq_quantize(o);
   };
   // Admission before any work: the host formula of the streamed path, with its numbers.
   CHECK_THROWS_WITH(run("cuda", dir + "/gpu_tool_small.tinyloop", 1 << 16),
                     doctest::Contains("streaming block by block: 2 x one block in float32"));
   REQUIRE(run("cuda", dir + "/gpu_tool_a.tinyloop") == 0);
-  REQUIRE(run("cuda", dir + "/gpu_tool_b.tinyloop") == 0);
+  REQUIRE(run("cuda", dir + "/gpu_tool_b.tinyloop", 0, dir + "/gpu_tool_calib.h5") == 0);
   REQUIRE(run("cpu", dir + "/gpu_tool_cpu.tinyloop") == 0);
   const std::vector<char> a = file_bytes(dir + "/gpu_tool_a.tinyloop"), b = file_bytes(dir + "/gpu_tool_b.tinyloop");
   CHECK(a.size() > 10000);
   CHECK(a == b);
+  // --save-calib on the GPU: every selected weight's Hessian, symmetric, with its sample count.
+  const tl::CalibReader calib(dir + "/gpu_tool_calib.h5");
+  CHECK(calib.names().size() == 15);  // 3 blocks x 5 linears
+  const tl::Hessian h = calib.read("loop.0.mlp_down");
+  CHECK(h.K == cfg.ffn);
+  CHECK(h.nsamples == 15 * cfg.loops);  // 15 windows, every loop iteration
+  bool symmetric = true;
+  for (int64_t i = 0; i < h.K; ++i)
+    for (int64_t j = 0; j < i; ++j) symmetric = symmetric && h.H[size_t(i * h.K + j)] == h.H[size_t(j * h.K + i)];
+  CHECK(symmetric);
   // Both devices write every block linear, readable as a model.
   for (const char* f : {"/gpu_tool_a.tinyloop", "/gpu_tool_cpu.tinyloop"}) {
     const tl::ModelWeights q = tl::load_model_weights(dir + f, false);
