@@ -45,6 +45,11 @@ inline std::string cuda_device_unavailable_reason() {
   return "";
 }
 
+// "NVIDIA H200 (sm_90)": the one spelling of a device in reports, provenance and log lines.
+inline std::string cuda_device_label(const cudaDeviceProp& p) {
+  return std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ")";
+}
+
 }  // namespace tl::cuda
 
 // Evaluates a CUDA runtime call; throws tl::cuda::CudaError when it fails.

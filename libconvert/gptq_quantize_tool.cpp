@@ -166,6 +166,8 @@ struct Job {
   const int threads;
   CheckpointImport in;
   std::vector<const ImportEntry*> linears;
+  std::set<std::string> selected;             // their names (the calibration's selection)
+  std::map<std::string, size_t> index_of;     // name -> index into linears
   std::unique_ptr<CalibReader> calib;
   std::vector<std::string> hnames;            // Hessian name per linear ("" without --calib)
   std::vector<int32_t> tokens;                // --calib-tokens
@@ -211,6 +213,10 @@ struct Job {
       if (!gate.ok) marlin_misfits.add(e->name, gate.reason);
     }
     reports.resize(linears.size());
+    for (size_t i = 0; i < linears.size(); ++i) {
+      selected.insert(linears[i]->name);
+      index_of[linears[i]->name] = i;
+    }
     if (marlin_misfits.count() > 0 && opt.for_marlin)
       throw Error("--for marlin: " + misfits_text() + "; use --group-size 128 or row, or leave those weights out with --only");
   }
@@ -283,8 +289,6 @@ struct Job {
       return;
     }
     if (use_gpu) {
-      std::set<std::string> selected;
-      for (const ImportEntry* e : linears) selected.insert(e->name);
       const SequentialMemory m = opt.gpu->plan(in.config(), calib_windows, opt.calib_seq, selected);
       admit_memory(m.host_bytes, opt.max_memory, "calibrating on " + opt.gpu->name() + ", streaming block by block: " + m.formula,
                    "use fewer --calib-samples or a shorter --calib-seq, or a machine with more memory");
@@ -522,13 +526,16 @@ struct Job {
     });
   }
 
+  // The calibration's stage lines and forward FLOPs into the progress (both devices).
+  static CalibrationEvents calibration_events(Progress& progress) {
+    return {[&progress](const std::string& m) { progress.note(m); },
+            [&progress](double flops) { progress.add_work(flops, 0, kForwardWork); },
+            [&progress](double flops) { progress.advance(flops, kForwardWork); }};
+  }
+
   // --calib-tokens: GPTQ's sequential mode on the CPU forward (token_calibration.h); each
   // block's weights are quantized as soon as its Hessians are complete, written at the end.
   void quantize_sequential(TinyloopWriter& out, Progress& progress) {
-    std::map<std::string, size_t> index_of;
-    for (size_t i = 0; i < linears.size(); ++i) index_of[linears[i]->name] = i;
-    std::set<std::string> selected;
-    for (const ImportEntry* e : linears) selected.insert(e->name);
     progress.note("loading the model as float32 for the CPU forward ...");
     const auto t_load = Clock::now();
     ModelWeights mw = load_model_weights_any(opt.input, false);
@@ -560,9 +567,7 @@ struct Job {
           if (save)
             for (const Hessian* h : hs) save->write(*h);
         },
-        CalibrationEvents{[&](const std::string& m) { progress.note(m); },
-                          [&](double flops) { progress.add_work(flops, 0, kForwardWork); },
-                          [&](double flops) { progress.advance(flops, kForwardWork); }});
+        calibration_events(progress));
     // The CPU path does not separate the Hessians from the forward, nor the factor from the sweep.
     phases.forward = std::max(0.0, since(t_calib) - gptq_seconds);
     phases.hessian = phases.cholesky = -1;
@@ -583,10 +588,6 @@ struct Job {
   // weight is written as soon as it exists, in the calibration's fixed order (the block
   // schedule, not the checkpoint's: a sharded HF file sorts layer 10 before layer 2).
   void quantize_sequential_gpu(TinyloopWriter& out, Progress& progress) {
-    std::map<std::string, size_t> index_of;
-    for (size_t i = 0; i < linears.size(); ++i) index_of[linears[i]->name] = i;
-    std::set<std::string> selected;
-    for (const ImportEntry* e : linears) selected.insert(e->name);
     std::unique_ptr<CalibWriter> save;
     if (!opt.save_calib.empty()) save = std::make_unique<CalibWriter>(opt.save_calib);
     std::vector<bool> written(linears.size(), false);
@@ -603,9 +604,7 @@ struct Job {
       log_done(i, qw, seconds, progress);
     };
     if (save) calls.hessian = [&](const Hessian& h) { save->write(h); };
-    calls.events = CalibrationEvents{[&](const std::string& m) { progress.note(m); },
-                                     [&](double flops) { progress.add_work(flops, 0, kForwardWork); },
-                                     [&](double flops) { progress.advance(flops, kForwardWork); }};
+    calls.events = calibration_events(progress);
     opt.gpu->calibrate(opt.input, tokens, opt.calib_seq, calib_windows, selected, calls, &phases);
     for (size_t i = 0; i < linears.size(); ++i)
       if (!written[i]) throw Error("internal: weight was not calibrated", opt.calib_tokens, linears[i]->name);

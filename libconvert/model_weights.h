@@ -91,7 +91,7 @@ class ModelStream {
   const ModelConfig& config() const;
   bool hdf5() const;
   std::vector<float> embed() const;                   // [vocab, D]
-  BlockWeights block(bool loop, int64_t index) const; // checked against the config
+  BlockWeights block(bool loop, int64_t index) const; // shapes checked against the config
   std::vector<float> final_norm() const;              // [D]
   LinearWeight head() const;                          // stored, or embed^T when tied
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <map>
 #include <optional>
@@ -157,10 +158,15 @@ struct ChunkBuffers {
   }
 };
 
+// Parameters of one block (its linears and norms), from the entry shapes the config gives.
 uint64_t block_params(const ModelConfig& c) {
-  const uint64_t D = uint64_t(c.d_model), F = uint64_t(c.ffn);
-  const uint64_t qkv = uint64_t(c.n_heads + 2 * c.n_kv_heads) * uint64_t(c.d_head), att = uint64_t(c.n_heads * c.d_head);
-  return D * qkv + att * D + 3 * D * F + 2 * D;
+  const std::string prefix = block_prefix(c.n_pre == 0, 0);
+  uint64_t n = 2 * uint64_t(c.d_model);  // attn_norm, mlp_norm
+  for (const char* part : kBlockLinearNames) {
+    const std::vector<int64_t> kn = expected_entry_shape(c, prefix + "." + part);
+    n += uint64_t(kn[0]) * uint64_t(kn[1]);
+  }
+  return n;
 }
 
 int64_t chunk_windows(int64_t seq_len) { return std::max<int64_t>(1, kChunkRows / seq_len); }
@@ -182,7 +188,7 @@ class CudaGptqDevice final : public GptqDevice {
   std::string name() const override {
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "device 0";
-    return std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+    return cuda::cuda_device_label(prop);
   }
 
   GptqResult gptq(const float* W, int64_t K, int64_t N, const float* H, const GptqOptions& opt,
@@ -316,8 +322,8 @@ class Run {
         say(prefix + ": forward (nothing selected)");
         continue;
       }
-      const int slots = assign_slots({&blk});
-      accumulate_begin(slots, int(n_seq));
+      assign_slots({&blk});
+      accumulate_begin(int(n_seq));
       forward_pass({&blk}, 1, /*in_place=*/false, true);
       forward_done(pass);
       quantize({&blk});
@@ -343,8 +349,8 @@ class Run {
       }
     }
     if (loop_selected) {
-      const int slots = assign_slots(lp);
-      accumulate_begin(slots, int(n_seq * c_.loops));
+      assign_slots(lp);
+      accumulate_begin(int(n_seq * c_.loops));
       forward_pass(lp, int(c_.loops), /*in_place=*/false, true);
       forward_done(pass * double(c_.loops) * double(c_.n_loop));
       quantize(lp);
@@ -356,8 +362,8 @@ class Run {
       LinearWeight hw = src_.head();
       t_.load += since(tl);
       DeviceBuffer<float> fn(final_norm);
-      slot_dim_.assign(1, int(hw.K));
-      accumulate_begin(1, int(n_seq));
+      slot_dim_.assign(1, int(hw.K));  // one slot: the head's input
+      accumulate_begin(int(n_seq));
       head_pass(lp, fn.get(), int(hw.K));
       forward_done(pass * double(c_.loops) * double(c_.n_loop));
       symmetrize();
@@ -386,8 +392,7 @@ class Run {
   }
 
   // Hessian slots for the selected linears of these blocks; mlp_up shares mlp_gate's input.
-  int assign_slots(const std::vector<DevBlock*>& blocks) {
-    int n = 0;
+  void assign_slots(const std::vector<DevBlock*>& blocks) {
     slot_dim_.clear();
     for (DevBlock* b : blocks) {
       for (int i = 0; i < 5; ++i) {
@@ -399,22 +404,21 @@ class Run {
           l.slot = b->lin[2].slot;
           continue;
         }
-        l.slot = n++;
+        l.slot = int(slot_dim_.size());
         l.owns_slot = true;
         slot_dim_.push_back(l.K);
       }
     }
-    return n;
   }
 
-  // Zeroed Hessian accumulators for the slots assign_slots made (the head: one slot of its K);
-  // `samples` = the sample count each will hold (windows x calls per window).
-  void accumulate_begin(int slots, int samples) {
-    hess_.resize(size_t(slots));
-    for (int s = 0; s < slots; ++s) {
-      const size_t KK = size_t(slot_dim_[size_t(s)]) * size_t(slot_dim_[size_t(s)]);
-      hess_[size_t(s)].reserve(KK);
-      TL_CUDA_THROW(cudaMemset(hess_[size_t(s)].get(), 0, KK * 4));
+  // Zeroed Hessian accumulators, one per slot of slot_dim_; `samples` = the sample count each
+  // will hold (windows x calls per window).
+  void accumulate_begin(int samples) {
+    hess_.resize(slot_dim_.size());
+    for (size_t s = 0; s < slot_dim_.size(); ++s) {
+      const size_t KK = size_t(slot_dim_[s]) * size_t(slot_dim_[s]);
+      hess_[s].reserve(KK);
+      TL_CUDA_THROW(cudaMemset(hess_[s].get(), 0, KK * 4));
     }
     samples_ = samples;
   }
@@ -466,8 +470,10 @@ class Run {
                   });
   }
 
-  // Every chunk through `blocks` (`iterations` times): in place on x, or on a copy (pass 1).
-  void forward_pass(const std::vector<DevBlock*>& blocks, int iterations, bool in_place, bool hooks) {
+  // One pass over the calibration activations, chunk by chunk: body(x, windows, rows) on the
+  // chunk in place (in_place: its result is the next block's input) or on a copy of it.
+  // Timed apart from its Hessian GEMMs.
+  void pass(bool in_place, const std::function<void(float* x, int windows, int64_t rows)>& body) {
     const auto t0 = Clock::now();
     for (int64_t w0 = 0; w0 < n_seq_; w0 += wpc_) {
       const int nw = int(std::min(wpc_, n_seq_ - w0));
@@ -475,8 +481,7 @@ class Run {
       float* x = chunk_.x.get();
       if (in_place) x = acts_->get(r0, n, chunk_.x.get());
       else acts_->copy_to(r0, n, x);
-      for (int it = 0; it < iterations; ++it)
-        for (const DevBlock* b : blocks) run_block(*b, x, nw, hooks);
+      body(x, nw, n);
       if (in_place) acts_->put(r0, n, x);
     }
     TL_CUDA_THROW(cudaDeviceSynchronize());
@@ -485,23 +490,23 @@ class Run {
     t_.hessian += h;
   }
 
+  // Every chunk through `blocks` (`iterations` times): in place on x, or on a copy (pass 1).
+  void forward_pass(const std::vector<DevBlock*>& blocks, int iterations, bool in_place, bool hooks) {
+    pass(in_place, [&](float* x, int nw, int64_t) {
+      for (int it = 0; it < iterations; ++it)
+        for (const DevBlock* b : blocks) run_block(*b, x, nw, hooks);
+    });
+  }
+
   // The head's Hessian: every chunk through the loop stack (if any), then the final norm.
   void head_pass(const std::vector<DevBlock*>& loop, const float* final_norm, int D) {
-    const auto t0 = Clock::now();
-    for (int64_t w0 = 0; w0 < n_seq_; w0 += wpc_) {
-      const int nw = int(std::min(wpc_, n_seq_ - w0));
-      const int64_t r0 = w0 * T_, n = int64_t(nw) * T_;
-      float* x = chunk_.x.get();
-      acts_->copy_to(r0, n, x);
+    pass(false, [&](float* x, int nw, int64_t n) {
       for (int64_t it = 0; it < c_.loops; ++it)
         for (const DevBlock* b : loop) run_block(*b, x, nw, false);
-      check_launch(cuda::rms_norm_rows(x, final_norm, chunk_.h.get(), int(n), D, float(c_.norm_eps), nullptr), "rms_norm final");
+      check_launch(cuda::rms_norm_rows(x, final_norm, chunk_.h.get(), int(n), D, float(c_.norm_eps), nullptr),
+                   "rms_norm final");
       accumulate(0, chunk_.h.get(), int(n));
-    }
-    TL_CUDA_THROW(cudaDeviceSynchronize());
-    const double h = hessian_seconds();
-    t_.forward += since(t0) - h;
-    t_.hessian += h;
+    });
   }
 
   // GPTQ of every selected weight of these blocks, in block order; their fp16 copies become

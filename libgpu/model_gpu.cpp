@@ -250,7 +250,7 @@ GpuModel::GpuModel(const ModelWeights& w, bool with_fp16) : impl_(std::make_uniq
   m.with_fp16 = with_fp16;
   cudaDeviceProp prop{};
   TL_CUDA_THROW(cudaGetDeviceProperties(&prop, 0));
-  m.info.device = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+  m.info.device = cuda::cuda_device_label(prop);
   upload(m.embed, to_half(w.embed).data(), w.embed.size() * 2);
   upload(m.final_norm, w.final_norm.data(), w.final_norm.size() * 4);
   for (const BlockWeights& b : w.pre) {

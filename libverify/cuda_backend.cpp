@@ -199,7 +199,7 @@ BackendProbe open_gpu_backend() {
     cudaGetLastError();
     return {nullptr, "cannot query CUDA device 0"};
   }
-  const std::string name = std::string(p.name) + " (sm_" + std::to_string(p.major * 10 + p.minor) + ")";
+  const std::string name = tl::cuda::cuda_device_label(p);
   if (p.major < 8) return {nullptr, "GPU below sm_80: " + name};
   if (!tl::cuda::marlin_available(0))
     return {nullptr, "the Marlin kernel is not built for " + name + " (configure with TL_CUDA_ARCHS)"};

@@ -133,32 +133,35 @@ TierShapes tier_shapes(TierId tier, KernelBackend& backend, bool small, bool tho
                         : tier == TierId::kWrapper ? PlanKernel::kMarlinAsymmetric
                                                    : PlanKernel::kMarlinSymmetric;
   std::vector<Candidate> pool;
-  // Marlin tiers: every shape without the prefill floor, and those at or above the runtime's
-  // crossover with it as well (the runtime serves them there).
-  const bool marlin = tier == TierId::kSymmetric || tier == TierId::kWrapper;
-  const int64_t floor_m = marlin ? backend.prefill_floor_min_m() : 0;
-  for (int floor = 0; floor < (floor_m > 0 ? 2 : 1); ++floor) {
-  backend.set_prefill_floor(floor == 1);
-  for (int64_t M : Ms)
-    for (auto [K, N] : KN)
-      for (int64_t gs : {int64_t(32), int64_t(128), K}) {
-        if (floor && M < floor_m) continue;
-        if (small && (K > 1024 || N > 1024 || M > 100)) continue;
-        if (gs == K && K == 128) continue;  // the same case as gs = 128
-        // Marlin runs group 128 or one group per column (core/group_size.h, the gate); the
-        // native kernel and the correction pair take any group dividing K.
-        if (gs == 32 && tier != TierId::kNative && tier != TierId::kCorrection) continue;
-        Candidate c{M, K, N, gs, {}, 0, floor == 1};
-        if (tier != TierId::kCorrection) {
-          c.plan = backend.plan(pk, int(M), int(N), int(K), int(gs));
-          if (c.plan.kernel.empty()) continue;  // the launcher declines this shape
+  auto add_candidates = [&](bool floor, int64_t min_m) {
+    for (int64_t M : Ms)
+      for (auto [K, N] : KN)
+        for (int64_t gs : {int64_t(32), int64_t(128), K}) {
+          if (M < min_m) continue;
+          if (small && (K > 1024 || N > 1024 || M > 100)) continue;
+          if (gs == K && K == 128) continue;  // the same case as gs = 128
+          // Marlin runs group 128 or one group per column (core/group_size.h, the gate); the
+          // native kernel and the correction pair take any group dividing K.
+          if (gs == 32 && tier != TierId::kNative && tier != TierId::kCorrection) continue;
+          Candidate c{M, K, N, gs, {}, 0, floor};
+          if (tier != TierId::kCorrection) {
+            c.plan = backend.plan(pk, int(M), int(N), int(K), int(gs));
+            if (c.plan.kernel.empty()) continue;  // the launcher declines this shape
+          }
+          // The fp64 reference (at most 64 rows) dominates; a CPU emulation computes every row.
+          c.cost = double(std::min<int64_t>(M, 64)) * double(K) * double(N) * (small ? double(M) : 1.0);
+          pool.push_back(c);
         }
-        // The fp64 reference (at most 64 rows) dominates; a CPU emulation computes every row.
-        c.cost = double(std::min<int64_t>(M, 64)) * double(K) * double(N) * (small ? double(M) : 1.0);
-        pool.push_back(c);
-      }
+  };
+  add_candidates(false, 0);
+  // Marlin tiers: the shapes at or above the runtime's crossover once more with its prefill
+  // floor on (the runtime serves them there), beside the tiled kernel's cases above.
+  const int64_t floor_m = tier == TierId::kSymmetric || tier == TierId::kWrapper ? backend.prefill_floor_min_m() : 0;
+  if (floor_m > 0) {
+    backend.set_prefill_floor(true);
+    add_candidates(true, floor_m);
+    backend.set_prefill_floor(false);
   }
-  backend.set_prefill_floor(false);
   std::sort(pool.begin(), pool.end(), [](const Candidate& a, const Candidate& b) { return a.cost < b.cost; });
 
   TierShapes out;

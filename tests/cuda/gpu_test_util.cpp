@@ -33,6 +33,13 @@ std::vector<half_bits> random_halves(Rng& rng, size_t count, double lo, double h
   return v;
 }
 
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t stream) {
+  Rng rng(stream);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& v : t) v = int32_t(rng.next() % uint64_t(vocab));
+  return t;
+}
+
 std::vector<uint8_t> random_codes(Rng& rng, size_t count) {
   std::vector<uint8_t> v(count);
   size_t i = 0;

@@ -80,6 +80,8 @@ class Rng {
 std::vector<half_bits> random_halves(Rng& rng, size_t count, double lo, double hi);
 // Codes 0..15, one per byte.
 std::vector<uint8_t> random_codes(Rng& rng, size_t count);
+// n token ids in [0, vocab), from the seeded stream `stream`.
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t stream);
 
 // True when TL_TEST_QUICK=1: the reduced case list (used under compute-sanitizer).
 bool quick_mode();

@@ -288,10 +288,7 @@ TEST_CASE("gptq gpu calibration: the CPU's sequential mode, block by block") {
   const std::string path = tmp_dir("gptq_gpu_calib") + "/model.tinyloop";
   tl::write_model_tinyloop(w, path, tl::DType::F32);
   const int64_t T = 24, n_seq = 12;  // 288 rows: one chunk
-  std::mt19937_64 rng(seed + 1);
-  std::uniform_int_distribution<int32_t> tok(0, int32_t(cfg.vocab - 1));
-  std::vector<int32_t> tokens(static_cast<size_t>(T * n_seq));
-  for (int32_t& t : tokens) t = tok(rng);
+  const std::vector<int32_t> tokens = tl::test::random_tokens(T * n_seq, cfg.vocab, 1);
   std::set<std::string> selected;
   for (const std::string& n : w.linear_names()) selected.insert(n);
 
@@ -374,11 +371,7 @@ TEST_CASE("gptq-quantize --device cuda: the same bytes on every run, the CPU pat
   const std::string dir = tmp_dir("gptq_gpu_tool");
   const std::string model = dir + "/gpu_tool_model.tinyloop", toks = dir + "/gpu_tool_tokens.u32";
   tl::write_model_tinyloop(w, model, tl::DType::F16);
-  std::mt19937_64 rng(11);
-  std::uniform_int_distribution<int32_t> tok(0, int32_t(cfg.vocab - 1));
-  std::vector<int32_t> tokens(600);
-  for (int32_t& t : tokens) t = tok(rng);
-  tl::write_token_file_u32(toks, tokens);
+  tl::write_token_file_u32(toks, tl::test::random_tokens(600, cfg.vocab, 11));
   auto dev = tl::gpu::make_gptq_device();
   auto run = [&](const std::string& device, const std::string& out, uint64_t max_memory = 0,
                  const std::string& save_calib = "") {

@@ -64,13 +64,6 @@ tl::ModelWeights quantized_model(uint64_t seed) {
   return w;
 }
 
-std::vector<int32_t> tokens_for(int64_t n, int64_t vocab, uint64_t stream) {
-  tl::test::Rng rng(stream);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& v : t) v = int32_t(rng.next() % uint64_t(vocab));
-  return t;
-}
-
 void compare_logits(const std::string& what, const tl::ActMatrix& cpu, const std::vector<float>& gpu) {
   REQUIRE(int64_t(gpu.size()) == cpu.size());
   double num = 0, den = 0, worst = 0;
@@ -127,7 +120,7 @@ TEST_CASE("model gpu: logits row statistics match the CPU math") {
 TEST_CASE("model gpu: every path's logits match the CPU forward (GQA, loop block, ragged T)") {
   const tl::ModelWeights w = quantized_model(31);
   const int n_seq = 3, T = 45;  // T: not a multiple of the 32-key attention tile
-  const auto tok = tokens_for(int64_t(n_seq) * T, w.config.vocab, 41);
+  const auto tok = tl::test::random_tokens(int64_t(n_seq) * T, w.config.vocab, 41);
   const tl::ActMatrix cpu = tl::forward_logits(w, tok.data(), n_seq, T);
   tl::gpu::GpuModel gm(w, true);
   CHECK(gm.info().quantized == 11);      // 5 linears x 2 distinct blocks (pre.0, loop.0) + head
@@ -167,7 +160,7 @@ TEST_CASE("model gpu: any even d_head (8, 80, 256) and GQA group matches the CPU
     c.d_model = 192;
     const tl::ModelWeights w = tl::random_model_weights(c, uint64_t(sh.d_head));
     const int n_seq = 2, T = 77;
-    const auto tok = tokens_for(int64_t(n_seq) * T, c.vocab, uint64_t(sh.d_head) + 1);
+    const auto tok = tl::test::random_tokens(int64_t(n_seq) * T, c.vocab, uint64_t(sh.d_head) + 1);
     const tl::ActMatrix cpu = tl::forward_logits(w, tok.data(), n_seq, T);
     tl::gpu::GpuModel gm(w, true);
     gm.forward(tok.data(), n_seq, T, tl::gpu::GpuPath::kFp16);
@@ -183,7 +176,7 @@ TEST_CASE("model gpu: the e2e tier passes on a packed file and reports its paths
   const std::string dir = std::string(TL_TEST_TMP) + "/model_gpu_e2e";
   REQUIRE(std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str()) == 0);
   tl::write_model_tinyloop(w, dir + "/m.tinyloop", tl::DType::F16);
-  tl::write_token_file_u32(dir + "/t.u32", tokens_for(2000, w.config.vocab, 42));
+  tl::write_token_file_u32(dir + "/t.u32", tl::test::random_tokens(2000, w.config.vocab, 42));
   tl::verify::E2eOptions o;
   o.file = dir + "/m.tinyloop";
   o.tokens = dir + "/t.u32";
@@ -218,7 +211,7 @@ TEST_CASE("model gpu: the e2e tier against a reference, per layer, and the CPU e
   tl::ModelWeights hat = tl::load_model_weights(dir + "/m.tinyloop", false);
   for (const std::string& n : hat.linear_names()) hat.find_linear(n)->quant.reset();
   tl::write_model_tinyloop(hat, dir + "/hat.tinyloop", tl::DType::F32);
-  tl::write_token_file_u32(dir + "/t.u32", tokens_for(1600, w.config.vocab, 43));
+  tl::write_token_file_u32(dir + "/t.u32", tl::test::random_tokens(1600, w.config.vocab, 43));
   tl::verify::E2eOptions o;
   o.file = dir + "/m.tinyloop";
   o.tokens = dir + "/t.u32";
