@@ -1,7 +1,9 @@
 // bench_kernels: the libtl_cuda GEMMs against cuBLAS fp16 on the linear layers of Llama-2-7B
 // and -70B. For each layer and group size it first checks every kernel against cuBLAS on the
 // same weights (exit 1 on a mismatch), then times: Marlin (symmetric), the fused asymmetric
-// wrapper, the correction pair (a_group_sum + correction_accum), native int4_gemm and cuBLAS
+// wrapper, the dequantize + cuBLAS floor, the Hopper kernel (sm_90, M > 16; symmetric and
+// asymmetric), what the runtime's options dispatch to, the correction pair (a_group_sum +
+// correction_accum), native int4_gemm and cuBLAS
 // (cublasGemmEx, fp16 in/out, fp32 accumulation). Each time is the median of many runs timed
 // with CUDA events, the L2 flushed before every run so weights come from HBM. The flush READS a
 // 2 x L2 buffer: a memset would leave the L2 full of dirty lines whose write-back (up to 60 MB)
@@ -241,9 +243,9 @@ int main(int argc, char** argv) {
   std::vector<Record> records;
   std::map<std::pair<std::string, int>, double> cublas_us;  // (layer key, M) -> us
   uint64_t seed = uint64_t(now);
-  std::printf("\n%-4s %-8s %-12s %5s %4s | %9s | %9s %6s | %9s %6s | %9s %6s | %8s | %9s %6s | %7s %7s | %s\n", "set",
-              "layer", "KxN", "M", "g", "cuBLAS us", "marlin us", "x", "asym us", "x", "dequant us", "x", "pair us",
-              "native us", "x", "TFLOP/s", "GB/s", "decode grid");
+  std::printf("\n%-4s %-8s %-12s %5s %4s | %9s | %9s %6s | %9s %6s | %9s %6s | %9s %6s | %9s %6s | %8s | %9s %6s | %7s %7s | %s\n",
+              "set", "layer", "KxN", "M", "g", "cuBLAS us", "marlin us", "x", "asym us", "x", "dequant us", "x",
+              "hopper us", "x", "hop-as us", "x", "pair us", "native us", "x", "TFLOP/s", "GB/s", "decode grid");
 
   for (const Layer& L : kLayers) {
     if (std::find(opt.sets.begin(), opt.sets.end(), L.set) == opt.sets.end()) continue;
@@ -285,6 +287,20 @@ int main(int argc, char** argv) {
       auto asym_dq = [&](int M) {
         return tl::cuda::marlin_mm_asymmetric(A, Bi, s_perm, delta, C, workspace, M, L.N, L.K, gsz, stream, dq_opt);
       };
+      // The Hopper kernel (sm_90) at every M > 16, and what the runtime's options run (the
+      // dispatcher: decode kernel, Hopper kernel or the floor, by M and GPU).
+      tl::cuda::KernelOptions hop_opt;
+      hop_opt.hopper_kernel = true;
+      const tl::cuda::KernelOptions rt_opt = tl::cuda::kernel_options_from_env();
+      auto marlin_hop = [&](int M) {
+        return tl::cuda::marlin_int4_tc_gemm(A, Bi, C, s_perm, workspace, M, L.N, L.K, gsz, stream, hop_opt);
+      };
+      auto asym_hop = [&](int M) {
+        return tl::cuda::marlin_mm_asymmetric(A, Bi, s_perm, delta, C, workspace, M, L.N, L.K, gsz, stream, hop_opt);
+      };
+      auto asym_rt = [&](int M) {
+        return tl::cuda::marlin_mm_asymmetric(A, Bi, s_perm, delta, C, workspace, M, L.N, L.K, gsz, stream, rt_opt);
+      };
       auto path_of = [&](int M, const tl::cuda::KernelOptions& o) {
         tl::cuda::GemmPlan plan;
         return tl::cuda::marlin_plan(M, L.N, L.K, gsz, true, o, &plan) == 0 ? std::string(plan.kernel) : std::string("?");
@@ -301,7 +317,7 @@ int main(int argc, char** argv) {
       };
 
       // ---- correctness against cuBLAS on the same weights, before any timing ----
-      for (int M : {1, 16, 100}) {
+      for (int M : {1, 16, 33, 100, 256}) {
         if (M > max_m) continue;
         const size_t mn = size_t(M) * L.N;
         struct Check {
@@ -315,6 +331,9 @@ int main(int argc, char** argv) {
             {"marlin + correction pair", [&] { int rc = marlin(M); return rc ? rc : pair(M); }, w_hat},
             {"int4_gemm", [&] { return native(M); }, w_hat},
             {"marlin_mm_asymmetric (dequant + cuBLAS)", [&] { return asym_dq(M); }, w_hat},
+            {"marlin (hopper)", [&] { return marlin_hop(M); }, w_marlin},
+            {"marlin_mm_asymmetric (hopper)", [&] { return asym_hop(M); }, w_hat},
+            {"marlin_mm_asymmetric (runtime dispatch)", [&] { return asym_rt(M); }, w_hat},
         };
         for (const Check& ck : checks) {
           CHECK_CUDA(cudaMemsetAsync(C, 0xff, mn * 2, stream));
@@ -341,6 +360,10 @@ int main(int argc, char** argv) {
         const double t_pair = timer.median_us([&] { return pair(M); });
         const double t_native = M <= opt.native_max_m ? timer.median_us([&] { return native(M); }) : NAN;
         const double t_dq = M > 16 ? timer.median_us([&] { return asym_dq(M); }) : NAN;
+        const bool hop = M > 16 && path_of(M, hop_opt) == "hopper";
+        const double t_hop = hop ? timer.median_us([&] { return marlin_hop(M); }) : NAN;
+        const double t_asym_hop = hop ? timer.median_us([&] { return asym_hop(M); }) : NAN;
+        const double t_rt = timer.median_us([&] { return asym_rt(M); });
         const double flop = 2.0 * M * double(L.N) * L.K;
         const double int4_bytes = double(kn) / 2 + 2.0 * gn;
         auto add = [&](const char* kernel, double us, double bytes, std::string path = "") {
@@ -352,6 +375,9 @@ int main(int argc, char** argv) {
         add("marlin", t_marlin, int4_bytes, path_of(M, {}));
         add("marlin_asym", t_asym, int4_bytes + 2.0 * gn, path_of(M, {}));
         add("marlin_asym_dequant", t_dq, int4_bytes + 2.0 * gn, "dequant");
+        add("marlin_hopper", t_hop, int4_bytes, "hopper");
+        add("marlin_asym_hopper", t_asym_hop, int4_bytes + 2.0 * gn, "hopper");
+        add("marlin_asym_runtime", t_rt, int4_bytes + 2.0 * gn, path_of(M, rt_opt));
         add("correction_pair", t_pair, 2.0 * gn);
         add("int4_gemm", t_native, double(kn) / 2 + 4.0 * gn);
         char kxn[24];
@@ -364,10 +390,11 @@ int main(int argc, char** argv) {
             tl::cuda::detail::marlin_small_m_grid(M, L.N, L.K, gsz, false, tl::cuda::KernelOptions{}, &sg) == 0)
           std::snprintf(grid, sizeof grid, "%dx%d:%d %s%.0d", sg.blocks, sg.warps_per_block,
                         sg.per_warp, sg.cluster ? "cluster " : "flat", sg.cluster);
-        std::printf("%-4s %-8s %-12s %5d %4d | %9.1f | %9.1f %6.2f | %9.1f %6.2f | %9.1f %6.2f | %8.1f | %9.1f %6.2f | %7.1f %7.0f | %s\n",
+        const double t_best = hop ? t_hop : t_marlin;  // the TFLOP/s and GB/s of the faster symmetric kernel
+        std::printf("%-4s %-8s %-12s %5d %4d | %9.1f | %9.1f %6.2f | %9.1f %6.2f | %9.1f %6.2f | %9.1f %6.2f | %9.1f %6.2f | %8.1f | %9.1f %6.2f | %7.1f %7.0f | %s\n",
                     L.set, L.name, kxn, M, g, t_cublas, t_marlin, t_cublas / t_marlin, t_asym, t_cublas / t_asym,
-                    t_dq, t_cublas / t_dq, t_pair, t_native, t_cublas / t_native, flop / t_marlin * 1e-6,
-                    int4_bytes / t_marlin * 1e-3, grid);
+                    t_dq, t_cublas / t_dq, t_hop, t_cublas / t_hop, t_asym_hop, t_cublas / t_asym_hop, t_pair, t_native,
+                    t_cublas / t_native, flop / t_best * 1e-6, int4_bytes / t_best * 1e-3, grid);
         std::fflush(stdout);
       }
       for (void* p : {(void*)B, (void*)scale, (void*)s_perm, (void*)zero, (void*)delta, (void*)w_hat,
@@ -409,29 +436,42 @@ int main(int argc, char** argv) {
                   set.c_str(), g, geomean(sm), geomean(sa), 100 * (geomean(ov) - 1), 100 * ov_max, int(sm.size()));
     }
   // The issue's measure: per set, g and M, sum of cuBLAS time over the set's layers / sum of the
-  // kernel's, for the tiled/decode wrapper, the dequant floor, and what the runtime's dispatcher
-  // runs (the floor from kDefaultDequantMinM on).
-  std::printf("\nsum over layers, cuBLAS time / kernel time (asymmetric wrapper; dispatch = floor from M >= %d):\n",
-              tl::cuda::kDefaultDequantMinM);
+  // kernel's, for the tiled/decode wrapper, the dequant floor, the Hopper kernel (symmetric and
+  // asymmetric) and what the runtime's dispatcher runs.
+  std::printf("\nsum over layers, cuBLAS time / kernel time (wrapper and floor asymmetric; hopper symmetric, then "
+              "asymmetric and its overhead; runtime dispatch: kernel_options_from_env(), with the paths it took):\n");
   for (const std::string& set : opt.sets)
     for (int g : opt.gs)
       for (int M : opt.ms) {
-        double cub = 0, asym = 0, dq = 0, disp = 0;
-        bool have_dq = true;
-        std::map<std::string, double> dq_t;
-        for (const Record& r : records)
-          if (r.set == set && r.g == g && r.M == M && r.kernel == "marlin_asym_dequant") dq_t[r.layer] = r.us;
+        double cub = 0, asym = 0;
+        std::map<std::string, double> sums;  // kernel -> sum over the layers that have it
+        std::map<std::string, int> layers;
+        std::string paths;
         for (const Record& r : records) {
-          if (r.set != set || r.g != g || r.M != M || r.kernel != "marlin_asym") continue;
-          cub += r.us * r.speedup;
-          asym += r.us;
-          if (dq_t.count(r.layer)) dq += dq_t[r.layer];
-          else have_dq = false;
-          disp += (M >= tl::cuda::kDefaultDequantMinM && dq_t.count(r.layer)) ? dq_t[r.layer] : r.us;
+          if (r.set != set || r.g != g || r.M != M) continue;
+          sums[r.kernel] += r.us;
+          layers[r.kernel]++;
+          if (r.kernel == "marlin_asym") {
+            cub += r.us * r.speedup;
+            asym += r.us;
+          }
+          if (r.kernel == "marlin_asym_runtime" && paths.find(r.path) == std::string::npos)
+            paths += (paths.empty() ? "" : "+") + r.path;
         }
         if (asym <= 0) continue;
-        std::printf("  %-4s g=%4d M=%5d: wrapper %.2fx, dequant floor %s, dispatch %.2fx\n", set.c_str(), g, M, cub / asym,
-                    have_dq ? (std::to_string(cub / dq).substr(0, 4) + "x").c_str() : "-", cub / disp);
+        const int n = layers["marlin_asym"];
+        auto ratio = [&](const char* kernel) {  // "-" unless every layer has the kernel
+          char buf[16] = "-";
+          if (layers[kernel] == n) std::snprintf(buf, sizeof buf, "%.2fx", cub / sums[kernel]);
+          return std::string(buf);
+        };
+        char overhead[24] = "-";
+        if (layers["marlin_hopper"] == n && layers["marlin_asym_hopper"] == n)
+          std::snprintf(overhead, sizeof overhead, "%+.1f %%", 100 * (sums["marlin_asym_hopper"] / sums["marlin_hopper"] - 1));
+        std::printf("  %-4s g=%4d M=%5d: wrapper %.2fx, dequant floor %s, hopper %s (asym %s, %s vs sym), "
+                    "runtime dispatch %s [%s]\n",
+                    set.c_str(), g, M, cub / asym, ratio("marlin_asym_dequant").c_str(), ratio("marlin_hopper").c_str(),
+                    ratio("marlin_asym_hopper").c_str(), overhead, ratio("marlin_asym_runtime").c_str(), paths.c_str());
       }
   // Native vs Marlin per M (the dispatcher's floor): geometric mean of native / asym time.
   std::printf("\nnative int4_gemm time / marlin_mm_asymmetric time (geometric mean over layers and g):\n");

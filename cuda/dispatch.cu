@@ -4,9 +4,12 @@
 //      marlin_available(), the Marlin gate of core/group_size.h (K % 128, N % 128, group size)
 //                                                             -> marlin_mm_asymmetric;
 //   3. otherwise, or when the Marlin launcher declines (rc 1/2) -> native int4_gemm.
-// Inside the Marlin path the launcher picks by M: the decode kernel (M <= 16), the tiled kernel,
-// and from options.dequant_min_m (kernel_options_from_env: kDefaultDequantMinM, measured on the
-// H200) the dequantize + cuBLAS floor; dispatch_stats().marlin_kernels counts each.
+// Inside the Marlin path the launcher picks by M (docs/kernels.md, "Which path serves which M"):
+// the decode kernel (M <= 16); on sm_90 the Hopper kernel up to options.hopper_max_m; the
+// dequantize + cuBLAS floor from options.dequant_min_m (where the Hopper kernel does not run)
+// or from hopper_max_m; else the tiled kernel. kernel_options_from_env() sets the crossovers
+// measured on the H200 (kDefaultDequantMinM, kDefaultHopperMaxM); dispatch_stats().marlin_kernels
+// counts each kernel.
 // Every call is counted per path; every time Marlin was wanted (use_marlin) but not taken, the
 // reason is counted too, so a runtime report can say why a layer fell back. The Marlin kernel
 // is faster than the native int4_gemm at every M measured on the H200 (M = 1 included, see
@@ -91,6 +94,9 @@ KernelOptions kernel_options_from_env() {
   if (env_is("TL_MARLIN_SMALL_M_OCC", "2")) o.tiled_small_m_blocks_per_sm = 2;
   o.clusters = !env_is("TL_MARLIN_CLUSTER", "0");
   o.dequant_min_m = kDefaultDequantMinM;
+  o.hopper_kernel = !env_is("TL_MARLIN_HOPPER", "0");
+  o.hopper_max_m = kDefaultHopperMaxM;
+  if (const char* v = std::getenv("TL_MARLIN_HOPPER_MAX_M")) o.hopper_max_m = std::max(0, std::atoi(v));
   if (const char* v = std::getenv("TL_MARLIN_DEQUANT_MIN_M")) o.dequant_min_m = std::max(0, std::atoi(v));
   return o;
 }

@@ -589,6 +589,18 @@ int plan_first_last(int M, int N, int K, int device, int sms, const KernelOption
 
 namespace detail {
 
+bool use_hopper(int M, const KernelOptions& options) {
+  if (M <= kSmallMMaxRows || !options.hopper_kernel) return false;
+  const bool floor_here = options.dequant_min_m > 0 && M >= options.dequant_min_m;
+  if (floor_here && options.hopper_max_m > 0 && M >= options.hopper_max_m) return false;  // the floor's M
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return hopper_kernel_available(device);
+}
+
 int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half* delta,
                 __half* C, int* workspace, int M, int N, int K, int group_size,
                 cudaStream_t stream, const KernelOptions& options) {
@@ -600,6 +612,8 @@ int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half
     return kShapeUnsupported;
   if (!marlin_group_size_ok(K, group_size)) return kNoConfig;
   const int groupsize = int(marlin_groupsize_arg(K, group_size));  // the kernel's form: -1 per column
+  if (use_hopper(M, options))  // prefill on sm_90: the wgmma kernel
+    return marlin_hopper(A, B, s, delta, C, M, N, K, group_size, stream, options);
   if (use_dequant(M, options))  // prefill: fp16 tiles + cuBLAS beat the tiled kernel there
     return marlin_dequant_gemm(A, B, s, delta, C, M, N, K, group_size, stream, options);
   if (M <= kSmallMMaxRows && options.decode_kernel) {
@@ -654,6 +668,7 @@ int marlin_plan(int M, int N, int K, int group_size, bool asym, const KernelOpti
   *plan = GemmPlan{};
   if (M < 1 || N < kTileAlign || K < kTileAlign || N % kTileAlign || K % kTileAlign) return kShapeUnsupported;
   if (!marlin_group_size_ok(K, group_size)) return kNoConfig;
+  if (detail::use_hopper(M, options)) return detail::marlin_hopper_plan(M, N, K, options, plan);
   if (detail::use_dequant(M, options)) {
     const int cols = detail::dequant_chunk_cols(N, K, options);
     plan->kernel = "dequant";

@@ -35,13 +35,23 @@ int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __h
                    __half* C, int* workspace, int M, int N, int K, bool grouped,
                    cudaStream_t stream, const KernelOptions& options);
 
+// The Hopper prefill kernel (marlin_hopper.cu, sm_90a), same operands as marlin_gemm (validated
+// by it), M > 16: kNoConfig where hopper_kernel_available() is false for the current device.
+int marlin_hopper(const __half* A, const int32_t* B, const __half* s, const __half* delta, __half* C, int M, int N,
+                  int K, int group_size, cudaStream_t stream, const KernelOptions& options);
+int marlin_hopper_plan(int M, int N, int K, const KernelOptions& options, GemmPlan* plan);
+
+// Whether marlin_gemm runs the Hopper kernel for M on the current device (cached per device):
+// M > 16, options.hopper_kernel, an sm_90 GPU, and not M >= hopper_max_m where the floor runs.
+bool use_hopper(int M, const KernelOptions& options);
 // Whether marlin_gemm runs the prefill floor for M (marlin_dequant_gemm above).
 inline bool use_dequant(int M, const KernelOptions& options) {
-  return M > kSmallMMaxRows && options.dequant_min_m > 0 && M >= options.dequant_min_m;
+  return M > kSmallMMaxRows && options.dequant_min_m > 0 && M >= options.dequant_min_m && !use_hopper(M, options);
 }
 // The kernel marlin_gemm picks for M (before its decode kernel's rare no-config fallback), for
-// counters that must not query the device per call; marlin_plan gives the full plan.
+// counters; marlin_plan gives the full plan.
 inline const char* marlin_kernel_for(int M, const KernelOptions& options) {
+  if (use_hopper(M, options)) return "hopper";
   if (use_dequant(M, options)) return "dequant";
   return M <= kSmallMMaxRows && options.decode_kernel ? "decode" : "tiled";
 }

@@ -35,15 +35,31 @@ struct KernelOptions {
   // overrides, 0 turns it off).
   int dequant_min_m = 0;
   size_t dequant_scratch_bytes = 0;  // fp16 tile scratch per call; 0: kDequantScratchBytes
+  // The Hopper prefill kernel (cuda/marlin_hopper.cu, wgmma, built for sm_90a): M > 16 on an
+  // sm_90 GPU. Off in the launchers' defaults (the tiers test the tiled kernel and the floor as
+  // before, and the Hopper kernel with it on); kernel_options_from_env() turns it on
+  // (TL_MARLIN_HOPPER=0: off). Below hopper_max_m it takes precedence over the floor.
+  bool hopper_kernel = false;
+  // Where both run, the floor takes over from the Hopper kernel at M >= hopper_max_m (0: the
+  // Hopper kernel at every M > 16). kernel_options_from_env(): kDefaultHopperMaxM, measured on
+  // the H200 (TL_MARLIN_HOPPER_MAX_M overrides, 0 turns the hand-over off).
+  int hopper_max_m = 0;
+  int hopper_split = 0;  // Hopper kernel: 1..8 forces the k split (tests, tuning), 0: the plan's
 };
 constexpr size_t kDequantScratchBytes = size_t(64) << 20;
 // M from which the dequantize + cuBLAS floor beats the tiled kernel on the H200 (docs/perf.md).
 constexpr int kDefaultDequantMinM = 256;
+// M from which the floor beats the Hopper kernel on the H200: every layer of both sets at
+// M = 4096, none but two at M = 1024 (docs/perf.md).
+constexpr int kDefaultHopperMaxM = 2048;
 // The options as the environment variables above set them (unset: the defaults).
 KernelOptions kernel_options_from_env();
 
 // True on sm_80, sm_86, sm_89 and sm_90 (the architectures the Marlin kernel is built for).
 bool marlin_available(int device);
+// True where the Hopper prefill kernel runs: an sm_90 GPU (its sm_90a code runs on no other)
+// whose driver encodes tensor maps.
+bool hopper_kernel_available(int device);
 
 // Native path on TinyLoop's own layout: W_hat[k, n] = q[k, n] * scale[g, n] + zero[g, n],
 // q packed two per byte [K, ceil(N/2)] (low nibble = even n), scale/zero fp16 [G, N],
@@ -74,19 +90,22 @@ size_t marlin_workspace_ints(int N);
 // launchers make the same choices (they call the same planning code).
 struct GemmPlan {
   const char* kernel = "";      // "decode" (M <= 16), "tiled" (Marlin, slices of 64 rows), "dequant"
-                                // (fp16 tiles + cuBLAS, slices = column chunks), "native"
+                                // (fp16 tiles + cuBLAS, slices = column chunks), "hopper" (wgmma,
+                                // M > 16 on sm_90), "native"
   int blocks = 0;               // grid of the (first) launch
   int warps_per_block = 0;
   int units_per_warp = 0;       // decode: 128 x 128 units in one warp's stripe
-  int cluster = 0;              // decode: blocks per cluster (0: blocks combine through slots)
+  int cluster = 0;              // decode: blocks per cluster (0: blocks combine through slots);
+                                // hopper: CTAs splitting one tile's k over a cluster (0: none)
   int slices = 0;               // tiled: launches of up to 64 rows
-  int last_slice_rows = 0;      // tiled: rows of the last slice (1..64)
-  int tiles_per_block = 0;      // tiled: output tiles one block's stripe walks, first slice
+  int last_slice_rows = 0;      // tiled: rows of the last slice (1..64); hopper: of the last tile row
+  int tiles_per_block = 0;      // tiled: output tiles one block's stripe walks, first slice;
+                                // hopper: most tiles one persistent CTA walks
   int last_tiles_per_block = 0; // tiled: the same for the last slice
   int last_blocks_per_sm = 0;   // tiled: blocks per SM of the last slice (2: the 16-row mode)
-  int k_splits = 0;             // native: split-K factor (fp32 partials when > 1)
-  int rows_per_block = 0;       // native: M rows per block (1, 2 or 4)
-  bool ragged_n = false;        // native: N % 8 != 0 (byte loads)
+  int k_splits = 0;             // native: split-K factor (fp32 partials when > 1); hopper: CTAs per tile
+  int rows_per_block = 0;       // native: M rows per block (1, 2 or 4); hopper: tokens per tile (32, 64, 128)
+  bool ragged_n = false;        // native: N % 8 != 0 (byte loads); hopper: N % 256 != 0 (a half tile)
 };
 // rc as the launcher's (kShapeUnsupported, kNoConfig, kCudaError) when it would not run.
 int marlin_plan(int M, int N, int K, int group_size, bool asym, const KernelOptions& options, GemmPlan* plan);

@@ -39,7 +39,9 @@ class CudaBackend final : public KernelBackend {
   CudaBackend(int device, std::string name) : device_(device), name_(std::move(name)) {
     TL_CUDA_THROW(cudaSetDevice(device_));
     TL_CUDA_THROW(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    floor_min_m_ = tl::cuda::kernel_options_from_env().dequant_min_m;  // the runtime's crossover
+    const tl::cuda::KernelOptions runtime = tl::cuda::kernel_options_from_env();
+    floor_min_m_ = runtime.dequant_min_m;  // the runtime's crossover
+    hopper_ = runtime.hopper_kernel && tl::cuda::hopper_kernel_available(device_);
   }
   ~CudaBackend() override { if (stream_) cudaStreamDestroy(stream_); }
   std::string device_name() const override { return name_; }
@@ -144,6 +146,8 @@ class CudaBackend final : public KernelBackend {
 
   int prefill_floor_min_m() const override { return floor_min_m_; }
   void set_prefill_floor(bool on) override { options_.dequant_min_m = on ? floor_min_m_ : 0; }
+  bool hopper_kernel() const override { return hopper_; }
+  void set_hopper_kernel(bool on) override { options_.hopper_kernel = on && hopper_; }
 
  private:
   static __half* half(const DeviceBuffer<uint16_t>& b) { return reinterpret_cast<__half*>(b.get()); }
@@ -187,6 +191,7 @@ class CudaBackend final : public KernelBackend {
   cudaStream_t stream_ = nullptr;
   tl::cuda::KernelOptions options_;  // the launchers' defaults; dequant_min_m: set_prefill_floor
   int floor_min_m_ = 0;
+  bool hopper_ = false;
 };
 
 }  // namespace

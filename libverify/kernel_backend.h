@@ -21,13 +21,14 @@ struct KernelStatus {
 // How the backend's launcher shares a problem out (cuda/tl_kernels.h GemmPlan, copied so that
 // this header needs no CUDA): the tiers pick their shapes from it (tier_shapes.h).
 struct KernelPlan {
-  std::string kernel;             // "decode", "tiled", "dequant", "native"; empty: the launcher declines
+  std::string kernel;             // "decode", "tiled", "dequant", "hopper", "native"; empty: the launcher declines
   int blocks = 0, warps_per_block = 0;
   int units_per_warp = 0, cluster = 0;                              // decode
-  int slices = 0, last_slice_rows = 0, tiles_per_block = 0;         // tiled (dequant: column chunks)
+  int slices = 0, last_slice_rows = 0, tiles_per_block = 0;         // tiled (dequant: column chunks; hopper:
+                                                                    // last tile row, tiles per CTA)
   int last_tiles_per_block = 0, last_blocks_per_sm = 0;             // tiled
-  int k_splits = 0, rows_per_block = 0;                             // native
-  bool ragged_n = false;                                            // native
+  int k_splits = 0, rows_per_block = 0;                             // native; hopper: split, tile rows
+  bool ragged_n = false;                                            // native; hopper: N % 256 != 0
 };
 
 enum class PlanKernel { kMarlinSymmetric, kMarlinAsymmetric, kNative };
@@ -65,6 +66,11 @@ class KernelBackend {
   // runtime would; false (the default): without it, the tiled kernel at every M > 16.
   virtual int prefill_floor_min_m() const { return 0; }
   virtual void set_prefill_floor(bool on) { (void)on; }
+  // The Hopper prefill kernel (cuda/marlin_hopper.cu), where this backend has it (an sm_90 GPU,
+  // and the runtime's options use it): set_hopper_kernel(true) runs later Marlin calls and
+  // plans with M > 16 on it, as the runtime does; false (the default): the tiled kernel / floor.
+  virtual bool hopper_kernel() const { return false; }
+  virtual void set_hopper_kernel(bool on) { (void)on; }
 };
 
 struct BackendProbe {

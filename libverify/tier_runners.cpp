@@ -62,10 +62,13 @@ void run_synthetic(TierId id, const TierBounds& b, const RunContext& ctx, TierRe
       const QuantWeight w = random_packed_weight(rng, "", s.K, s.N, s.group_size);
       const std::vector<half_bits> A = random_halves(rng, s.M, s.K);
       ctx.backend->set_prefill_floor(s.prefill_floor);
+      ctx.backend->set_hopper_kernel(s.hopper);
       c = id == TierId::kSymmetric ? run_symmetric_case(*ctx.backend, w, A, s.M, b)
                                    : run_wrapper_case(*ctx.backend, w, A, s.M, b);
       ctx.backend->set_prefill_floor(false);
+      ctx.backend->set_hopper_kernel(false);
       if (s.prefill_floor) c.label += " (prefill floor)";
+      if (s.hopper) c.label += " (hopper)";
     }
     c.covers = s.covers;
     progress.done(c);

@@ -44,6 +44,17 @@ const std::vector<Requirement>& marlin_requirements() {
       {"dequant floor + cuBLAS (the runtime's M >= crossover)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "dequant"; }},
       {"dequant floor, several column chunks", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "dequant" && p.slices >= 2; }},
       {"dequant floor per-column scales (G = 1)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "dequant" && gs == K; }},
+      // The Hopper kernel (sm_90; KernelBackend::hopper_kernel): what the runtime runs at M > 16 there.
+      {"hopper 32-token tiles (M 17..32)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.rows_per_block == 32; }},
+      {"hopper 64-token tiles (M 33..64)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.rows_per_block == 64; }},
+      {"hopper 128-token tiles, two consumers", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.rows_per_block == 128; }},
+      {"hopper M >= 1024", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && M >= 1024; }},
+      {"hopper last tile row cut by M", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.last_slice_rows < p.rows_per_block; }},
+      {"hopper k split over a cluster", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.k_splits > 1; }},
+      {"hopper persistent, several tiles per CTA", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.k_splits == 1 && p.tiles_per_block >= 2; }},
+      {"hopper half tile (N % 256 == 128)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.ragged_n; }},
+      {"hopper per-column scales (G = 1)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "hopper" && gs == K; }},
+      {"hopper most groups (G >= 64)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "hopper" && gs != K && K / gs >= 64; }},
   };
   return r;
 }
@@ -96,7 +107,8 @@ struct Candidate {
   int64_t M, K, N, gs;
   KernelPlan plan;
   double cost;
-  bool floor = false;  // planned (and to be run) with the runtime's prefill floor
+  bool floor = false;   // planned (and to be run) with the runtime's prefill floor
+  bool hopper = false;  // ... with the Hopper kernel
 };
 
 }  // namespace
@@ -123,6 +135,8 @@ TierShapes tier_shapes(TierId tier, KernelBackend& backend, bool small, bool tho
   std::vector<std::pair<int64_t, int64_t>> KN = {{128, 128},   {256, 256},   {1024, 512},  {1024, 1024},
                                                  {2048, 2048}, {4096, 4096}, {8192, 2048}, {2048, 8192},
                                                  {4096, 8192}, {8192, 4096}, {8192, 8192}};
+  if (tier == TierId::kSymmetric || tier == TierId::kWrapper)
+    KN.push_back({256, 384});  // N % 256 == 128: the Hopper kernel's half tile (K = 128 is never a case)
   if (tier == TierId::kNative || tier == TierId::kCorrection)
     // N no multiple of 128 (the correction pair), of 8 and odd (int4_gemm's byte loads and the
     // unused high nibble of the last byte).
@@ -133,7 +147,7 @@ TierShapes tier_shapes(TierId tier, KernelBackend& backend, bool small, bool tho
                         : tier == TierId::kWrapper ? PlanKernel::kMarlinAsymmetric
                                                    : PlanKernel::kMarlinSymmetric;
   std::vector<Candidate> pool;
-  auto add_candidates = [&](bool floor, int64_t min_m) {
+  auto add_candidates = [&](bool floor, bool hopper, int64_t min_m) {
     for (int64_t M : Ms)
       for (auto [K, N] : KN)
         for (int64_t gs : {int64_t(32), int64_t(128), K}) {
@@ -143,7 +157,7 @@ TierShapes tier_shapes(TierId tier, KernelBackend& backend, bool small, bool tho
           // Marlin runs group 128 or one group per column (core/group_size.h, the gate); the
           // native kernel and the correction pair take any group dividing K.
           if (gs == 32 && tier != TierId::kNative && tier != TierId::kCorrection) continue;
-          Candidate c{M, K, N, gs, {}, 0, floor};
+          Candidate c{M, K, N, gs, {}, 0, floor, hopper};
           if (tier != TierId::kCorrection) {
             c.plan = backend.plan(pk, int(M), int(N), int(K), int(gs));
             if (c.plan.kernel.empty()) continue;  // the launcher declines this shape
@@ -153,14 +167,21 @@ TierShapes tier_shapes(TierId tier, KernelBackend& backend, bool small, bool tho
           pool.push_back(c);
         }
   };
-  add_candidates(false, 0);
+  add_candidates(false, false, 0);
   // Marlin tiers: the shapes at or above the runtime's crossover once more with its prefill
-  // floor on (the runtime serves them there), beside the tiled kernel's cases above.
-  const int64_t floor_m = tier == TierId::kSymmetric || tier == TierId::kWrapper ? backend.prefill_floor_min_m() : 0;
+  // floor on, and every M > 16 with the Hopper kernel on where the backend has it (the runtime
+  // serves them there), beside the tiled kernel's cases above.
+  const bool marlin_tier = tier == TierId::kSymmetric || tier == TierId::kWrapper;
+  const int64_t floor_m = marlin_tier ? backend.prefill_floor_min_m() : 0;
   if (floor_m > 0) {
     backend.set_prefill_floor(true);
-    add_candidates(true, floor_m);
+    add_candidates(true, false, floor_m);
     backend.set_prefill_floor(false);
+  }
+  if (marlin_tier && backend.hopper_kernel()) {
+    backend.set_hopper_kernel(true);
+    add_candidates(false, true, 17);
+    backend.set_hopper_kernel(false);
   }
   std::sort(pool.begin(), pool.end(), [](const Candidate& a, const Candidate& b) { return a.cost < b.cost; });
 
@@ -186,10 +207,10 @@ TierShapes tier_shapes(TierId tier, KernelBackend& backend, bool small, bool tho
         }
     }
   std::sort(chosen.begin(), chosen.end(), [](const Candidate* a, const Candidate* b) {
-    return std::tie(a->M, a->K, a->N, a->gs, a->floor) < std::tie(b->M, b->K, b->N, b->gs, b->floor);
+    return std::tie(a->M, a->K, a->N, a->gs, a->floor, a->hopper) < std::tie(b->M, b->K, b->N, b->gs, b->floor, b->hopper);
   });
   for (const Candidate* c : chosen)
-    out.cases.push_back({c->M, c->K, c->N, c->gs, plan_covers(tier, c->plan, c->M, c->K, c->N, c->gs), c->floor});
+    out.cases.push_back({c->M, c->K, c->N, c->gs, plan_covers(tier, c->plan, c->M, c->K, c->N, c->gs), c->floor, c->hopper});
   return out;
 }
 

@@ -19,6 +19,7 @@ struct ShapeCase {
   int64_t M = 0, K = 0, N = 0, group_size = 0;  // effective group size (== K: per column)
   std::vector<std::string> covers;              // requirement names met by this case
   bool prefill_floor = false;                   // run with the runtime's prefill floor on
+  bool hopper = false;                          // run with the Hopper kernel on (sm_90)
 };
 
 struct TierShapes {

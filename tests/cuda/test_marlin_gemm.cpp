@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -62,8 +63,10 @@ void check_case(const QuantCase& c, const tl::cuda::KernelOptions& options = {})
   const int M = int(c.M), N = int(c.N), K = int(c.K);
   const std::vector<int64_t> rows = rows_to_check(c.M, c.K, c.N);
   // Grouped scales are applied to the fp16 weights (rounded), per-column ones in fp32 -- except
-  // on the dequantize + cuBLAS floor, which rounds every weight to fp16 once.
-  const bool grouped = c.marlin_gs() > 0 || tl::cuda::detail::use_dequant(M, options);
+  // on the dequantize + cuBLAS floor and the Hopper kernel, which round every weight to fp16 once.
+  // The Hopper kernel folds per-column scales into the fp16 weights as well.
+  const bool grouped = c.marlin_gs() > 0 || tl::cuda::detail::use_dequant(M, options) ||
+                       tl::cuda::detail::use_hopper(M, options);
 
   // Symmetric: C = A (q - 8) s.
   g.C.poison();
@@ -168,6 +171,100 @@ TEST_CASE("marlin: the dequantize + cuBLAS floor (prefill), whole and in column 
   REQUIRE(tl::cuda::marlin_plan(1024, 4096, 4096, 128, true, tl::cuda::KernelOptions{}, &plan) == 0);
   CHECK(std::string(plan.kernel) == "tiled");
   CHECK(tl::cuda::kernel_options_from_env().dequant_min_m == tl::cuda::kDefaultDequantMinM);
+}
+
+TEST_CASE("marlin: the Hopper kernel (wgmma, sm_90) at every tile variant and grid mode") {
+  // Each tile variant (32-, 64- and 128-token tiles), a last tile row cut by M, a ragged N
+  // (N % 256 == 128: a tile of two Marlin tiles), per-column and grouped scales, the persistent
+  // grid with several tiles per CTA and the k split over clusters of 2 to 8 CTAs, with
+  // clusters walking several tiles, each against the fp64 references (both wrappers), bitwise
+  // reproducible, planned as it ran.
+  int device = 0;
+  TL_CUDA_THROW(cudaGetDevice(&device));
+  tl::cuda::KernelOptions o;
+  o.hopper_kernel = true;
+  tl::cuda::GemmPlan plan;
+  REQUIRE(tl::cuda::marlin_plan(64, 4096, 4096, 128, true, o, &plan) == 0);
+  if (!tl::cuda::hopper_kernel_available(device)) {
+    CHECK(std::string(plan.kernel) != "hopper");  // another GPU: the option changes nothing
+    MESSAGE("not an sm_90 GPU: the Hopper kernel is not run");
+    return;
+  }
+  CHECK(std::string(plan.kernel) == "hopper");
+  struct Shape {
+    int64_t K, N;
+    std::vector<int64_t> Ms;
+  };
+  const std::vector<Shape> shapes =
+      quick_mode() ? std::vector<Shape>{{256, 384, {17, 100}}, {4096, 4096, {33, 256}}}
+                   : std::vector<Shape>{{128, 128, {17, 32, 33, 64, 65, 129}},   // one k-stage pair, half tile
+                                        {256, 384, {17, 40, 100, 256}},          // ragged N, 2 tiles
+                                        {1024, 1280, {17, 63, 64, 128, 200}},    // ragged, 5 tiles
+                                        {4096, 4096, {17, 33, 100, 256, 1024}},  // splits 8 / 4 / ..
+                                        {11008, 4096, {64, 256}},                // 172 stages
+                                        {4096, 12288, {17, 40, 1024, 4096}},     // split rounds; persistent
+                                        {8192, 256, {17, 100}}};                 // one n-tile, split 8
+  uint64_t stream = 8000;
+  std::set<int> splits, rows;
+  bool several = false, split_rounds = false, ragged = false, cut = false;
+  for (const Shape& sh : shapes)
+    for (int64_t gs : {int64_t(-1), int64_t(128)})
+      for (int64_t M : sh.Ms) {
+        const QuantCase c = make_quant_case(M, sh.K, sh.N, gs < 0 ? sh.K : gs, ++stream);
+        CAPTURE(c.name());
+        REQUIRE(tl::cuda::marlin_plan(int(M), int(sh.N), int(sh.K), int(c.group_size), true, o, &plan) == 0);
+        REQUIRE(std::string(plan.kernel) == "hopper");
+        splits.insert(plan.k_splits);
+        rows.insert(plan.rows_per_block);
+        several = several || (plan.k_splits == 1 && plan.tiles_per_block >= 2);
+        split_rounds = split_rounds || (plan.k_splits > 1 && plan.tiles_per_block >= 2);
+        ragged = ragged || plan.ragged_n;
+        cut = cut || plan.last_slice_rows < plan.rows_per_block;
+        MESSAGE(c.name() << ": " << plan.blocks << " CTAs, split " << plan.k_splits << ", " << plan.rows_per_block
+                         << "-row tiles, " << plan.tiles_per_block << " tiles per CTA");
+        check_case(c, o);
+        Gpu g(c);
+        std::vector<half_bits> first;
+        for (int run = 0; run < 2; ++run) {
+          g.C.poison();
+          TL_REQUIRE_LAUNCH(tl::cuda::marlin_mm_asymmetric(g.A.half(), g.B.get(), g.s.half(), g.delta.half(),
+                                                           g.C.half(), g.workspace.get(), int(c.M), int(c.N),
+                                                           int(c.K), int(c.group_size), nullptr, o));
+          if (run == 0)
+            first = g.C.download();
+          else
+            CHECK_MESSAGE(g.C.download() == first, "second run differs");
+        }
+      }
+  // A split forced onto more tiles than its clusters run at once: each cluster walks several
+  // tiles, reusing its partial buffers (the cluster barriers' phases over rounds).
+  for (int64_t M : quick_mode() ? std::vector<int64_t>{17} : std::vector<int64_t>{17, 64}) {
+    tl::cuda::KernelOptions forced = o;
+    forced.hopper_split = 4;
+    const QuantCase c = make_quant_case(M, 4096, 12288, 128, ++stream);
+    CAPTURE(c.name());
+    REQUIRE(tl::cuda::marlin_plan(int(M), 12288, 4096, 128, true, forced, &plan) == 0);
+    CHECK(plan.k_splits == 4);
+    split_rounds = split_rounds || plan.tiles_per_block >= 2;
+    check_case(c, forced);
+  }
+  // The runtime's options: the Hopper kernel from M = 17, the floor from kDefaultHopperMaxM.
+  const tl::cuda::KernelOptions rt = tl::cuda::kernel_options_from_env();
+  REQUIRE(tl::cuda::marlin_plan(17, 4096, 4096, 128, true, rt, &plan) == 0);
+  CHECK(std::string(plan.kernel) == "hopper");
+  REQUIRE(tl::cuda::marlin_plan(tl::cuda::kDefaultHopperMaxM - 1, 4096, 4096, 128, true, rt, &plan) == 0);
+  CHECK(std::string(plan.kernel) == "hopper");
+  REQUIRE(tl::cuda::marlin_plan(tl::cuda::kDefaultHopperMaxM, 4096, 4096, 128, true, rt, &plan) == 0);
+  CHECK(std::string(plan.kernel) == "dequant");
+  if (!quick_mode()) {
+    CHECK(rows == std::set<int>{32, 64, 128});
+    CHECK(splits.count(1));
+    CHECK(splits.count(2) + splits.count(4) + splits.count(8) >= 2);
+    CHECK(several);
+    CHECK(split_rounds);  // a cluster reuses its partial buffers tile after tile
+    CHECK(ragged);
+    CHECK(cut);
+  }
 }
 
 TEST_CASE("marlin: tiled kernel remainder slices and its two-blocks-per-SM mode") {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/nibbles.h"
+#include "cuda/marlin_hopper_plan.h"
 #include "formats/marlin_layout.h"
 
 namespace tl::verify::testing {
@@ -133,6 +134,19 @@ KernelPlan EmulatedBackend::plan(PlanKernel kernel, int M, int N, int K, int gro
     return p;
   }
   if (!marlin_gate(K, N, group_size).ok || M < 1) return p;
+  if (hopper_ && M > 16) {
+    const tl::cuda::hopper::Shape h =
+        tl::cuda::hopper::plan_shape(M, N, K, [](int, int split) { return kSms / split; });
+    p.kernel = "hopper";
+    p.blocks = h.grid;
+    p.cluster = h.split > 1 ? h.split : 0;
+    p.k_splits = h.split;
+    p.tiles_per_block = tl::cuda::hopper::tiles_per_cta(h);
+    p.rows_per_block = h.rows;
+    p.last_slice_rows = M % h.rows ? M % h.rows : h.rows;
+    p.ragged_n = N % tl::cuda::hopper::kTileN != 0;
+    return p;
+  }
   if (floor_ && M > 16 && M >= prefill_floor_min_m()) {
     const int cols = std::max(128, std::min(N, int((size_t(64) << 20) / (size_t(K) * 2) / 128 * 128)));
     p.kernel = "dequant";

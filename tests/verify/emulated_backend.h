@@ -44,11 +44,17 @@ class EmulatedBackend final : public KernelBackend {
   // scratch); its arithmetic is modelled by the same emulation (weights rounded to fp16).
   int prefill_floor_min_m() const override { return floor_min_m; }
   void set_prefill_floor(bool on) override { floor_ = on; }
-  int floor_min_m = 256;  // 0: a runtime without the floor
+  // The Hopper kernel's plan as cuda/marlin_hopper_plan.h makes it on the modelled GPU (clusters
+  // of `split` CTAs: 132 / split fit at once); its arithmetic is the floor's (weights rounded).
+  bool hopper_kernel() const override { return has_hopper; }
+  void set_hopper_kernel(bool on) override { hopper_ = on && has_hopper; }
+  int floor_min_m = 256;   // 0: a runtime without the floor
+  bool has_hopper = true;  // false: not an sm_90 GPU
   int calls = 0;
 
  private:
   bool floor_ = false;
+  bool hopper_ = false;
   EmulatedBug bug_;
 };
 

@@ -1,7 +1,7 @@
 // The synthetic cases of the GPU tiers come from the launchers' plans (tier_shapes.h): on the
 // emulation's model of a 132-SM GPU every path it has is reached, M spans the three ranges
-// the issue names, each case says what it covers, and what the model lacks (clusters) is
-// reported as not reached rather than silently missing.
+// the issue names, each case says what it covers, and what the model lacks (the decode kernel's
+// clusters) is reported as not reached rather than silently missing.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -49,7 +49,7 @@ TEST_CASE("every kernel path is reached or reported as not reached, and each cas
     CHECK(mid);
     CHECK(hi);
   }
-  // The emulation models no clusters: the only Marlin path it cannot reach.
+  // The emulation models no decode clusters: the only Marlin path it cannot reach.
   const TierShapes sym = tier_shapes(TierId::kSymmetric, emu, false, false);
   CHECK(sym.not_reached == std::vector<std::string>{"decode cluster combine (sm_90)"});
   CHECK(tier_shapes(TierId::kNative, emu, false, false).not_reached.empty());
@@ -136,4 +136,45 @@ TEST_CASE("the runtime's prefill floor is a path of its own: run with the floor 
   CHECK(s.not_reached == std::vector<std::string>{"decode cluster combine (sm_90)", "dequant floor + cuBLAS (the runtime's M >= crossover)",
                                                   "dequant floor, several column chunks", "dequant floor per-column scales (G = 1)"});
   for (const ShapeCase& c : s.cases) CHECK_FALSE(c.prefill_floor);
+}
+
+TEST_CASE("the Hopper kernel is a path of its own: its cases run with it on, beside the tiled kernel and the floor") {
+  EmulatedBackend emu;
+  for (TierId id : {TierId::kSymmetric, TierId::kWrapper}) {
+    INFO(tier_spec(id).name);
+    const TierShapes s = tier_shapes(id, emu, false, false);
+    bool tiled_mid = false;
+    for (const ShapeCase& c : s.cases) {
+      const bool hopper = std::any_of(c.covers.begin(), c.covers.end(),
+                                      [](const std::string& p) { return p.rfind("hopper", 0) == 0; });
+      CHECK(hopper == c.hopper);  // a Hopper case covers Hopper paths only, and only it does
+      CHECK_FALSE((c.hopper && c.prefill_floor));
+      if (c.hopper) CHECK(c.M >= 17);
+      tiled_mid = tiled_mid || (!c.hopper && !c.prefill_floor && c.M >= 17);
+    }
+    CHECK(tiled_mid);  // the tiled kernel stays certified (GPUs other than sm_90, TL_MARLIN_HOPPER=0)
+    const std::set<std::string> got = covered(s);
+    for (const char* p : {"hopper 32-token tiles (M 17..32)", "hopper 64-token tiles (M 33..64)",
+                          "hopper 128-token tiles, two consumers", "hopper k split over a cluster",
+                          "hopper persistent, several tiles per CTA", "hopper half tile (N % 256 == 128)",
+                          "hopper last tile row cut by M", "hopper per-column scales (G = 1)"})
+      CHECK_MESSAGE(got.count(p) == 1, p);
+  }
+  // Split or not, the grid is resident at once (persistent: clusters walk the tiles), and one
+  // planned with several tiles per CTA fills the modelled GPU.
+  for (const ShapeCase& c : tier_shapes(TierId::kSymmetric, emu, false, false).cases) {
+    if (!c.hopper) continue;
+    emu.set_hopper_kernel(true);
+    const KernelPlan p = emu.plan(PlanKernel::kMarlinSymmetric, int(c.M), int(c.N), int(c.K), int(c.group_size));
+    emu.set_hopper_kernel(false);
+    if (p.k_splits > 1) CHECK(p.blocks <= 132);  // every cluster runs at once
+    if (p.k_splits == 1 && p.tiles_per_block >= 2) CHECK(p.blocks == 132);
+  }
+  // Not an sm_90 GPU: every Hopper path is named as not reached, no case runs with it.
+  EmulatedBackend other;
+  other.has_hopper = false;
+  const TierShapes s = tier_shapes(TierId::kWrapper, other, false, false);
+  for (const std::string& p : tier_paths(TierId::kWrapper))
+    if (p.rfind("hopper", 0) == 0) CHECK(std::count(s.not_reached.begin(), s.not_reached.end(), p) == 1);
+  for (const ShapeCase& c : s.cases) CHECK_FALSE(c.hopper);
 }

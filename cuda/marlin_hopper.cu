@@ -1,0 +1,790 @@
+// The Hopper prefill kernel (sm_90a): C[M, N] = A[M, K] * W[K, N] for M > 16 on the Marlin
+// section exactly as marlin-pack writes it (no other layout, files unchanged), with warpgroup
+// MMA (wgmma.mma_async), the bulk copy engine and warp specialization. Written for
+// tinyloop-tools from the PTX ISA and the published Hopper GEMM designs (warp-specialized
+// producer / consumer warpgroups, persistent tile loops, split-K over a cluster); no code of
+// CUTLASS, Machete or Marlin is used.
+//
+// The transposed problem. wgmma multiplies a 64-row A operand (registers or shared memory) by
+// an N-column B operand from shared memory, N = 8..256. The weight is the operand that must be
+// decoded on the way, so it is wgmma's register A and the product is C^T = W^T * A^T:
+//   wgmma M (64 rows)  = 64 output columns n of W       (the dequantized 4-bit codes)
+//   wgmma N (BM)       = BM tokens (rows of A)          (fp16 from shared memory, K-major)
+//   wgmma K (16)       = 16 of the reduction axis k
+// so a small M costs a narrow wgmma (n32 / n64) instead of a 64-row tile of padding.
+//
+// Why the Marlin layout fits wgmma's register operand as it is. One 32-bit word of a thread's
+// 16-byte piece of a Marlin 16 x 64 tile holds its 8 codes of a 16 (n) x 16 (k) sub-block:
+// nibbles (0, 4) at (n = lane/4, k = 2 (lane%4) + {0, 1}), (2, 6) at n + 8, (1, 5) at k + 8,
+// (3, 7) at both -- which is the per-warp A fragment of wgmma .f16 (rows 16 w .. 16 w + 15 of
+// warp w), registers {a01, a23, a45, a67}. So a warp reads its lane's NW words of one Marlin
+// tile per k16 row, and word i, dequantized, is its 16-row share of wgmma i. Over the 4 warps
+// each wgmma covers 64 columns, every column of the tile once, in an order the epilogue undoes.
+//
+// A CTA computes a tile of 256 columns (4 Marlin tiles) x BM tokens (partition of the consumers):
+//
+//   <128, NW = 2, 2 consumers>           <32 | 64, NW = 4, 2 consumers, k-interleaved (KI)>
+//          cols 0..127   128..255               cols 0 .. 255
+//        +-------------+-------------+        +---------------------------+
+//   128  | consumer 0  | consumer 1  |   BM   | consumer 0: stages 0,2,4.. |  acc0 + acc1
+//   tok  | 2 x n128    | 2 x n128    |   tok  | consumer 1: stages 1,3,5.. |  at the tile's end
+//        | wgmma / k16 | wgmma / k16 |        | 4 x n32|n64 wgmma per k16  |  (shared memory)
+//        +-------------+-------------+        +---------------------------+
+//   every weight decoded once, feeding        at 32-64 tokens one chain of shared loads ->
+//   128 tokens; wide wgmma                    dequant -> wgmma per k16 is latency-bound: two
+//                                             chains in flight (and 4 k16 steps of wgmma in
+//                                             flight at 32 tokens: fragment buffers)
+//
+//   producer warpgroup: one thread issues, per stage of 64 k, a 2-D tensor copy of A (BM x 64
+//   halves, 128-byte swizzle: wgmma's canonical K-major layout, rows past M zero-filled), four
+//   1-D bulk copies of the weight (4 k16 rows x 2 KB, contiguous in the Marlin section) and,
+//   with groups, the 256 scales and deltas of the stage's group; all complete on the stage's
+//   mbarrier. Consumers hand a stage back through a second mbarrier once the wgmmas that read
+//   it have retired (wgmma.wait_group), so copies run up to STAGES stages ahead.
+//
+// Grid (cuda/marlin_hopper_plan.h): output tiles, in groups of 8 row tiles so that the CTAs
+// running at once share rows of A and columns of W in L2 (tile_coords), are walked by clusters
+// of `split` CTAs (persistent: cluster c takes tiles c, c + #clusters, ...; the producer runs
+// into the next tile while the consumers finish the last). split = 1: one CTA per tile. split
+// 2..8 (the KI variants, when tiles are too few to fill the GPU): the tile's k range is cut over
+// the cluster; each CTA parks its fp32 partial in a buffer of its own, and every CTA sums a
+// 1/split share of the tile over all ranks in rank order (deterministic) through distributed
+// shared memory, synchronized by two cluster-scope mbarriers (red_full, red_free) instead of
+// cluster barriers, so the producers never stop. No global scratch, no arrival counters.
+//
+// Numerics are the other Marlin kernels': each weight is (q - 8) * s (+ delta) rounded once to
+// fp16 (one fp16 fma; per-column scales folded in the same way), products accumulate in fp32
+// in the tensor cores, C is rounded once.
+#include "cuda/marlin_gemm.h"
+
+#include <cooperative_groups.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "core/group_size.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_context.h"
+#include "cuda/marlin_device.cuh"
+#include "cuda/marlin_hopper_plan.h"
+#include "cuda/tl_kernels.h"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TL_HOPPER_DEVICE 1
+#endif
+
+namespace tl::cuda::detail {
+namespace {
+
+namespace cg = cooperative_groups;
+using namespace marlin_dev;
+
+// ---------------------------------------------------------------------------------------------
+// Shapes.
+// ---------------------------------------------------------------------------------------------
+
+using hopper::kTileN;                            // columns per CTA tile: 4 Marlin tiles of 64
+using hopper::kStageK;                          // k per stage: one 128-byte swizzle row per token
+constexpr int kK16PerStage = kStageK / 16;
+constexpr int kMarlinTileBytes = 512;           // one 16 x 64 Marlin tile: 32 lanes x 16 bytes
+constexpr int kWRowBytes = 4 * kMarlinTileBytes;  // a k16 row of the CTA tile: 2 KB, contiguous
+constexpr int kWStageBytes = kK16PerStage * kWRowBytes;
+constexpr int kSStageBytes = 2 * kTileN * 2;    // the stage group's scales, then its deltas
+constexpr int kSmemBudget = 227 * 1024;         // sm_90 opt-in limit per block
+constexpr int kAlignSlack = 1024;               // the 128-byte swizzle wants 1024-aligned tiles
+constexpr int kMaxStages = 16;
+
+// BM: tokens per tile (wgmma's N). NW: wgmma per consumer per k16 step, i.e. 64-column blocks
+// per consumer (each thread decodes NW words of its lane's Marlin piece per k16 row). All
+// consumers share the tile's tokens; KI false: they split the 256 columns (CONSUMERS x NW x 64);
+// KI true ("k-interleaved"): two consumers take every column and alternate stages, each with
+// accumulators of its own, summed at the end of the tile (at 32 or 64 tokens one warpgroup's
+// chain of shared loads, dequantization and wgmma per k16 step cannot keep the weight stream
+// busy: two chains in flight per SM).
+template <int BM, int NW, int CONSUMERS, bool KI>
+struct Cfg {
+  static constexpr int kRows = BM;
+  static constexpr int kThreads = 128 * (CONSUMERS + 1);
+  static constexpr int kABytes = BM * 128;      // BM x 64 halves
+  static constexpr int kStageBytes = kABytes + kWStageBytes + kSStageBytes;
+  static constexpr int kAcc = BM / 2;           // fp32 accumulators per thread per wgmma
+  // Fragment buffers: k16 steps whose wgmmas may be in flight at once (wgmma.wait_group
+  // kFragBufs - 1). A register-sourced wgmma holds its A registers until it retires, and at 32
+  // tokens one group's latency is several times its tensor time: 4 in flight there. With 128
+  // accumulators per thread (64 and 128 tokens) 2 buffers are what fits without spilling; the
+  // 128-token tiles have two consumers to overlap.
+  static constexpr int kFragBufs = KI && NW * kAcc <= 64 ? 4 : 2;
+  static_assert(kK16PerStage % kFragBufs == 0, "a stage's k16 steps map onto the buffers");
+  // The k split over a cluster, and the k-interleaved consumers' sum, need a partial tile of
+  // their own in shared memory (the stages keep streaming the next tile meanwhile): one
+  // consumer's NW x BM/8 float4 per thread.
+  static constexpr bool kSplit = KI;
+  static constexpr int kPartialBytes = kSplit ? NW * (BM / 8) * 128 * 16 : 0;
+  static constexpr int kStages =
+      std::min(kMaxStages, (kSmemBudget - kAlignSlack - kPartialBytes) / kStageBytes);
+  static constexpr int kSmemBytes = kAlignSlack + kStages * kStageBytes + kPartialBytes;
+  // Registers: the producer gives back what the consumers take (setmaxnreg).
+  static constexpr int kProducerRegs = KI ? 56 : 72;
+  static constexpr int kConsumerRegs = KI ? 224 : 216;
+  static_assert(KI ? CONSUMERS == 2 && NW * 64 == kTileN : CONSUMERS * NW * 64 == kTileN, "a tile is 256 columns");
+  static_assert(kStageBytes % 1024 == 0, "every stage's A tile stays 1024-aligned");
+  static_assert(kStages >= 3 && kSmemBytes <= kSmemBudget, "shared memory");
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * CONSUMERS <= 65536, "register file");
+};
+
+struct Params {
+  const int32_t* B;     // Marlin section [K/16, 2N]
+  const __half* s;      // permuted scales [G, N]
+  const __half* delta;  // natural [G, N] or nullptr
+  __half* C;            // [M, N]
+  int M, N, K;
+  int grouped;          // 1: one scale row per 128 k; 0: per column (G = 1)
+  int n_tiles, m_tiles, tiles;  // 256-column tiles, row tiles, tiles = their product
+  int k_iters;          // K / 64
+  int split;            // CTAs per tile along k (the cluster size; 1: none)
+};
+
+// ---------------------------------------------------------------------------------------------
+// PTX wrappers (sm_90a).
+// ---------------------------------------------------------------------------------------------
+#ifdef TL_HOPPER_DEVICE
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+// Spins until the phase with parity `parity` of the barrier has completed (SEM: the wait's
+// memory semantics, empty for the default acquire at CTA scope).
+#define TL_MBAR_WAIT(SEM)                                                                        \
+  "{\n.reg .pred done;\nWAIT_%=:\nmbarrier.try_wait.parity" SEM ".shared::cta.b64 done, [%0], %1;\n" \
+  "@!done bra WAIT_%=;\n}\n"
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(TL_MBAR_WAIT("") ::"r"(smem_u32(bar)), "r"(parity) : "memory");
+}
+
+// The cluster-scope pair of the split's combine: arrive (release) on the barrier at the same
+// offset in CTA `rank` of the cluster, and wait (acquire) on one's own.
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
+      "r"(rank)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
+  asm volatile(TL_MBAR_WAIT(".acquire.cluster") ::"r"(smem_u32(bar)), "r"(parity) : "memory");
+}
+#undef TL_MBAR_WAIT
+
+// A 2-D tile of A (the tensor map's box) into shared memory, completing on `bar`.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          smem_u32(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+      : "memory");
+}
+// Contiguous bytes (a multiple of 16) into shared memory, completing on `bar`, with an L2 policy.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
+          smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ uint64_t evict_last_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+// wgmma bookkeeping: fence before the first wgmma that reads registers written since the last
+// one (the fragments, the zeroed accumulators); commit the issued ones as a group; wait until at
+// most N groups are in flight (their register operands and shared-memory reads are done then).
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// An accumulator register is tied to the wgmma in flight: the compiler must not move it.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Named barrier kId (0 is __syncthreads) over kThreads consumer threads: 1 and 2 for the
+// k-interleaved consumers' hand-over.
+template <int kId, int kThreads>
+__device__ __forceinline__ void named_barrier() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
+}
+
+// Shared-memory descriptor of a K-major operand in the 128-byte swizzle layout that the tensor
+// copy writes: rows of 128 bytes, 8-row groups 1024 bytes apart (stride byte offset), the leading
+// byte offset unused for this layout (1), swizzle mode 1 (128 B) in bits 62-63.
+__device__ __forceinline__ uint64_t smem_desc_sw128(const void* p) {
+  const uint64_t addr = smem_u32(p);
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// D[64 x BN] += A[64 x 16] (registers, this warp's 16 rows) * B[16 x BN] (shared, K-major).
+// One instruction per shape (the accumulators are BN / 2 named registers); scale-d is always 1
+// (the accumulators are zeroed in registers), no transpose of B (K-major).
+template <int BN>
+__device__ __forceinline__ void wgmma_rs(float (&d)[BN / 2], const uint32_t (&a)[4], uint64_t desc);
+
+// The accumulator operands, 8 at a time, and one specialization per shape: the register list
+// of the instruction is spelled out (asm operands are named one by one).
+#define TL_ACC8(i)                                                                               \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),   \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define TL_WGMMA_RS(BN, REGS, ...)                                                                \
+  template <>                                                                                     \
+  __device__ __forceinline__ void wgmma_rs<BN>(float(&d)[BN / 2], const uint32_t(&a)[4], uint64_t desc) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                     \
+                 "wgmma.mma_async.sync.aligned.m64n" #BN "k16.f32.f16.f16 " REGS ", p, 1, 1, 0;\n}\n" \
+                 : __VA_ARGS__                                                                    \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));                       \
+  }
+TL_WGMMA_RS(32, "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20",
+            TL_ACC8(0), TL_ACC8(8))
+TL_WGMMA_RS(64, "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27," \
+           "%28,%29,%30,%31}, {%32,%33,%34,%35}, %36",
+            TL_ACC8(0), TL_ACC8(8), TL_ACC8(16), TL_ACC8(24))
+TL_WGMMA_RS(128, "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27," \
+           "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55," \
+           "%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68",
+            TL_ACC8(0), TL_ACC8(8), TL_ACC8(16), TL_ACC8(24), TL_ACC8(32), TL_ACC8(40), TL_ACC8(48), TL_ACC8(56))
+#undef TL_WGMMA_RS
+#undef TL_ACC8
+
+// NW consecutive 32-bit words from shared memory (NW = 4: one 16-byte load, 2: one 8-byte load).
+template <int NW>
+__device__ __forceinline__ void load_words(uint32_t (&v)[NW], const void* p) {
+  if constexpr (NW == 4) {
+    const int4 q = *reinterpret_cast<const int4*>(p);
+    v[0] = uint32_t(q.x), v[1] = uint32_t(q.y), v[2] = uint32_t(q.z), v[3] = uint32_t(q.w);
+  } else {
+    static_assert(NW == 2, "2 or 4 words");
+    const int2 q = *reinterpret_cast<const int2*>(p);
+    v[0] = uint32_t(q.x), v[1] = uint32_t(q.y);
+  }
+}
+
+#endif  // TL_HOPPER_DEVICE
+
+// Tile t's (row tile, column tile): groups of kRasterRows row tiles, columns outermost within a
+// group and rows fastest, so the CTAs running at once cover ~kRasterRows row tiles x (CTAs /
+// kRasterRows) column tiles -- their rows of A and columns of W both stay in L2 (rows fastest
+// over all of N would re-stream every weight from HBM once per row tile).
+constexpr int kRasterRows = 8;
+__host__ __device__ inline void tile_coords(int t, int n_tiles, int m_tiles, int* mt, int* nt) {
+  const int group = t / (kRasterRows * n_tiles);
+  const int first = group * kRasterRows;
+  const int rows = min(kRasterRows, m_tiles - first);
+  const int in_group = t - group * kRasterRows * n_tiles;
+  *mt = first + in_group % rows;
+  *nt = in_group / rows;
+}
+
+// The k-iterations [k_begin, k_end) of rank `rank` of `split` CTAs sharing a tile: balanced to
+// within one stage.
+__host__ __device__ inline void k_range(int k_iters, int split, int rank, int* k_begin, int* k_end) {
+  *k_begin = int((long long)k_iters * rank / split);
+  *k_end = int((long long)k_iters * (rank + 1) / split);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernel.
+// ---------------------------------------------------------------------------------------------
+
+template <int BM, int NW, int CONSUMERS, bool KI>
+__global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
+    marlin_hopper_kernel(const __grid_constant__ CUtensorMap a_map, const Params p) {
+#ifdef TL_HOPPER_DEVICE
+  using T = Cfg<BM, NW, CONSUMERS, KI>;
+  constexpr int S = T::kStages;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t full[S], empty[S];
+  __shared__ __align__(8) uint64_t red_full, red_free;  // the split's combine (cluster scope)
+  // [stage 0 .. S-1: A kRows x 128 B | W 4 x 2 KB | scales 512 B | deltas 512 B][partial tile],
+  // 1024-aligned.
+  unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+
+  const int wg = threadIdx.x / 128;
+  const bool grouped = p.grouped != 0;
+  const bool asym = p.delta != nullptr;
+  const int split = p.split;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = split > 1 ? int(cluster.block_rank()) : 0;
+  // Clusters (of `split` CTAs; 1 without a split) walk the tiles: cluster c takes c, c + #clusters, ...
+  const int tile_first = int(blockIdx.x) / split, tile_step = int(gridDim.x) / split;
+  int k_begin = 0, k_end = p.k_iters;
+  k_range(p.k_iters, split, rank, &k_begin, &k_end);
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < S; ++i) {
+      mbar_init(&full[i], 1);                  // the producer's expect_tx arrival
+      // Every consumer thread that reads the stage arrives: an arrival releases the accesses of
+      // its own thread only, and the copy engine must not refill a stage any lane still reads.
+      mbar_init(&empty[i], KI ? 128 : 128 * CONSUMERS);
+    }
+    mbar_init(&red_full, split * 128);         // every consumer-0 thread of every rank
+    mbar_init(&red_free, split * 128);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  // No rank may arrive on a peer's barriers before the peer initialized them.
+  if (split > 1) cluster.sync();
+  else __syncthreads();
+
+  const int n_valid64 = p.N / 64;  // Marlin tiles across N
+  // ---- Producer: one thread feeds the pipeline, over the same tiles and k-range as the consumers. ----
+  auto produce = [&]() {
+    // Weights are read once per tile row of A (evict first); A is re-read by every column tile
+    // and the scales by every row tile: keep them.
+    const uint64_t w_policy = evict_first_policy();
+    const uint64_t keep = evict_last_policy();
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int tile = tile_first; tile < p.tiles; tile += tile_step) {
+      int mt = 0, nt = 0;
+      tile_coords(tile, p.n_tiles, p.m_tiles, &mt, &nt);
+      const int t64 = nt * 4;                                // first Marlin tile
+      const int tiles_here = min(4, n_valid64 - t64);        // 4, or 2 at a ragged N % 256 edge
+      const uint32_t w_bytes = uint32_t(tiles_here * kMarlinTileBytes);
+      const uint32_t s_bytes = uint32_t(tiles_here * 64 * 2);
+      const uint32_t tx = uint32_t(T::kABytes) + kK16PerStage * w_bytes + (grouped ? s_bytes * (asym ? 2 : 1) : 0);
+      for (int it = k_begin; it < k_end; ++it) {
+        mbar_wait(&empty[stage], phase ^ 1);
+        unsigned char* st = smem + stage * T::kStageBytes;
+        mbar_expect_tx(&full[stage], tx);
+        tma_load_2d(st, &a_map, it * kStageK, mt * T::kRows, &full[stage]);
+#pragma unroll
+        for (int r = 0; r < kK16PerStage; ++r) {
+          const int32_t* src = p.B + size_t(it * kK16PerStage + r) * 2 * p.N + size_t(t64) * 128;
+          bulk_load(st + T::kABytes + r * kWRowBytes, src, w_bytes, &full[stage], w_policy);
+        }
+        if (grouped) {
+          const size_t g = size_t(it) * kStageK / size_t(kMarlinGroupSizes[0]);
+          unsigned char* s_dst = st + T::kABytes + kWStageBytes;
+          bulk_load(s_dst, p.s + g * p.N + nt * kTileN, s_bytes, &full[stage], keep);
+          if (asym) bulk_load(s_dst + kTileN * 2, p.delta + g * p.N + nt * kTileN, s_bytes, &full[stage], keep);
+        }
+        if (++stage == S) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+  };
+
+  if (wg == 0) {
+    // ---- Producer warpgroup. ----
+    setmaxnreg_dec<T::kProducerRegs>();
+    if (threadIdx.x == 0) produce();
+    return;
+  }
+
+  // ---- Consumer warpgroups. ----
+  setmaxnreg_inc<T::kConsumerRegs>();
+  const int c = wg - 1;                       // which 64 x NW columns of the tile (KI: which stages)
+  const int tid = threadIdx.x % 128;
+  const int w = tid / 32, lane = tid % 32;
+  // Warp w decodes words wb .. wb + NW - 1 of its lane's piece of Marlin tile 4 nt + tl:
+  // 16-column blocks wb.. of that tile, its 16-row share of wgmma 0 .. NW-1.
+  const int tl = (KI ? 0 : c * NW) + (w * NW) / 4, wb = (w * NW) % 4;
+  float acc[NW][T::kAcc];
+  // The thread's column scales and deltas, two columns (n, n + 8) per register: word i's.
+  uint32_t fs[NW], fd[NW];
+  auto bcast = [](uint32_t v, int hi) {  // one half of v in both lanes of a half2
+    const half2 h = as_half2(v);
+    return hi ? __high2half2(h) : __low2half2(h);
+  };
+  // Stage s of the CTA's sequence (both consumers' stages, in the producer's order) sits in
+  // buffer s % S, filled for the (s / S)-th time.
+  uint32_t seq0 = 0, round = 0;
+  int stage = 0;
+  uint32_t phase = 0;
+
+  for (int tile = tile_first; tile < p.tiles; tile += tile_step) {
+    int mt = 0, nt = 0;
+    tile_coords(tile, p.n_tiles, p.m_tiles, &mt, &nt);
+    const int t64 = nt * 4 + tl;
+    const bool mine = t64 < n_valid64;        // false past a ragged N % 256 edge
+    const int col0 = t64 * 64;                // the 64 columns of this warp's Marlin tile
+#pragma unroll
+    for (int i = 0; i < NW; ++i)
+#pragma unroll
+      for (int e = 0; e < T::kAcc; ++e) acc[i][e] = 0.f;
+    if (!grouped) {
+      // Per column: the thread's factors once per tile ((q - 8) * s + delta per weight).
+#pragma unroll
+      for (int i = 0; i < NW; ++i) {
+        const int n = min(col0 + 16 * (wb + i) + lane / 4, p.N - 1), n1 = min(n + 8, p.N - 1);
+        fs[i] = as_u32(__halves2half2(p.s[per_column_scale_index(n)], p.s[per_column_scale_index(n1)]));
+        fd[i] = asym ? as_u32(__halves2half2(p.delta[n], p.delta[n1])) : 0u;
+      }
+    }
+    constexpr int FB = T::kFragBufs;
+    uint32_t frag[FB][NW][4];
+    int prev_stage = -1;
+    constexpr int kStep = KI ? 2 : 1;  // this consumer's stages: every one, or every other one
+    if constexpr (KI) {  // where this consumer's first stage of the tile sits
+      const uint32_t first = seq0 + uint32_t(c);
+      stage = int(first % S);
+      phase = (first / S) & 1;
+    }
+    for (int it = k_begin + (KI ? c : 0); it < k_end; it += kStep) {
+      mbar_wait(&full[stage], phase);
+      const unsigned char* st = smem + stage * T::kStageBytes;
+      if (grouped) {
+        // The stage's group: the 64-column permutation of the Marlin scales puts lane/4's 8
+        // column scales in one 16-byte word, word i's two (n, n + 8) in its 32-bit part wb + i;
+        // deltas are in natural order.
+        const __half* ss = reinterpret_cast<const __half*>(st + T::kABytes + kWStageBytes);
+        load_words<NW>(fs, ss + tl * 64 + 8 * (lane / 4) + 2 * wb);
+#pragma unroll
+        for (int i = 0; i < NW; ++i) {
+          const __half* ds = ss + kTileN + tl * 64 + 16 * (wb + i) + lane / 4;
+          fd[i] = asym ? as_u32(__halves2half2(ds[0], ds[8])) : 0u;
+        }
+      }
+      const unsigned char* wq = st + T::kABytes + tl * kMarlinTileBytes + lane * 16 + wb * 4;
+#pragma unroll
+      for (int r = 0; r < kK16PerStage; ++r) {
+        uint32_t words[NW];
+        load_words<NW>(words, wq + r * kWRowBytes);
+        uint32_t(&fr)[NW][4] = frag[r % FB];  // 4 k16 steps per stage: r % FB is the step's buffer
+#pragma unroll
+        for (int i = 0; i < NW; ++i) {
+          half2 d[4];
+          dequant_word(words[i], d);
+          // wgmma's A registers {a01, a23, a45, a67} = rows (n, n + 8) x k-halves (k, k + 8):
+          // the word's (k, frag 0), (k, frag 1), (k + 8, frag 0), (k + 8, frag 1).
+          const half2 s0 = bcast(fs[i], 0), s1 = bcast(fs[i], 1);
+          const half2 d0 = bcast(fd[i], 0), d1 = bcast(fd[i], 1);
+          fr[i][0] = as_u32(__hfma2(d[0], s0, d0));
+          fr[i][1] = as_u32(__hfma2(d[2], s1, d1));
+          fr[i][2] = as_u32(__hfma2(d[1], s0, d0));
+          fr[i][3] = as_u32(__hfma2(d[3], s1, d1));
+        }
+        const uint64_t desc = smem_desc_sw128(st + r * 32);  // k16 step: 32 bytes into the rows
+        wgmma_fence();
+#pragma unroll
+        for (int i = 0; i < NW; ++i) wgmma_rs<BM>(acc[i], fr[i], desc);
+        wgmma_commit();
+        // At most FB - 1 groups in flight: the group FB - 1 steps back has retired, so its
+        // fragment buffer (this step's + 1) can be rewritten, and at step FB - 2 of a stage the
+        // previous stage's last group has retired: its shared memory is free.
+        wgmma_wait<FB - 1>();
+#pragma unroll
+        for (int i = 0; i < NW; ++i) fence_regs(acc[i]);
+        if (r == FB - 2 && prev_stage >= 0) mbar_arrive(&empty[prev_stage]);
+      }
+      prev_stage = stage;
+      stage += kStep;
+      if (stage >= S) {
+        stage -= S;
+        phase ^= 1;
+      }
+    }
+    if constexpr (KI) seq0 += uint32_t(k_end - k_begin);
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < NW; ++i) fence_regs(acc[i]);
+    if (prev_stage >= 0) mbar_arrive(&empty[prev_stage]);
+
+    // ---- Epilogue. acc[i][4 u + e]: column n = col0 + 16 (wb + i) + lane/4 (+ 8 for e >= 2),
+    // token m = m0 + 8 u + 2 (lane % 4) (+ 1 for odd e). ----
+    const int m0 = mt * T::kRows;
+    auto store = [&](int col, int u, int lanex, float x, float y, float z, float v) {
+      const int m = m0 + 8 * u + 2 * (lanex % 4);
+      __half* out = p.C + size_t(m) * p.N + col;
+      if (m < p.M) {
+        out[0] = __float2half_rn(x);
+        out[8] = __float2half_rn(z);
+      }
+      if (m + 1 < p.M) {
+        out[p.N] = __float2half_rn(y);
+        out[p.N + 8] = __float2half_rn(v);
+      }
+    };
+    auto store_all = [&]() {  // this thread's accumulators into C
+      if (mine)
+#pragma unroll
+        for (int i = 0; i < NW; ++i)
+#pragma unroll
+          for (int u = 0; u < T::kAcc / 4; ++u)
+            store(col0 + 16 * (wb + i) + lane / 4, u, lane, acc[i][4 * u], acc[i][4 * u + 1], acc[i][4 * u + 2],
+                  acc[i][4 * u + 3]);
+    };
+    // Quad (i, u) of this thread: slot (i * kAcc / 4 + u) * 128 + tid of a partial buffer.
+    auto park = [&](float4* part) {
+#pragma unroll
+      for (int i = 0; i < NW; ++i)
+#pragma unroll
+        for (int u = 0; u < T::kAcc / 4; ++u)
+          part[(i * (T::kAcc / 4) + u) * 128 + tid] =
+              make_float4(acc[i][4 * u], acc[i][4 * u + 1], acc[i][4 * u + 2], acc[i][4 * u + 3]);
+    };
+    if constexpr (!KI) {
+      store_all();
+    } else {
+      // The two consumers' sums: consumer 1 parks its accumulators, consumer 0 adds them (each
+      // thread its own slots) and goes on alone; consumer 1 starts the next tile once they are
+      // read. Under a split the buffer is also the cluster's: wait until every rank has read
+      // this rank's last partial.
+      float4* part = reinterpret_cast<float4*>(smem + S * T::kStageBytes);
+      if (split > 1 && round > 0) mbar_wait_cluster(&red_free, (round - 1) & 1);
+      if (c == 1) park(part);
+      named_barrier<1, 256>();  // consumer 1's partial is parked
+      if (c == 0)
+#pragma unroll
+        for (int i = 0; i < NW; ++i)
+#pragma unroll
+          for (int u = 0; u < T::kAcc / 4; ++u) {
+            const float4 v = part[(i * (T::kAcc / 4) + u) * 128 + tid];
+            acc[i][4 * u] += v.x;
+            acc[i][4 * u + 1] += v.y;
+            acc[i][4 * u + 2] += v.z;
+            acc[i][4 * u + 3] += v.w;
+          }
+      named_barrier<2, 256>();  // ... and read: consumer 1 may go on
+      if (c == 1) {
+        if (split > 1) ++round;
+        continue;
+      }
+      if (split == 1) {
+        store_all();
+        continue;
+      }
+      // The split: every rank parks its partial in its own buffer, then sums a 1/split share of
+      // the tile's quads over all ranks in rank order (deterministic), reading the peers'
+      // buffers through distributed shared memory. Two cluster-scope barriers per tile, and
+      // no rank waits for the producers: red_full says every partial is parked, red_free that
+      // every rank has read this rank's (the buffer is rewritten next tile, and no CTA leaves
+      // while a peer may read it).
+      park(part);
+      // Every thread releases its own stores to every rank (an arrival orders the accesses of
+      // its own thread only).
+      for (int r = 0; r < split; ++r) mbar_arrive_cluster(&red_full, uint32_t(r));
+      mbar_wait_cluster(&red_full, round & 1);
+      constexpr int kQuads = NW * (T::kAcc / 4) * 128;
+      const int q_begin = int((long long)kQuads * rank / split);
+      const int q_end = int((long long)kQuads * (rank + 1) / split);
+      for (int q = q_begin + tid; q < q_end; q += 128) {
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int r = 0; r < split; ++r) {
+          const float4 v = cluster.map_shared_rank(part, r)[q];
+          sum.x += v.x;
+          sum.y += v.y;
+          sum.z += v.z;
+          sum.w += v.w;
+        }
+        // Quad q was thread q % 128's acc[qi][4 qu ..]: recover its column and tokens.
+        const int q_tid = q % 128, qu = (q / 128) % (T::kAcc / 4), qi = q / 128 / (T::kAcc / 4);
+        const int q_w = q_tid / 32, q_lane = q_tid % 32;
+        const int q_t64 = nt * 4 + (q_w * NW) / 4, q_wb = (q_w * NW) % 4;
+        if (q_t64 < n_valid64)
+          store(q_t64 * 64 + 16 * (q_wb + qi) + q_lane / 4, qu, q_lane, sum.x, sum.y, sum.z, sum.w);
+      }
+      for (int r = 0; r < split; ++r) mbar_arrive_cluster(&red_free, uint32_t(r));  // my reads are done
+      ++round;
+    }
+  }
+  if constexpr (KI)
+    if (c == 0 && round > 0) mbar_wait_cluster(&red_free, (round - 1) & 1);
+#endif  // TL_HOPPER_DEVICE
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+// ---------------------------------------------------------------------------------------------
+
+// The instantiated configurations (cuda/marlin_hopper_plan.h picks by M and grid):
+//   <32, 4, 1>:  32-token tiles, one consumer of 4 n32 wgmma per k16 (M <= 32);
+//   <64, 4, 1>:  64-token tiles, 4 n64 wgmma (M <= 64, and larger M whose 128-token tiles are
+//                too few to fill the GPU: this one can split k);
+//   <128, 2, 2>: 128-token tiles, two consumers of 2 n128 wgmma each: every decoded weight
+//                feeds 128 tokens (half the dequantization per MMA of 64) and the wgmma is wide.
+// 64 x 4 or 128 x 2 accumulators per thread are what the register file holds.
+struct Variant {
+  int rows, threads, smem_bytes;
+  void (*kernel)(const CUtensorMap, const Params);
+};
+template <int BM, int NW, int CONSUMERS, bool KI>
+Variant make_variant() {
+  using T = Cfg<BM, NW, CONSUMERS, KI>;
+  static_assert(T::kSplit == hopper::tile_splits(BM), "the plan knows which variants split");
+  return Variant{BM, T::kThreads, T::kSmemBytes, marlin_hopper_kernel<BM, NW, CONSUMERS, KI>};
+}
+Variant variant_for(int rows) {
+  switch (rows) {
+    case 32: return make_variant<32, 4, 2, true>();
+    case 64: return make_variant<64, 4, 2, true>();
+    default: return make_variant<128, 2, 2, false>();
+  }
+}
+
+using EncodeTiled = PFN_cuTensorMapEncodeTiled_v12000;
+// The driver's tensor-map encoder, through the runtime (no link-time libcuda dependency).
+EncodeTiled encode_tiled() {
+  static EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return EncodeTiled(nullptr);
+    }
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// A [M, K] fp16 row-major as boxes of `rows` tokens x 64 halves (128 bytes), 128-byte swizzle,
+// rows past M read as zeros.
+bool encode_a_map(CUtensorMap* map, const __half* A, int M, int K, int rows) {
+  EncodeTiled enc = encode_tiled();
+  if (!enc) return false;
+  const cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(M)};
+  const cuuint64_t strides[1] = {cuuint64_t(K) * sizeof(__half)};
+  const cuuint32_t box[2] = {cuuint32_t(kStageK), cuuint32_t(rows)};
+  const cuuint32_t elem[2] = {1, 1};
+  return enc(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<__half*>(A), dims, strides, box, elem,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Whether this build holds the sm_90a kernel and the device is an sm_90 one (the only kind
+// sm_90a code runs on), and the driver offers tensor maps. Cached per device.
+bool hopper_device(int device) {
+  static std::mutex mutex;
+  static int known[64] = {};  // 0 unknown, 1 no, 2 yes
+  if (device < 0 || device >= 64) return false;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (known[device] == 0) {
+    int major = 0, minor = 0;
+    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
+                    major == 9 && minor == 0 && encode_tiled() != nullptr;
+    (void)cudaGetLastError();
+    known[device] = ok ? 2 : 1;
+  }
+  return known[device] == 2;
+}
+
+struct HopperGrid {
+  Variant v{};
+  hopper::Shape shape{};
+};
+
+// The shape of cuda/marlin_hopper_plan.h on this device (how many clusters of each variant fit
+// is asked of the driver), and its variant, prepared for launch.
+int plan_grid(int M, int N, int K, int device, int sms, int forced_split, HopperGrid* g) {
+  int rc = kOk;
+  auto open = [&](int rows, Variant* v) {
+    *v = variant_for(rows);
+    int resident = 0;
+    if (rc == kOk)
+      rc = open_kernel(reinterpret_cast<const void*>(v->kernel), device, v->smem_bytes, v->threads, 1, &resident);
+    return resident;
+  };
+  g->shape = hopper::plan_shape(M, N, K, [&](int rows, int split) {
+    Variant v;
+    if (open(rows, &v) < 1) return 0;
+    if (split == 1) return sms;
+    int clusters = 0;
+    if (rc == kOk)
+      rc = max_active_clusters(reinterpret_cast<const void*>(v.kernel), device, v.smem_bytes, v.threads, split,
+                               &clusters);
+    return clusters;
+  }, forced_split);
+  if (rc) return rc;
+  if (g->shape.grid < 1 || open(g->shape.rows, &g->v) < 1) return kNoConfig;
+  return kOk;
+}
+
+}  // namespace
+
+int marlin_hopper_plan(int M, int N, int K, const KernelOptions& options, GemmPlan* plan) {
+  int device = 0, sms = 0;
+  if (int rc = current_device_sms(&device, &sms)) return rc;
+  if (!hopper_device(device)) return kNoConfig;
+  HopperGrid g;
+  if (int rc = plan_grid(M, N, K, device, sms, options.hopper_split, &g)) return rc;
+  plan->kernel = "hopper";
+  plan->blocks = g.shape.grid;
+  plan->warps_per_block = g.v.threads / 32;
+  plan->cluster = g.shape.split > 1 ? g.shape.split : 0;
+  plan->k_splits = g.shape.split;
+  plan->tiles_per_block = hopper::tiles_per_cta(g.shape);
+  plan->last_slice_rows = M % g.v.rows ? M % g.v.rows : g.v.rows;
+  plan->rows_per_block = g.v.rows;
+  plan->ragged_n = N % kTileN != 0;
+  return kOk;
+}
+
+int marlin_hopper(const __half* A, const int32_t* B, const __half* s, const __half* delta, __half* C, int M, int N,
+                  int K, int group_size, cudaStream_t stream, const KernelOptions& options) {
+  int device = 0, sms = 0;
+  if (int rc = current_device_sms(&device, &sms)) return rc;
+  if (!hopper_device(device)) return kNoConfig;
+  HopperGrid g;
+  if (int rc = plan_grid(M, N, K, device, sms, options.hopper_split, &g)) return rc;
+  CUtensorMap a_map;
+  if (!encode_a_map(&a_map, A, M, K, g.v.rows)) return kNoConfig;
+  Params p;
+  p.B = B;
+  p.s = s;
+  p.delta = delta;
+  p.C = C;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.grouped = group_size != K;
+  p.n_tiles = g.shape.n_tiles;
+  p.m_tiles = g.shape.tiles / g.shape.n_tiles;
+  p.tiles = g.shape.tiles;
+  p.k_iters = K / kStageK;
+  p.split = g.shape.split;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = unsigned(g.shape.split);
+  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(g.shape.grid));
+  config.blockDim = dim3(unsigned(g.v.threads));
+  config.dynamicSmemBytes = size_t(g.v.smem_bytes);
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  TL_CUDA_CHECK(cudaLaunchKernelEx(&config, g.v.kernel, a_map, p));
+  return kOk;
+}
+
+}  // namespace tl::cuda::detail
+
+namespace tl::cuda {
+bool hopper_kernel_available(int device) { return detail::hopper_device(device); }
+}  // namespace tl::cuda
