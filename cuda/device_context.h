@@ -1,11 +1,26 @@
 // Per-device facts and per-stream scratch memory shared by the launchers (internal header).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 
 #include <cuda_runtime_api.h>
 
 namespace tl::cuda::detail {
+
+// A yes/no fact about `device` (e.g. "the Marlin kernel runs here"), asked of query(device) once
+// and kept in `cache` (zero-initialized: unknown); lock-free, so a race asks twice and stores the
+// same answer. Devices past the cache are asked every time. For checks on every launch.
+template <class Query>
+bool cached_device_fact(std::atomic<int> (&cache)[64], int device, Query&& query) {
+  if (device < 0 || device >= 64) return query(device);
+  int v = cache[device].load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = query(device) ? 2 : 1;
+    cache[device].store(v, std::memory_order_relaxed);
+  }
+  return v == 2;
+}
 
 // The current device and its multiprocessor count (cached per device after the first query).
 // Returns kOk or kCudaError.

@@ -27,6 +27,7 @@
 #include "core/group_size.h"
 #include "cuda/cublas_gemm.h"
 #include "cuda/cuda_check.h"
+#include "cuda/device_context.h"
 #include "cuda/marlin_gemm.h"
 #include "cuda/tl_kernels.h"
 
@@ -43,15 +44,8 @@ bool env_is(const char* name, const char* value) {
 }
 
 bool cached_marlin_available(int device) {
-  // 0 unknown, 1 no, 2 yes; devices beyond the table are asked every time.
   static std::atomic<int> cache[64];
-  if (device < 0 || device >= 64) return marlin_available(device);
-  int v = cache[device].load(std::memory_order_relaxed);
-  if (v == 0) {
-    v = marlin_available(device) ? 2 : 1;
-    cache[device].store(v, std::memory_order_relaxed);
-  }
-  return v == 2;
+  return detail::cached_device_fact(cache, device, marlin_available);
 }
 
 // Empty when Marlin should run; otherwise why not (the fallback reason).

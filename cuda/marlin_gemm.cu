@@ -589,16 +589,27 @@ int plan_first_last(int M, int N, int K, int device, int sms, const KernelOption
 
 namespace detail {
 
-bool use_hopper(int M, const KernelOptions& options) {
-  if (M <= kSmallMMaxRows || !options.hopper_kernel) return false;
+MarlinRoute marlin_route(int M, const KernelOptions& options) {
+  if (M <= kSmallMMaxRows) return options.decode_kernel ? MarlinRoute::kDecode : MarlinRoute::kTiled;
   const bool floor_here = options.dequant_min_m > 0 && M >= options.dequant_min_m;
-  if (floor_here && options.hopper_max_m > 0 && M >= options.hopper_max_m) return false;  // the floor's M
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
+  if (options.hopper_kernel && !(floor_here && options.hopper_max_m > 0 && M >= options.hopper_max_m)) {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess)
+      (void)cudaGetLastError();
+    else if (hopper_kernel_available(device))
+      return MarlinRoute::kHopper;
   }
-  return hopper_kernel_available(device);
+  return floor_here ? MarlinRoute::kDequant : MarlinRoute::kTiled;
+}
+
+const char* marlin_route_name(MarlinRoute route) {
+  switch (route) {
+    case MarlinRoute::kDecode: return "decode";
+    case MarlinRoute::kHopper: return "hopper";
+    case MarlinRoute::kDequant: return "dequant";
+    case MarlinRoute::kTiled: break;
+  }
+  return "tiled";
 }
 
 int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half* delta,
@@ -612,11 +623,12 @@ int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half
     return kShapeUnsupported;
   if (!marlin_group_size_ok(K, group_size)) return kNoConfig;
   const int groupsize = int(marlin_groupsize_arg(K, group_size));  // the kernel's form: -1 per column
-  if (use_hopper(M, options))  // prefill on sm_90: the wgmma kernel
+  const MarlinRoute route = marlin_route(M, options);
+  if (route == MarlinRoute::kHopper)  // prefill on sm_90: the wgmma kernel
     return marlin_hopper(A, B, s, delta, C, M, N, K, group_size, stream, options);
-  if (use_dequant(M, options))  // prefill: fp16 tiles + cuBLAS beat the tiled kernel there
+  if (route == MarlinRoute::kDequant)  // prefill: fp16 tiles + cuBLAS beat the tiled kernel there
     return marlin_dequant_gemm(A, B, s, delta, C, M, N, K, group_size, stream, options);
-  if (M <= kSmallMMaxRows && options.decode_kernel) {
+  if (route == MarlinRoute::kDecode) {
     const int rc = marlin_small_m(A, B, s, delta, C, workspace, M, N, K, groupsize > 0, stream, options);
     if (rc != kNoConfig) return rc;  // else: too little shared memory, the tiled kernel runs
   }
@@ -668,14 +680,15 @@ int marlin_plan(int M, int N, int K, int group_size, bool asym, const KernelOpti
   *plan = GemmPlan{};
   if (M < 1 || N < kTileAlign || K < kTileAlign || N % kTileAlign || K % kTileAlign) return kShapeUnsupported;
   if (!marlin_group_size_ok(K, group_size)) return kNoConfig;
-  if (detail::use_hopper(M, options)) return detail::marlin_hopper_plan(M, N, K, options, plan);
-  if (detail::use_dequant(M, options)) {
+  const detail::MarlinRoute route = detail::marlin_route(M, options);
+  if (route == detail::MarlinRoute::kHopper) return detail::marlin_hopper_plan(M, N, K, options, plan);
+  if (route == detail::MarlinRoute::kDequant) {
     const int cols = detail::dequant_chunk_cols(N, K, options);
     plan->kernel = "dequant";
     plan->slices = (N + cols - 1) / cols;
     return kOk;
   }
-  if (M <= detail::kSmallMMaxRows && options.decode_kernel) {
+  if (route == detail::MarlinRoute::kDecode) {
     detail::SmallMGrid g{};
     const int rc = detail::marlin_small_m_grid(M, N, K, group_size, asym, options, &g);
     if (rc != kNoConfig) {

@@ -41,19 +41,18 @@ int marlin_hopper(const __half* A, const int32_t* B, const __half* s, const __ha
                   int K, int group_size, cudaStream_t stream, const KernelOptions& options);
 int marlin_hopper_plan(int M, int N, int K, const KernelOptions& options, GemmPlan* plan);
 
-// Whether marlin_gemm runs the Hopper kernel for M on the current device (cached per device):
-// M > 16, options.hopper_kernel, an sm_90 GPU, and not M >= hopper_max_m where the floor runs.
-bool use_hopper(int M, const KernelOptions& options);
-// Whether marlin_gemm runs the prefill floor for M (marlin_dequant_gemm above).
-inline bool use_dequant(int M, const KernelOptions& options) {
-  return M > kSmallMMaxRows && options.dequant_min_m > 0 && M >= options.dequant_min_m && !use_hopper(M, options);
-}
-// The kernel marlin_gemm picks for M (before its decode kernel's rare no-config fallback), for
-// counters; marlin_plan gives the full plan.
+// The kernel marlin_gemm runs for M on the current device (before its decode kernel's rare
+// no-config fallback to the tiled one), the one rule marlin_gemm, marlin_plan and the counters
+// share: the decode kernel at M <= 16 (options.decode_kernel); the Hopper kernel at M > 16 with
+// options.hopper_kernel on an sm_90 GPU, except M >= hopper_max_m where the floor runs; the floor
+// from options.dequant_min_m; else the tiled kernel.
+enum class MarlinRoute { kDecode, kTiled, kHopper, kDequant };
+MarlinRoute marlin_route(int M, const KernelOptions& options);
+const char* marlin_route_name(MarlinRoute route);  // "decode", "tiled", "hopper", "dequant"
+inline bool use_hopper(int M, const KernelOptions& options) { return marlin_route(M, options) == MarlinRoute::kHopper; }
+inline bool use_dequant(int M, const KernelOptions& options) { return marlin_route(M, options) == MarlinRoute::kDequant; }
 inline const char* marlin_kernel_for(int M, const KernelOptions& options) {
-  if (use_hopper(M, options)) return "hopper";
-  if (use_dequant(M, options)) return "dequant";
-  return M <= kSmallMMaxRows && options.decode_kernel ? "decode" : "tiled";
+  return marlin_route_name(marlin_route(M, options));
 }
 
 // How marlin_small_m shares a problem out on the current device, for reports: blocks of

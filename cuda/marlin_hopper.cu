@@ -62,6 +62,8 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <iterator>
+#include <map>
 #include <mutex>
 
 #include "core/group_size.h"
@@ -679,19 +681,15 @@ bool encode_a_map(CUtensorMap* map, const __half* A, int M, int K, int rows) {
 // Whether this build holds the sm_90a kernel and the device is an sm_90 one (the only kind
 // sm_90a code runs on), and the driver offers tensor maps. Cached per device.
 bool hopper_device(int device) {
-  static std::mutex mutex;
-  static int known[64] = {};  // 0 unknown, 1 no, 2 yes
-  if (device < 0 || device >= 64) return false;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (known[device] == 0) {
+  static std::atomic<int> cache[64];
+  return cached_device_fact(cache, device, [](int d) {
     int major = 0, minor = 0;
-    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-                    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
+    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d) == cudaSuccess &&
                     major == 9 && minor == 0 && encode_tiled() != nullptr;
     (void)cudaGetLastError();
-    known[device] = ok ? 2 : 1;
-  }
-  return known[device] == 2;
+    return ok;
+  });
 }
 
 struct HopperGrid {
@@ -699,29 +697,47 @@ struct HopperGrid {
   hopper::Shape shape{};
 };
 
-// The shape of cuda/marlin_hopper_plan.h on this device (how many clusters of each variant fit
-// is asked of the driver), and its variant, prepared for launch.
+// How many clusters of `split` CTAs of each variant run at once on a device (split 1: the SM
+// count; 0: the variant does not fit), asked of the driver once per device, so that a launch's
+// plan is arithmetic (cuda/marlin_hopper_plan.h) and not a dozen queries.
+constexpr int kVariantRows[] = {32, 64, 128};
+struct Fits {
+  int clusters[3][hopper::kMaxSplit + 1] = {};
+};
+int device_fits(int device, int sms, const Fits** out) {
+  static std::mutex mutex;
+  static std::map<int, Fits> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known.find(device);
+  if (it == known.end()) {
+    Fits f;
+    for (int v = 0; v < 3; ++v) {
+      const Variant var = variant_for(kVariantRows[v]);
+      const void* kernel = reinterpret_cast<const void*>(var.kernel);
+      int resident = 0;
+      if (int rc = open_kernel(kernel, device, var.smem_bytes, var.threads, 1, &resident)) return rc;
+      if (resident < 1) continue;
+      f.clusters[v][1] = sms;
+      for (int split = 2; split <= hopper::kMaxSplit; ++split)
+        if (int rc = max_active_clusters(kernel, device, var.smem_bytes, var.threads, split, &f.clusters[v][split]))
+          return rc;
+    }
+    it = known.emplace(device, f).first;
+  }
+  *out = &it->second;  // std::map: stable under later insertions
+  return kOk;
+}
+
+// The shape of cuda/marlin_hopper_plan.h on this device, and its variant.
 int plan_grid(int M, int N, int K, int device, int sms, int forced_split, HopperGrid* g) {
-  int rc = kOk;
-  auto open = [&](int rows, Variant* v) {
-    *v = variant_for(rows);
-    int resident = 0;
-    if (rc == kOk)
-      rc = open_kernel(reinterpret_cast<const void*>(v->kernel), device, v->smem_bytes, v->threads, 1, &resident);
-    return resident;
-  };
+  const Fits* fits = nullptr;
+  if (int rc = device_fits(device, sms, &fits)) return rc;
   g->shape = hopper::plan_shape(M, N, K, [&](int rows, int split) {
-    Variant v;
-    if (open(rows, &v) < 1) return 0;
-    if (split == 1) return sms;
-    int clusters = 0;
-    if (rc == kOk)
-      rc = max_active_clusters(reinterpret_cast<const void*>(v.kernel), device, v.smem_bytes, v.threads, split,
-                               &clusters);
-    return clusters;
+    const int v = int(std::find(std::begin(kVariantRows), std::end(kVariantRows), rows) - std::begin(kVariantRows));
+    return fits->clusters[v][split];
   }, forced_split);
-  if (rc) return rc;
-  if (g->shape.grid < 1 || open(g->shape.rows, &g->v) < 1) return kNoConfig;
+  if (g->shape.grid < 1) return kNoConfig;
+  g->v = variant_for(g->shape.rows);
   return kOk;
 }
 
