@@ -1,6 +1,6 @@
 // The Hopper prefill kernel (sm_90a): C[M, N] = A[M, K] * W[K, N] for M > 16 on the Marlin
 // section exactly as marlin-pack writes it (no other layout, files unchanged), with warpgroup
-// MMA (wgmma.mma_async), the bulk copy engine and warp specialization. Written for
+// MMA (wgmma.mma_async), tensor copies (TMA) and warp specialization. Written for
 // tinyloop-tools from the PTX ISA and the published Hopper GEMM designs (warp-specialized
 // producer / consumer warpgroups, persistent tile loops, split-K over a cluster); no code of
 // CUTLASS, Machete or Marlin is used.
@@ -35,12 +35,15 @@
 //                                             chains in flight (and 4 k16 steps of wgmma in
 //                                             flight at 32 tokens: fragment buffers)
 //
-//   producer warpgroup: one thread issues, per stage of 64 k, a 2-D tensor copy of A (BM x 64
-//   halves, 128-byte swizzle: wgmma's canonical K-major layout, rows past M zero-filled), four
-//   1-D bulk copies of the weight (4 k16 rows x 2 KB, contiguous in the Marlin section) and,
-//   with groups, the 256 scales and deltas of the stage's group; all complete on the stage's
-//   mbarrier. Consumers hand a stage back through a second mbarrier once the wgmmas that read
-//   it have retired (wgmma.wait_group), so copies run up to STAGES stages ahead.
+//   producer warpgroup: one thread issues, per stage of 64 k, one tensor copy per operand: A
+//   (BM x 64 halves, 128-byte swizzle: wgmma's canonical K-major layout, rows past M zeros),
+//   the weight (the CTA tile's 4 k16 rows x 2 KB of the Marlin section, one 3-D box) and, with
+//   groups, the 256 scales and deltas of the stage's group; all complete on the stage's
+//   mbarrier. (One copy per operand, not one 1-D bulk copy per 2 KB row: the same bytes in 4
+//   instead of 7 copies per stage moved 13-21 % more at M <= 64, docs/perf.md -- the copy
+//   engine, not the memory, bounded a stage's arrival.) Consumers hand a stage back through a
+//   second mbarrier once the wgmmas that read it have retired (wgmma.wait_group), so copies
+//   run up to STAGES stages ahead.
 //
 // Grid (cuda/marlin_hopper_plan.h): output tiles, in groups of 8 row tiles so that the CTAs
 // running at once share rows of A and columns of W in L2 (tile_coords), are walked by clusters
@@ -136,6 +139,15 @@ struct Cfg {
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * CONSUMERS <= 65536, "register file");
 };
 
+// The operands as the copy engine reads them, one copy per operand per stage (host side:
+// encode_maps): A [M, K] in boxes of BM tokens x 64 halves (128-byte swizzle, rows past M
+// zeros); the Marlin section [K/16, 2N] as [K/16][N/128][256 words], boxes of 4 k16 rows x 2
+// chunks of 1 KB = the CTA tile's 8 KB of a stage; scales and deltas [G, N], boxes of 256
+// columns x 1 group. Past a ragged N % 256 edge the boxes read zeros, which nothing uses.
+struct Maps {
+  CUtensorMap a, w, s, delta;
+};
+
 struct Params {
   const int32_t* B;     // Marlin section [K/16, 2N]
   const __half* s;      // permuted scales [G, N]
@@ -187,25 +199,36 @@ __device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity
 }
 #undef TL_MBAR_WAIT
 
-// A 2-D tile of A (the tensor map's box) into shared memory, completing on `bar`.
-__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+// The box of a tensor map at coordinates {c0, c1(, c2)} into shared memory, completing on `bar`
+// (the whole box counts, elements out of bounds arrive as zeros), with an L2 policy.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar,
+                                            uint64_t policy) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          smem_u32(dst)),
-      "l"(map), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_u32(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(smem_u32(bar)), "l"(policy)
       : "memory");
 }
-// Contiguous bytes (a multiple of 16) into shared memory, completing on `bar`, with an L2 policy.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, uint64_t* bar,
+                                            uint64_t policy) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
-          smem_u32(dst)),
-      "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(smem_u32(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(bar)), "l"(policy)
       : "memory");
+}
+// The descriptor into the cache before the first copy needs it.
+__device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }
 __device__ __forceinline__ uint64_t evict_last_policy() {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ uint64_t evict_normal_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
 }
 
@@ -232,6 +255,11 @@ template <int N>
 __device__ __forceinline__ void fence_regs(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Every thread of every CTA of the cluster (release / acquire at cluster scope).
+__device__ __forceinline__ void cluster_barrier() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
 
 // Named barrier kId (0 is __syncthreads) over kThreads consumer threads: 1 and 2 for the
@@ -322,7 +350,7 @@ __host__ __device__ inline void k_range(int k_iters, int split, int rank, int* k
 
 template <int BM, int NW, int CONSUMERS, bool KI>
 __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
-    marlin_hopper_kernel(const __grid_constant__ CUtensorMap a_map, const Params p) {
+    marlin_hopper_kernel(const __grid_constant__ Maps maps, const Params p) {
 #ifdef TL_HOPPER_DEVICE
   using T = Cfg<BM, NW, CONSUMERS, KI>;
   constexpr int S = T::kStages;
@@ -362,35 +390,33 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   const int n_valid64 = p.N / 64;  // Marlin tiles across N
   // ---- Producer: one thread feeds the pipeline, over the same tiles and k-range as the consumers. ----
   auto produce = [&]() {
-    // Weights are read once per tile row of A (evict first); A is re-read by every column tile
-    // and the scales by every row tile: keep them.
+    prefetch_map(&maps.a);
+    prefetch_map(&maps.w);
+    if (grouped) prefetch_map(&maps.s);
+    if (grouped && asym) prefetch_map(&maps.delta);
+    // Weights are read once per tile row of A (evict first); the scales are re-read by every
+    // row tile (keep them); A by every column tile, but at large M it is larger than L2.
     const uint64_t w_policy = evict_first_policy();
     const uint64_t keep = evict_last_policy();
+    const uint64_t a_policy = evict_normal_policy();
+    // Every box arrives whole (zeros out of bounds): the same bytes every stage.
+    const uint32_t tx = uint32_t(T::kABytes) + kWStageBytes + (grouped ? kTileN * 2 * (asym ? 2 : 1) : 0);
     int stage = 0;
     uint32_t phase = 0;
     for (int tile = tile_first; tile < p.tiles; tile += tile_step) {
       int mt = 0, nt = 0;
       tile_coords(tile, p.n_tiles, p.m_tiles, &mt, &nt);
-      const int t64 = nt * 4;                                // first Marlin tile
-      const int tiles_here = min(4, n_valid64 - t64);        // 4, or 2 at a ragged N % 256 edge
-      const uint32_t w_bytes = uint32_t(tiles_here * kMarlinTileBytes);
-      const uint32_t s_bytes = uint32_t(tiles_here * 64 * 2);
-      const uint32_t tx = uint32_t(T::kABytes) + kK16PerStage * w_bytes + (grouped ? s_bytes * (asym ? 2 : 1) : 0);
       for (int it = k_begin; it < k_end; ++it) {
         mbar_wait(&empty[stage], phase ^ 1);
         unsigned char* st = smem + stage * T::kStageBytes;
         mbar_expect_tx(&full[stage], tx);
-        tma_load_2d(st, &a_map, it * kStageK, mt * T::kRows, &full[stage]);
-#pragma unroll
-        for (int r = 0; r < kK16PerStage; ++r) {
-          const int32_t* src = p.B + size_t(it * kK16PerStage + r) * 2 * p.N + size_t(t64) * 128;
-          bulk_load(st + T::kABytes + r * kWRowBytes, src, w_bytes, &full[stage], w_policy);
-        }
+        tma_load_2d(st, &maps.a, it * kStageK, mt * T::kRows, &full[stage], a_policy);
+        tma_load_3d(st + T::kABytes, &maps.w, 0, nt * 2, it * kK16PerStage, &full[stage], w_policy);
         if (grouped) {
-          const size_t g = size_t(it) * kStageK / size_t(kMarlinGroupSizes[0]);
+          const int g = it * kStageK / kMarlinGroupSizes[0];
           unsigned char* s_dst = st + T::kABytes + kWStageBytes;
-          bulk_load(s_dst, p.s + g * p.N + nt * kTileN, s_bytes, &full[stage], keep);
-          if (asym) bulk_load(s_dst + kTileN * 2, p.delta + g * p.N + nt * kTileN, s_bytes, &full[stage], keep);
+          tma_load_2d(s_dst, &maps.s, nt * kTileN, g, &full[stage], keep);
+          if (asym) tma_load_2d(s_dst + kTileN * 2, &maps.delta, nt * kTileN, g, &full[stage], keep);
         }
         if (++stage == S) {
           stage = 0;
@@ -404,6 +430,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
     // ---- Producer warpgroup. ----
     setmaxnreg_dec<T::kProducerRegs>();
     if (threadIdx.x == 0) produce();
+    if (split > 1) cluster_barrier();  // see the consumers' last line
     return;
   }
 
@@ -614,8 +641,11 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
       ++round;
     }
   }
-  if constexpr (KI)
-    if (c == 0 && round > 0) mbar_wait_cluster(&red_free, (round - 1) & 1);
+  // Under a split no CTA leaves while a peer may still read its partial buffer: red_free keeps
+  // the buffer until every rank has read it before the next tile rewrites it, and at the exit
+  // every thread of the cluster (the producers too) meets at a cluster barrier -- an mbarrier
+  // wait would do as well, but the memory checkers only model the barrier.
+  if (split > 1) cluster_barrier();
 #endif  // TL_HOPPER_DEVICE
 }
 
@@ -632,7 +662,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
 // 64 x 4 or 128 x 2 accumulators per thread are what the register file holds.
 struct Variant {
   int rows, threads, smem_bytes;
-  void (*kernel)(const CUtensorMap, const Params);
+  void (*kernel)(const Maps, const Params);
 };
 template <int BM, int NW, int CONSUMERS, bool KI>
 Variant make_variant() {
@@ -664,18 +694,36 @@ EncodeTiled encode_tiled() {
   return fn;
 }
 
-// A [M, K] fp16 row-major as boxes of `rows` tokens x 64 halves (128 bytes), 128-byte swizzle,
-// rows past M read as zeros.
-bool encode_a_map(CUtensorMap* map, const __half* A, int M, int K, int rows) {
+// One tensor map: `rank` dimensions (innermost first, sizes in elements), the strides of the
+// outer ones in bytes, the box, no interleave, zeros out of bounds.
+bool encode_map(CUtensorMap* map, CUtensorMapDataType type, int rank, const void* base, const cuuint64_t* dims,
+                const cuuint64_t* strides, const cuuint32_t* box, CUtensorMapSwizzle swizzle) {
   EncodeTiled enc = encode_tiled();
-  if (!enc) return false;
-  const cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(M)};
-  const cuuint64_t strides[1] = {cuuint64_t(K) * sizeof(__half)};
-  const cuuint32_t box[2] = {cuuint32_t(kStageK), cuuint32_t(rows)};
-  const cuuint32_t elem[2] = {1, 1};
-  return enc(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<__half*>(A), dims, strides, box, elem,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  const cuuint32_t elem[3] = {1, 1, 1};
+  return enc && enc(map, type, cuuint32_t(rank), const_cast<void*>(base), dims, strides, box, elem,
+                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The four maps of struct Maps (the scales' and deltas' only where the kernel reads them).
+bool encode_maps(Maps* m, const __half* A, const int32_t* B, const __half* s, const __half* delta, int M, int N,
+                 int K, bool grouped, int rows) {
+  *m = Maps{};
+  const cuuint64_t a_dims[2] = {cuuint64_t(K), cuuint64_t(M)}, a_strides[1] = {cuuint64_t(K) * 2};
+  const cuuint32_t a_box[2] = {cuuint32_t(kStageK), cuuint32_t(rows)};
+  // The Marlin section: a k16 row is 2N words, 4 Marlin tiles (one CTA tile) 2 KB of it.
+  const cuuint64_t w_dims[3] = {256, cuuint64_t(N / 128), cuuint64_t(K / 16)};
+  const cuuint64_t w_strides[2] = {1024, cuuint64_t(N) * 8};
+  const cuuint32_t w_box[3] = {256, 2, cuuint32_t(kK16PerStage)};
+  if (!encode_map(&m->a, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, A, a_dims, a_strides, a_box, CU_TENSOR_MAP_SWIZZLE_128B) ||
+      !encode_map(&m->w, CU_TENSOR_MAP_DATA_TYPE_INT32, 3, B, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_NONE))
+    return false;
+  if (!grouped) return true;
+  const cuuint64_t s_dims[2] = {cuuint64_t(N), cuuint64_t(K / kMarlinGroupSizes[0])}, s_strides[1] = {cuuint64_t(N) * 2};
+  const cuuint32_t s_box[2] = {cuuint32_t(kTileN), 1};
+  return encode_map(&m->s, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, s, s_dims, s_strides, s_box, CU_TENSOR_MAP_SWIZZLE_NONE) &&
+         (!delta || encode_map(&m->delta, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, delta, s_dims, s_strides, s_box,
+                               CU_TENSOR_MAP_SWIZZLE_NONE));
 }
 
 // Whether this build holds the sm_90a kernel and the device is an sm_90 one (the only kind
@@ -768,8 +816,8 @@ int marlin_hopper(const __half* A, const int32_t* B, const __half* s, const __ha
   if (!hopper_device(device)) return kNoConfig;
   HopperGrid g;
   if (int rc = plan_grid(M, N, K, device, sms, options.hopper_split, &g)) return rc;
-  CUtensorMap a_map;
-  if (!encode_a_map(&a_map, A, M, K, g.v.rows)) return kNoConfig;
+  Maps maps;
+  if (!encode_maps(&maps, A, B, s, delta, M, N, K, group_size != K, g.v.rows)) return kNoConfig;
   Params p;
   p.B = B;
   p.s = s;
@@ -795,7 +843,7 @@ int marlin_hopper(const __half* A, const int32_t* B, const __half* s, const __ha
   config.stream = stream;
   config.attrs = &attr;
   config.numAttrs = 1;
-  TL_CUDA_CHECK(cudaLaunchKernelEx(&config, g.v.kernel, a_map, p));
+  TL_CUDA_CHECK(cudaLaunchKernelEx(&config, g.v.kernel, maps, p));
   return kOk;
 }
 
