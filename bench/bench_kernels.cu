@@ -9,9 +9,14 @@
 // 2 x L2 buffer: a memset would leave the L2 full of dirty lines whose write-back (up to 60 MB)
 // is then billed to the kernel being timed.
 // Prints a table and a summary, writes JSON. Exit 77 without a suitable GPU.
+// --tune FILE: also writes the crossovers measured here per layer shape (K, N, group size) as
+// a crossover table (formats/crossover_file.h) for TL_MARLIN_CROSSOVERS: from which M of --m
+// the floor beats the Hopper kernel (hopper_max_m) and the tiled kernel (dequant_min_m), all
+// asymmetric, as the runtime runs them. The runtime row uses the table TL_MARLIN_CROSSOVERS
+// names, if any.
 //
 //   bench_kernels [--quick] [--sets 7b,70b] [--layers qkv,o,gate_up,down] [--m 1,16]
-//                 [--g 128,-1] [--json FILE] [--reps N] [--native-max-m M]
+//                 [--g 128,-1] [--json FILE] [--reps N] [--native-max-m M] [--tune FILE]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -27,10 +32,14 @@
 #include <cuda_runtime_api.h>
 
 #include "bench/bench_data.cuh"
+#include "core/error.h"
 #include "core/group_size.h"
+#include "core/marlin_crossovers.h"
 #include "cuda/cublas_gemm.h"
+#include "cuda/device_buffer.h"
 #include "cuda/marlin_gemm.h"
 #include "cuda/tl_kernels.h"
+#include "formats/crossover_file.h"
 
 namespace {
 
@@ -75,6 +84,7 @@ struct Options {
   std::vector<int> ms{1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
   std::vector<int> gs{128, -1};
   std::string json = "bench_kernels.json";
+  std::string tune;  // crossover table to write ("": none)
   int max_reps = 100;
   int native_max_m = 256;  // the CUDA-core kernel takes seconds at M = 4096 on 70B layers
 };
@@ -119,6 +129,8 @@ Options parse(int argc, char** argv) {
       o.json = value();
     } else if (a == "--reps") {
       o.max_reps = std::max(kMinReps, std::atoi(value().c_str()));
+    } else if (a == "--tune") {
+      o.tune = value();
     } else if (a == "--native-max-m") {
       o.native_max_m = std::atoi(value().c_str());
     } else {
@@ -230,6 +242,19 @@ int main(int argc, char** argv) {
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
   std::printf("bench_kernels: %s, sm_%d%d, %d SMs, L2 %d MB, %s\n", prop.name, prop.major, prop.minor,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, date);
+  // What a runtime runs: the environment's options and the crossover table it names, if any.
+  tl::cuda::KernelOptions runtime_options = tl::cuda::kernel_options_from_env();
+  try {
+    if (auto table = tl::crossovers_from_env()) {
+      const std::string why = tl::cuda::use_crossovers(&runtime_options, table);
+      std::printf("bench_kernels: runtime row: %s\n",
+                  why.empty() ? ("crossover table of " + std::to_string(table->shapes.size()) + " shapes").c_str()
+                              : ("crossover table not used: " + why).c_str());
+    }
+  } catch (const tl::Error& e) {
+    std::fprintf(stderr, "bench_kernels: %s\n", e.what());
+    return 2;
+  }
 
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreate(&stream));
@@ -291,7 +316,7 @@ int main(int argc, char** argv) {
       // dispatcher: decode kernel, Hopper kernel or the floor, by M and GPU).
       tl::cuda::KernelOptions hop_opt;
       hop_opt.hopper_kernel = true;
-      const tl::cuda::KernelOptions rt_opt = tl::cuda::kernel_options_from_env();
+      const tl::cuda::KernelOptions rt_opt = runtime_options;
       auto marlin_hop = [&](int M) {
         return tl::cuda::marlin_int4_tc_gemm(A, Bi, C, s_perm, workspace, M, L.N, L.K, gsz, stream, hop_opt);
       };
@@ -483,6 +508,50 @@ int main(int argc, char** argv) {
     for (const Record& r : records)
       if (r.M == M && r.kernel == "int4_gemm") ratio.push_back(r.us / asym_t[{r.set, r.layer, r.g}]);
     if (!ratio.empty()) std::printf("  M=%5d: %.2f\n", M, geomean(ratio));
+  }
+
+  if (!opt.tune.empty()) {
+    // Per layer shape: the asymmetric Hopper kernel, tiled kernel and floor at every M > 16 of
+    // --m, in increasing M; the crossovers as core/marlin_crossovers.h defines them.
+    struct Series {
+      std::vector<int> ms;
+      std::vector<double> hopper, tiled, floor;
+    };
+    std::map<std::tuple<int, int, int>, Series> series;  // (K, N, effective group size)
+    std::map<std::tuple<int, int, int, int>, std::map<std::string, double>> at;  // + M -> kernel -> us
+    for (const Record& r : records)
+      if (r.M > 16) at[{r.K, r.N, r.g > 0 ? r.g : r.K, r.M}][r.kernel] = r.us;
+    for (const auto& [key, t] : at) {  // M increasing within a shape (std::map order)
+      auto [K, N, gs, M] = key;
+      if (!t.count("marlin_asym_dequant") || !t.count("marlin_asym")) continue;
+      Series& s = series[{K, N, gs}];
+      s.ms.push_back(M);
+      s.floor.push_back(t.at("marlin_asym_dequant"));
+      s.tiled.push_back(t.at("marlin_asym"));
+      s.hopper.push_back(t.count("marlin_asym_hopper") ? t.at("marlin_asym_hopper") : INFINITY);
+    }
+    tl::MarlinCrossovers table;
+    table.device = tl::cuda::cuda_device_label(prop);
+    for (const auto& [key, s] : series) {
+      tl::MarlinCrossover c;
+      std::tie(c.K, c.N, c.group_size) = key;
+      const bool hopper = std::isfinite(s.hopper.back());
+      c.hopper_max_m = hopper ? tl::measured_crossover(s.ms, s.hopper, s.floor) : 0;
+      c.dequant_min_m = tl::measured_crossover(s.ms, s.tiled, s.floor);
+      // The route hands the Hopper kernel over to the floor only where the floor is on.
+      if (c.hopper_max_m > 0 && (c.dequant_min_m == 0 || c.dequant_min_m > c.hopper_max_m))
+        c.dequant_min_m = c.hopper_max_m;
+      table.shapes.push_back(c);
+      std::printf("tune: K=%d N=%d g=%d: hopper_max_m %d, dequant_min_m %d (M = %d..%d)\n", c.K, c.N,
+                  c.group_size, c.hopper_max_m, c.dequant_min_m, s.ms.front(), s.ms.back());
+    }
+    try {
+      tl::write_crossovers(opt.tune, table);
+    } catch (const tl::Error& e) {
+      std::fprintf(stderr, "bench_kernels: %s\n", e.what());
+      return 2;
+    }
+    std::printf("wrote %s (%zu shapes)\n", opt.tune.c_str(), table.shapes.size());
   }
 
   FILE* f = std::fopen(opt.json.c_str(), "w");

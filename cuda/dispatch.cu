@@ -8,8 +8,9 @@
 // the decode kernel (M <= 16); on sm_90 the Hopper kernel up to options.hopper_max_m; the
 // dequantize + cuBLAS floor from options.dequant_min_m (where the Hopper kernel does not run)
 // or from hopper_max_m; else the tiled kernel. kernel_options_from_env() sets the crossovers
-// measured on the H200 (kDefaultDequantMinM, kDefaultHopperMaxM); dispatch_stats().marlin_kernels
-// counts each kernel.
+// measured on the H200 (kDefaultDequantMinM, kDefaultHopperMaxM), and a layer shape with an entry
+// in options.crossovers (bench_kernels --tune, installed by use_crossovers) takes that entry's;
+// dispatch_stats().marlin_kernels counts each kernel.
 // Every call is counted per path; every time Marlin was wanted (use_marlin) but not taken, the
 // reason is counted too, so a runtime report can say why a layer fell back. The Marlin kernel
 // is faster than the native int4_gemm at every M measured on the H200 (M = 1 included, see
@@ -27,6 +28,7 @@
 #include "core/group_size.h"
 #include "cuda/cublas_gemm.h"
 #include "cuda/cuda_check.h"
+#include "cuda/device_buffer.h"
 #include "cuda/device_context.h"
 #include "cuda/marlin_gemm.h"
 #include "cuda/tl_kernels.h"
@@ -95,6 +97,20 @@ KernelOptions kernel_options_from_env() {
   return o;
 }
 
+std::string use_crossovers(KernelOptions* options, std::shared_ptr<const MarlinCrossovers> table) {
+  if (!table) return "no crossover table";
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "no usable CUDA device";
+  }
+  const std::string here = cuda_device_label(prop);
+  if (table->device != here) return "measured on " + table->device + ", this GPU is " + here;
+  options->crossovers = std::move(table);
+  return "";
+}
+
 GemmPath quant_gemm(const DeviceQuantWeight& w, const __half* X, __half* Y, int M,
                     cudaStream_t stream, const KernelOptions& options, int* rc) {
   int status = kOk;
@@ -113,7 +129,7 @@ GemmPath quant_gemm(const DeviceQuantWeight& w, const __half* X, __half* Y, int 
         path = GemmPath::kMarlin;
         {
           std::lock_guard<std::mutex> lock(g_mutex);
-          g_stats.marlin_kernels[detail::marlin_kernel_for(M, options)]++;
+          g_stats.marlin_kernels[detail::marlin_kernel_for(M, w.N, w.K, w.group_size, options)]++;
         }
         if (status == kOk) {
           std::call_once(g_first_line, [&] {

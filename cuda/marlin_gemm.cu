@@ -589,10 +589,13 @@ int plan_first_last(int M, int N, int K, int device, int sms, const KernelOption
 
 namespace detail {
 
-MarlinRoute marlin_route(int M, const KernelOptions& options) {
+MarlinRoute marlin_route(int M, int N, int K, int group_size, const KernelOptions& options) {
   if (M <= kSmallMMaxRows) return options.decode_kernel ? MarlinRoute::kDecode : MarlinRoute::kTiled;
-  const bool floor_here = options.dequant_min_m > 0 && M >= options.dequant_min_m;
-  if (options.hopper_kernel && !(floor_here && options.hopper_max_m > 0 && M >= options.hopper_max_m)) {
+  const MarlinCrossover* measured = options.crossovers ? options.crossovers->find(K, N, group_size) : nullptr;
+  const int dequant_min_m = measured ? measured->dequant_min_m : options.dequant_min_m;
+  const int hopper_max_m = measured ? measured->hopper_max_m : options.hopper_max_m;
+  const bool floor_here = dequant_min_m > 0 && M >= dequant_min_m;
+  if (options.hopper_kernel && !(floor_here && hopper_max_m > 0 && M >= hopper_max_m)) {
     int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess)
       (void)cudaGetLastError();
@@ -623,7 +626,7 @@ int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half
     return kShapeUnsupported;
   if (!marlin_group_size_ok(K, group_size)) return kNoConfig;
   const int groupsize = int(marlin_groupsize_arg(K, group_size));  // the kernel's form: -1 per column
-  const MarlinRoute route = marlin_route(M, options);
+  const MarlinRoute route = marlin_route(M, N, K, group_size, options);
   if (route == MarlinRoute::kHopper)  // prefill on sm_90: the wgmma kernel
     return marlin_hopper(A, B, s, delta, C, M, N, K, group_size, stream, options);
   if (route == MarlinRoute::kDequant)  // prefill: fp16 tiles + cuBLAS beat the tiled kernel there
@@ -680,7 +683,7 @@ int marlin_plan(int M, int N, int K, int group_size, bool asym, const KernelOpti
   *plan = GemmPlan{};
   if (M < 1 || N < kTileAlign || K < kTileAlign || N % kTileAlign || K % kTileAlign) return kShapeUnsupported;
   if (!marlin_group_size_ok(K, group_size)) return kNoConfig;
-  const detail::MarlinRoute route = detail::marlin_route(M, options);
+  const detail::MarlinRoute route = detail::marlin_route(M, N, K, group_size, options);
   if (route == detail::MarlinRoute::kHopper) return detail::marlin_hopper_plan(M, N, K, options, plan);
   if (route == detail::MarlinRoute::kDequant) {
     const int cols = detail::dequant_chunk_cols(N, K, options);

@@ -45,14 +45,13 @@ int marlin_hopper_plan(int M, int N, int K, const KernelOptions& options, GemmPl
 // no-config fallback to the tiled one), the one rule marlin_gemm, marlin_plan and the counters
 // share: the decode kernel at M <= 16 (options.decode_kernel); the Hopper kernel at M > 16 with
 // options.hopper_kernel on an sm_90 GPU, except M >= hopper_max_m where the floor runs; the floor
-// from options.dequant_min_m; else the tiled kernel.
+// from dequant_min_m; else the tiled kernel. The two crossovers are the layer's entry of
+// options.crossovers where it has one, else the options' own.
 enum class MarlinRoute { kDecode, kTiled, kHopper, kDequant };
-MarlinRoute marlin_route(int M, const KernelOptions& options);
+MarlinRoute marlin_route(int M, int N, int K, int group_size, const KernelOptions& options);
 const char* marlin_route_name(MarlinRoute route);  // "decode", "tiled", "hopper", "dequant"
-inline bool use_hopper(int M, const KernelOptions& options) { return marlin_route(M, options) == MarlinRoute::kHopper; }
-inline bool use_dequant(int M, const KernelOptions& options) { return marlin_route(M, options) == MarlinRoute::kDequant; }
-inline const char* marlin_kernel_for(int M, const KernelOptions& options) {
-  return marlin_route_name(marlin_route(M, options));
+inline const char* marlin_kernel_for(int M, int N, int K, int group_size, const KernelOptions& options) {
+  return marlin_route_name(marlin_route(M, N, K, group_size, options));
 }
 
 // How marlin_small_m shares a problem out on the current device, for reports: blocks of

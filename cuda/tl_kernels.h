@@ -9,10 +9,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
+
+#include "core/marlin_crossovers.h"
 
 namespace tl::cuda {
 
@@ -45,6 +48,10 @@ struct KernelOptions {
   // the H200 (TL_MARLIN_HOPPER_MAX_M overrides, 0 turns the hand-over off).
   int hopper_max_m = 0;
   int hopper_split = 0;  // Hopper kernel: 1..8 forces the k split (tests, tuning), 0: the plan's
+  // Crossovers measured per layer shape on this GPU (bench_kernels --tune; install with
+  // use_crossovers): where a layer's (K, N, group size) has an entry, its hopper_max_m and
+  // dequant_min_m replace the two above; other shapes keep them.
+  std::shared_ptr<const MarlinCrossovers> crossovers;
 };
 constexpr size_t kDequantScratchBytes = size_t(64) << 20;
 // M from which the dequantize + cuBLAS floor beats the tiled kernel on the H200 (docs/perf.md).
@@ -54,6 +61,10 @@ constexpr int kDefaultDequantMinM = 256;
 constexpr int kDefaultHopperMaxM = 2048;
 // The options as the environment variables above set them (unset: the defaults).
 KernelOptions kernel_options_from_env();
+// Installs a crossover table in *options if it was measured on the current device (its device
+// label is cuda_device_label's of this GPU); else leaves *options as it is and returns why not
+// (empty: installed). A table measured on another GPU would route by another GPU's timings.
+std::string use_crossovers(KernelOptions* options, std::shared_ptr<const MarlinCrossovers> table);
 
 // True on sm_80, sm_86, sm_89 and sm_90 (the architectures the Marlin kernel is built for).
 bool marlin_available(int device);

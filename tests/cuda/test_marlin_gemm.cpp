@@ -5,10 +5,12 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "cuda/device_buffer.h"
 #include "cuda/marlin_gemm.h"
 #include "cuda/tl_kernels.h"
 #include "core/half.h"
@@ -65,8 +67,9 @@ void check_case(const QuantCase& c, const tl::cuda::KernelOptions& options = {})
   // Grouped scales are applied to the fp16 weights (rounded), per-column ones in fp32 -- except
   // on the dequantize + cuBLAS floor and the Hopper kernel, which round every weight to fp16 once.
   // The Hopper kernel folds per-column scales into the fp16 weights as well.
-  const bool grouped = c.marlin_gs() > 0 || tl::cuda::detail::use_dequant(M, options) ||
-                       tl::cuda::detail::use_hopper(M, options);
+  using tl::cuda::detail::MarlinRoute;
+  const MarlinRoute route = tl::cuda::detail::marlin_route(M, N, K, int(c.group_size), options);
+  const bool grouped = c.marlin_gs() > 0 || route == MarlinRoute::kDequant || route == MarlinRoute::kHopper;
 
   // Symmetric: C = A (q - 8) s.
   g.C.poison();
@@ -265,6 +268,51 @@ TEST_CASE("marlin: the Hopper kernel (wgmma, sm_90) at every tile variant and gr
     CHECK(ragged);
     CHECK(cut);
   }
+}
+
+TEST_CASE("marlin: a crossover table moves one layer shape's hand-over, and only on its own GPU") {
+  // A table measured here (bench_kernels --tune) replaces the options' crossovers for the
+  // shapes it lists -- (K, N, group size), the group size part of the key -- and leaves every
+  // other shape on the options' own; a table of another GPU is refused, not installed.
+  int device = 0;
+  cudaDeviceProp prop{};
+  TL_CUDA_THROW(cudaGetDevice(&device));
+  TL_CUDA_THROW(cudaGetDeviceProperties(&prop, device));
+  const bool hopper = tl::cuda::hopper_kernel_available(device);
+  auto table = std::make_shared<tl::MarlinCrossovers>();
+  table->device = tl::cuda::cuda_device_label(prop);
+  table->shapes = {{4096, 1024, 128, 64, 64}, {4096, 1024, 4096, 0, 0}};
+  tl::cuda::KernelOptions rt = tl::cuda::kernel_options_from_env();
+  REQUIRE(tl::cuda::use_crossovers(&rt, table) == "");
+  REQUIRE(rt.crossovers.get() == table.get());
+  auto kernel = [&](int M, int N, int K, int gs) {
+    tl::cuda::GemmPlan plan;
+    REQUIRE(tl::cuda::marlin_plan(M, N, K, gs, true, rt, &plan) == 0);
+    return std::string(plan.kernel);
+  };
+  // The listed grouped shape: the floor from M = 64 on (the defaults would keep the Hopper
+  // kernel to kDefaultHopperMaxM, or the tiled kernel to kDefaultDequantMinM).
+  CHECK(kernel(63, 1024, 4096, 128) == (hopper ? "hopper" : "tiled"));
+  CHECK(kernel(64, 1024, 4096, 128) == "dequant");
+  // Its per-column twin: no hand-over at all (0), even at M = 4096.
+  CHECK(kernel(4096, 1024, 4096, 4096) == (hopper ? "hopper" : "tiled"));
+  // A shape the table does not list keeps the options' crossovers.
+  CHECK(kernel(100, 2048, 4096, 128) == (hopper ? "hopper" : "tiled"));
+  CHECK(kernel(tl::cuda::kDefaultHopperMaxM, 2048, 4096, 128) == "dequant");
+  // The result where the table moved the route, against the fp64 references.
+  uint64_t stream = 7500;
+  for (int64_t M : {int64_t(63), int64_t(100)}) {
+    const QuantCase c = make_quant_case(M, 4096, 1024, 128, ++stream);
+    CAPTURE(c.name());
+    check_case(c, rt);
+  }
+  // Another GPU's table changes nothing.
+  auto other = std::make_shared<tl::MarlinCrossovers>(*table);
+  other->device = "Some Other GPU (sm_00)";
+  tl::cuda::KernelOptions rt2 = tl::cuda::kernel_options_from_env();
+  const std::string why = tl::cuda::use_crossovers(&rt2, other);
+  CHECK(why.find("measured on Some Other GPU (sm_00)") != std::string::npos);
+  CHECK(!rt2.crossovers);
 }
 
 TEST_CASE("marlin: tiled kernel remainder slices and its two-blocks-per-SM mode") {
