@@ -13,7 +13,7 @@
 namespace tl::cuda::detail {
 namespace {
 
-std::mutex g_mutex;  // guards both maps below
+std::mutex g_mutex;  // guards the maps below
 
 std::map<int, int>& sm_cache() {
   static std::map<int, int> m;
@@ -52,13 +52,17 @@ int current_device_sms(int* device, int* sms) {
   return kOk;
 }
 
-int stream_scratch(int device, cudaStream_t stream, size_t bytes, void** ptr) {
-  ScratchKey key{device, stream, std::thread::id()};
+namespace {
+
+// The buffer of `key` in `map`, grown to at least `bytes` (doubling from 1 MiB, or from `floor`);
+// zeroed on `stream` when (re)allocated if `zero`.
+int stream_buffer(std::map<ScratchKey, ScratchBuf>& map, ScratchKey key, cudaStream_t stream, size_t bytes,
+                  size_t floor, bool zero, void** ptr) {
   if (stream == cudaStreamPerThread) key.thread = std::this_thread::get_id();
   std::lock_guard<std::mutex> lock(g_mutex);
-  ScratchBuf& buf = scratch_map()[key];
+  ScratchBuf& buf = map[key];
   if (buf.bytes < bytes) {
-    size_t grown = buf.bytes ? buf.bytes : size_t(1) << 20;
+    size_t grown = buf.bytes ? buf.bytes : floor;
     while (grown < bytes) grown *= 2;
     if (buf.ptr) {
       // Earlier launches on this stream may still read the old buffer.
@@ -68,9 +72,30 @@ int stream_scratch(int device, cudaStream_t stream, size_t bytes, void** ptr) {
     }
     TL_CUDA_CHECK(cudaMalloc(&buf.ptr, grown));
     buf.bytes = grown;
+    if (zero) TL_CUDA_CHECK(cudaMemsetAsync(buf.ptr, 0, grown, stream));
   }
   *ptr = buf.ptr;
   return kOk;
+}
+
+std::map<ScratchKey, ScratchBuf>& flags_map() {
+  static std::map<ScratchKey, ScratchBuf> m;
+  return m;
+}
+
+}  // namespace
+
+int stream_scratch(int device, cudaStream_t stream, size_t bytes, void** ptr) {
+  return stream_buffer(scratch_map(), ScratchKey{device, stream, std::thread::id()}, stream, bytes, size_t(1) << 20,
+                       false, ptr);
+}
+
+int stream_flags(int device, cudaStream_t stream, size_t count, int** ptr) {
+  void* p = nullptr;
+  const int rc = stream_buffer(flags_map(), ScratchKey{device, stream, std::thread::id()}, stream,
+                               count * sizeof(int), 4096, true, &p);
+  *ptr = static_cast<int*>(p);
+  return rc;
 }
 
 int open_kernel(const void* kernel, int device, int smem_bytes, int threads, int want,

@@ -36,6 +36,10 @@ int current_device_sms(int* device, int* sms);
 // warm the scratch up with one call of the same size first.
 // Thread-safe (one mutex). Returns kOk or kCudaError; *ptr is 256-byte aligned.
 int stream_scratch(int device, cudaStream_t stream, size_t bytes, void** ptr);
+// Flags of one (device, stream) for a kernel's cross-block hand-overs: `count` ints, zero when
+// first handed out (and after growth), which every kernel that uses them leaves zero again. Kept
+// apart from the scratch, which the next launch on the stream overwrites. Same rules otherwise.
+int stream_flags(int device, cudaStream_t stream, size_t count, int** ptr);
 
 // Prepares `kernel` for launches with `smem_bytes` of dynamic shared memory on `device`
 // (cudaFuncSetAttribute is per device; done once per (kernel, device)) and returns in *resident

@@ -127,6 +127,10 @@ struct Cfg {
   // consumer's NW x BM/8 float4 per thread.
   static constexpr bool kSplit = KI;
   static constexpr int kPartialBytes = kSplit ? NW * (BM / 8) * 128 * 16 : 0;
+  // Stream-K: a consumer's accumulators as float4 quads, one slot; KI: only consumer 0 holds
+  // the tile's sum.
+  static constexpr int kSlotQuads = NW * (BM / 8) * 128;
+  static constexpr int kSlotConsumers = KI ? 1 : CONSUMERS;
   static constexpr int kStages =
       std::min(kMaxStages, (kSmemBudget - kAlignSlack - kPartialBytes) / kStageBytes);
   static constexpr int kSmemBytes = kAlignSlack + kStages * kStageBytes + kPartialBytes;
@@ -158,6 +162,12 @@ struct Params {
   int n_tiles, m_tiles, tiles;  // 256-column tiles, row tiles, tiles = their product
   int k_iters;          // K / 64
   int split;            // CTAs per tile along k (the cluster size; 1: none)
+  // Stream-K (hopper::Shape::stream_k; split 1): each CTA a run of stages (stream_k_range); a
+  // tile cut between CTAs is summed from fp32 partials in slots of 2 per (CTA, consumer) --
+  // the run's first and its last piece -- by the last piece to arrive on the tile's counter.
+  int stream_k;
+  float4* partials;     // [grid][2][kSlotConsumers] slots of Cfg::kSlotQuads float4
+  int* counters;        // [tiles][kSlotConsumers], zero on entry and on exit
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -268,6 +278,13 @@ template <int kId, int kThreads>
 __device__ __forceinline__ void named_barrier() {
   asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
 }
+// The 128 threads of consumer warpgroup cw alone (barriers 3 and 4): stream-K's combine.
+__device__ __forceinline__ void consumer_barrier(int cw) {
+  if (cw == 0)
+    named_barrier<3, 128>();
+  else
+    named_barrier<4, 128>();
+}
 
 // Shared-memory descriptor of a K-major operand in the 128-byte swizzle layout that the tensor
 // copy writes: rows of 128 bytes, 8-row groups 1024 bytes apart (stride byte offset), the leading
@@ -344,6 +361,24 @@ __host__ __device__ inline void k_range(int k_iters, int split, int rank, int* k
   *k_end = int((long long)k_iters * (rank + 1) / split);
 }
 
+// The pieces (tile, stages [kb, ke)) a CTA works on, in order -- the producer and the consumers
+// walk the same: its tiles (one of every `tile_step`) with its split's k range, or under
+// stream-K its run of stages cut at tile boundaries.
+template <class F>
+__device__ __forceinline__ void for_each_piece(const Params& p, int tile_first, int tile_step, int kb, int ke, F&& f) {
+  if (p.stream_k) {
+    int u = 0, end = 0;
+    hopper::stream_k_range(p.tiles * p.k_iters, int(gridDim.x), int(blockIdx.x), &u, &end);
+    while (u < end) {
+      const int tile = u / p.k_iters, b = u % p.k_iters, e = min(p.k_iters, b + (end - u));
+      f(tile, b, e);
+      u += e - b;
+    }
+  } else {
+    for (int tile = tile_first; tile < p.tiles; tile += tile_step) f(tile, kb, ke);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The kernel.
 // ---------------------------------------------------------------------------------------------
@@ -357,6 +392,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full[S], empty[S];
   __shared__ __align__(8) uint64_t red_full, red_free;  // the split's combine (cluster scope)
+  __shared__ int s_last[2];  // stream-K: per consumer, whether its piece arrived last on the tile
   // [stage 0 .. S-1: A kRows x 128 B | W 4 x 2 KB | scales 512 B | deltas 512 B][partial tile],
   // 1024-aligned.
   unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
@@ -369,8 +405,8 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   const int rank = split > 1 ? int(cluster.block_rank()) : 0;
   // Clusters (of `split` CTAs; 1 without a split) walk the tiles: cluster c takes c, c + #clusters, ...
   const int tile_first = int(blockIdx.x) / split, tile_step = int(gridDim.x) / split;
-  int k_begin = 0, k_end = p.k_iters;
-  k_range(p.k_iters, split, rank, &k_begin, &k_end);
+  int split_kb = 0, split_ke = p.k_iters;  // this rank's k range of every tile (no split: all)
+  k_range(p.k_iters, split, rank, &split_kb, &split_ke);
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < S; ++i) {
@@ -403,10 +439,10 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
     const uint32_t tx = uint32_t(T::kABytes) + kWStageBytes + (grouped ? kTileN * 2 * (asym ? 2 : 1) : 0);
     int stage = 0;
     uint32_t phase = 0;
-    for (int tile = tile_first; tile < p.tiles; tile += tile_step) {
+    for_each_piece(p, tile_first, tile_step, split_kb, split_ke, [&](int tile, int kb, int ke) {
       int mt = 0, nt = 0;
       tile_coords(tile, p.n_tiles, p.m_tiles, &mt, &nt);
-      for (int it = k_begin; it < k_end; ++it) {
+      for (int it = kb; it < ke; ++it) {
         mbar_wait(&empty[stage], phase ^ 1);
         unsigned char* st = smem + stage * T::kStageBytes;
         mbar_expect_tx(&full[stage], tx);
@@ -423,7 +459,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
           phase ^= 1;
         }
       }
-    }
+    });
   };
 
   if (wg == 0) {
@@ -455,7 +491,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   int stage = 0;
   uint32_t phase = 0;
 
-  for (int tile = tile_first; tile < p.tiles; tile += tile_step) {
+  for_each_piece(p, tile_first, tile_step, split_kb, split_ke, [&](int tile, int kb, int ke) {
     int mt = 0, nt = 0;
     tile_coords(tile, p.n_tiles, p.m_tiles, &mt, &nt);
     const int t64 = nt * 4 + tl;
@@ -483,7 +519,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
       stage = int(first % S);
       phase = (first / S) & 1;
     }
-    for (int it = k_begin + (KI ? c : 0); it < k_end; it += kStep) {
+    for (int it = kb + (KI ? c : 0); it < ke; it += kStep) {
       mbar_wait(&full[stage], phase);
       const unsigned char* st = smem + stage * T::kStageBytes;
       if (grouped) {
@@ -537,7 +573,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         phase ^= 1;
       }
     }
-    if constexpr (KI) seq0 += uint32_t(k_end - k_begin);
+    if constexpr (KI) seq0 += uint32_t(ke - kb);
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < NW; ++i) fence_regs(acc[i]);
@@ -576,8 +612,60 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
           part[(i * (T::kAcc / 4) + u) * 128 + tid] =
               make_float4(acc[i][4 * u], acc[i][4 * u + 1], acc[i][4 * u + 2], acc[i][4 * u + 3]);
     };
+    // A piece that is its tile's whole k range is stored. Under stream-K a cut one parks its sum
+    // in its slot and arrives on the tile's counter; the last piece to arrive sums the tile's
+    // pieces in k order (the result does not depend on which is last), stores C and leaves the
+    // counter zero -- marlin_device.cuh's cross-block combine (barrier, one acq_rel arrival,
+    // barrier), over this consumer warpgroup. No CTA waits for another.
+    auto finish = [&]() {
+      if (!p.stream_k || (kb == 0 && ke == p.k_iters)) {
+        store_all();
+        return;
+      }
+      const int cw = KI ? 0 : c;
+      const int units = p.tiles * p.k_iters, first = tile * p.k_iters;
+      const int grid = int(gridDim.x), me = int(blockIdx.x);
+      int b = 0, e = 0;
+      hopper::stream_k_range(units, grid, me, &b, &e);
+      // Slot 0 of a CTA: its run's first piece; 1: its last (a run's middle tiles are whole).
+      auto slot = [&](int cta, int pos) {
+        return p.partials + (size_t(cta * 2 + pos) * T::kSlotConsumers + cw) * T::kSlotQuads;
+      };
+      park(slot(me, b == first + kb ? 0 : 1));
+      const int c0 = hopper::stream_k_cta(units, grid, first), c1 = hopper::stream_k_cta(units, grid, first + p.k_iters - 1);
+      int* counter = &p.counters[tile * T::kSlotConsumers + cw];
+      consumer_barrier(cw);
+      if (tid == 0) s_last[cw] = arrive_is_last(counter, c1 - c0);
+      consumer_barrier(cw);
+      if (!s_last[cw]) return;
+      // Every piece's slot (this one's too) in k order, one 64-column block at a time (the
+      // accumulators are parked: only one block's sums are live).
+#pragma unroll 1
+      for (int i = 0; i < NW; ++i) {
+        float4 sum[T::kAcc / 4];
+#pragma unroll
+        for (int u = 0; u < T::kAcc / 4; ++u) sum[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int cta = c0; cta <= c1; ++cta) {
+          hopper::stream_k_range(units, grid, cta, &b, &e);
+          const float4* part = slot(cta, b >= first ? 0 : 1) + i * (T::kAcc / 4) * 128 + tid;
+#pragma unroll
+          for (int u = 0; u < T::kAcc / 4; ++u) {
+            const float4 v = __ldcg(part + u * 128);
+            sum[u].x += v.x;
+            sum[u].y += v.y;
+            sum[u].z += v.z;
+            sum[u].w += v.w;
+          }
+        }
+        if (mine)
+#pragma unroll
+          for (int u = 0; u < T::kAcc / 4; ++u)
+            store(col0 + 16 * (wb + i) + lane / 4, u, lane, sum[u].x, sum[u].y, sum[u].z, sum[u].w);
+      }
+      if (tid == 0) atomicExch(counter, 0);
+    };
     if constexpr (!KI) {
-      store_all();
+      finish();
     } else {
       // The two consumers' sums: consumer 1 parks its accumulators, consumer 0 adds them (each
       // thread its own slots) and goes on alone; consumer 1 starts the next tile once they are
@@ -601,11 +689,11 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
       named_barrier<2, 256>();  // ... and read: consumer 1 may go on
       if (c == 1) {
         if (split > 1) ++round;
-        continue;
+        return;
       }
       if (split == 1) {
-        store_all();
-        continue;
+        finish();
+        return;
       }
       // The split: every rank parks its partial in its own buffer, then sums a 1/split share of
       // the tile's quads over all ranks in rank order (deterministic), reading the peers'
@@ -640,7 +728,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
       for (int r = 0; r < split; ++r) mbar_arrive_cluster(&red_free, uint32_t(r));  // my reads are done
       ++round;
     }
-  }
+  });
   // Under a split no CTA leaves while a peer may still read its partial buffer: red_free keeps
   // the buffer until every rank has read it before the next tile rewrites it, and at the exit
   // every thread of the cluster (the producers too) meets at a cluster barrier -- an mbarrier
@@ -662,13 +750,15 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
 // 64 x 4 or 128 x 2 accumulators per thread are what the register file holds.
 struct Variant {
   int rows, threads, smem_bytes;
+  int slot_consumers, slot_bytes;  // stream-K: partial slots per (CTA, run end), bytes per slot
   void (*kernel)(const Maps, const Params);
 };
 template <int BM, int NW, int CONSUMERS, bool KI>
 Variant make_variant() {
   using T = Cfg<BM, NW, CONSUMERS, KI>;
   static_assert(T::kSplit == hopper::tile_splits(BM), "the plan knows which variants split");
-  return Variant{BM, T::kThreads, T::kSmemBytes, marlin_hopper_kernel<BM, NW, CONSUMERS, KI>};
+  return Variant{BM, T::kThreads, T::kSmemBytes, T::kSlotConsumers, T::kSlotQuads * 16,
+                 marlin_hopper_kernel<BM, NW, CONSUMERS, KI>};
 }
 Variant variant_for(int rows) {
   switch (rows) {
@@ -777,13 +867,13 @@ int device_fits(int device, int sms, const Fits** out) {
 }
 
 // The shape of cuda/marlin_hopper_plan.h on this device, and its variant.
-int plan_grid(int M, int N, int K, int device, int sms, int forced_split, HopperGrid* g) {
+int plan_grid(int M, int N, int K, int device, int sms, const KernelOptions& options, HopperGrid* g) {
   const Fits* fits = nullptr;
   if (int rc = device_fits(device, sms, &fits)) return rc;
   g->shape = hopper::plan_shape(M, N, K, [&](int rows, int split) {
     const int v = int(std::find(std::begin(kVariantRows), std::end(kVariantRows), rows) - std::begin(kVariantRows));
     return fits->clusters[v][split];
-  }, forced_split);
+  }, options.hopper_split, options.hopper_stream_k);
   if (g->shape.grid < 1) return kNoConfig;
   g->v = variant_for(g->shape.rows);
   return kOk;
@@ -796,13 +886,14 @@ int marlin_hopper_plan(int M, int N, int K, const KernelOptions& options, GemmPl
   if (int rc = current_device_sms(&device, &sms)) return rc;
   if (!hopper_device(device)) return kNoConfig;
   HopperGrid g;
-  if (int rc = plan_grid(M, N, K, device, sms, options.hopper_split, &g)) return rc;
+  if (int rc = plan_grid(M, N, K, device, sms, options, &g)) return rc;
   plan->kernel = "hopper";
   plan->blocks = g.shape.grid;
   plan->warps_per_block = g.v.threads / 32;
   plan->cluster = g.shape.split > 1 ? g.shape.split : 0;
   plan->k_splits = g.shape.split;
-  plan->tiles_per_block = hopper::tiles_per_cta(g.shape);
+  plan->tiles_per_block = hopper::tiles_per_cta(g.shape, K / kStageK);
+  plan->stream_k = g.shape.stream_k;
   plan->last_slice_rows = M % g.v.rows ? M % g.v.rows : g.v.rows;
   plan->rows_per_block = g.v.rows;
   plan->ragged_n = N % kTileN != 0;
@@ -815,7 +906,7 @@ int marlin_hopper(const __half* A, const int32_t* B, const __half* s, const __ha
   if (int rc = current_device_sms(&device, &sms)) return rc;
   if (!hopper_device(device)) return kNoConfig;
   HopperGrid g;
-  if (int rc = plan_grid(M, N, K, device, sms, options.hopper_split, &g)) return rc;
+  if (int rc = plan_grid(M, N, K, device, sms, options, &g)) return rc;
   Maps maps;
   if (!encode_maps(&maps, A, B, s, delta, M, N, K, group_size != K, g.v.rows)) return kNoConfig;
   Params p;
@@ -832,6 +923,17 @@ int marlin_hopper(const __half* A, const int32_t* B, const __half* s, const __ha
   p.tiles = g.shape.tiles;
   p.k_iters = K / kStageK;
   p.split = g.shape.split;
+  p.stream_k = g.shape.stream_k ? 1 : 0;
+  p.partials = nullptr;
+  p.counters = nullptr;
+  if (g.shape.stream_k) {
+    void* scratch = nullptr;
+    const size_t slots = size_t(g.shape.grid) * 2 * size_t(g.v.slot_consumers);
+    if (int rc = stream_scratch(device, stream, slots * size_t(g.v.slot_bytes), &scratch)) return rc;
+    if (int rc = stream_flags(device, stream, size_t(g.shape.tiles) * size_t(g.v.slot_consumers), &p.counters))
+      return rc;
+    p.partials = static_cast<float4*>(scratch);
+  }
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = unsigned(g.shape.split);

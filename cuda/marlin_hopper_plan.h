@@ -5,6 +5,12 @@
 
 #include <algorithm>
 
+#ifdef __CUDACC__
+#define TL_HOPPER_HD __host__ __device__
+#else
+#define TL_HOPPER_HD
+#endif
+
 namespace tl::cuda::hopper {
 
 constexpr int kTileN = 256;  // output columns per tile: 4 Marlin tiles of 64
@@ -14,6 +20,14 @@ constexpr int kMaxSplit = 8;  // the portable cluster size
 // A split's combine (park, two cluster barriers, sum a share through DSMEM) costs about this
 // many stages of streaming (measured on the H200: docs/perf.md).
 constexpr double kSplitCostStages = 2.0;
+// Stream-K's combine per tile a CTA adds partials to, in stages of the variant (fitted to one
+// H200 A/B call, docs/perf.md): 32-64-token tiles park 16-32 KB; a 128-token tile's two
+// consumers 128 KB, which the last piece reads back whole, serially.
+inline double stream_k_combine_stages(int rows) { return rows <= 64 ? 2.0 : 17.4; }
+// Stream-K replaces the whole-tile grid only when the model has it this much cheaper: where it
+// is within a few percent the measured result was worse (large M: CTAs on tiles far apart in
+// the raster share less of A and W in L2), and the model does not see that.
+constexpr double kStreamKMinGain = 0.95;
 
 // Tokens per tile for M: 32 (n32 wgmma) up to M = 32, 64 up to 64, else 128.
 inline int tile_rows(int M) { return M <= 32 ? 32 : M <= 64 ? 64 : 128; }
@@ -31,17 +45,41 @@ struct Shape {
   int tiles = 0;    // n_tiles x ceil(M / rows), columns fastest
   int split = 1;    // CTAs per tile along k (a cluster of 2..8), 1: none
   int grid = 0;     // CTAs launched: clusters x split, each cluster walking tiles (persistent)
+  // Stream-K: the grid's CTAs share the tiles x k_iters stages evenly, each a contiguous run
+  // of them (stream_k_range) that may start and end inside a tile; a tile cut that way is
+  // summed by the CTA holding its first stage from the others' fp32 partials (split is 1).
+  bool stream_k = false;
   double cost = 0;  // the model's estimate, in stages of one CTA
 };
+
+// CTA `cta` of `grid`'s run of the stream-K schedule: the stages [*begin, *end) of the tiles'
+// `units` stages laid end to end (tile t's stage k is t * k_iters + k), the first units % grid
+// runs one stage longer. 32-bit arithmetic (plan_shape keeps units below kMaxStreamKUnits): a
+// 64-bit division is a call on the GPU, and the combine runs it with the accumulators live.
+constexpr int kMaxStreamKUnits = 1 << 30;
+TL_HOPPER_HD inline void stream_k_range(int units, int grid, int cta, int* begin, int* end) {
+  const int q = units / grid, r = units % grid;
+  *begin = cta * q + (cta < r ? cta : r);
+  *end = *begin + q + (cta < r ? 1 : 0);
+}
+// The CTA whose run holds stage u.
+TL_HOPPER_HD inline int stream_k_cta(int units, int grid, int u) {
+  const int q = units / grid, r = units % grid;
+  return u < r * (q + 1) ? u / (q + 1) : r + (u - r * (q + 1)) / q;
+}
 
 // Of M's own tile size (and for M > 64 also 64-token tiles, which can split), and splits 1 to 8
 // (each CTA >= 4 stages; any cluster size, so 16 tiles can take 7 x 16 CTAs when 8 x 16 do not
 // fit at once): the one whose rounds x (stages per CTA + combine) x stage cost is least, the
-// fewer splits and larger tiles on a tie. fit(rows, split): how many clusters
-// of `split` CTAs of that variant run at once (the SM count for split 1; 0: cannot run).
-// forced_split (1..8): that split only (tests and tuning runs), 0: any.
+// fewer splits and larger tiles on a tie. Then stream-K over one CTA per SM, whose cost is a
+// CTA's share of all stages plus a combine per tile it adds partials of; it replaces the best
+// only when clearly cheaper (kStreamKMinGain; it pays where tiles leave a last round
+// part-empty or a split idles SMs: 80 tiles of 70B qkv at M = 256 on 132 SMs).
+// fit(rows, split): how many clusters of `split` CTAs of that variant run at once (the SM count
+// for split 1; 0: cannot run). forced_split (1..8): that split only (tests and tuning runs),
+// 0: any. stream_k: 1 forces stream-K, -1 rules it out, 0: the cost decides.
 template <class Fit>
-Shape plan_shape(int M, int N, int K, Fit&& fit, int forced_split = 0) {
+Shape plan_shape(int M, int N, int K, Fit&& fit, int forced_split = 0, int stream_k = 0) {
   Shape best;
   const int n_tiles = (N + kTileN - 1) / kTileN, k_iters = K / kStageK;
   const int own = tile_rows(M);
@@ -61,14 +99,42 @@ Shape plan_shape(int M, int N, int K, Fit&& fit, int forced_split = 0) {
       s.grid = running * split;
       const int rounds = (s.tiles + running - 1) / running;
       s.cost = rounds * ((k_iters + split - 1) / split + (split > 1 ? kSplitCostStages : 0.0)) * stage_cost(rows);
-      if (best.grid == 0 || s.cost < best.cost) best = s;
+      if (stream_k <= 0 && (best.grid == 0 || s.cost < best.cost)) best = s;
     }
   }
+  if (stream_k < 0 || forced_split > 0) return best;
+  Shape sk_best;
+  for (int rows : {own, 64}) {
+    if (rows != own && M <= 64) continue;
+    const int sms = fit(rows, 1);
+    if (sms < 1) continue;
+    Shape s;
+    s.rows = rows;
+    s.n_tiles = n_tiles;
+    s.tiles = n_tiles * ((M + rows - 1) / rows);
+    s.stream_k = true;
+    const long long units = (long long)s.tiles * k_iters;
+    if (units >= kMaxStreamKUnits) continue;
+    s.grid = int(std::min<long long>(sms, units));
+    const double share = double((units + s.grid - 1) / s.grid);
+    // A CTA owning a cut tile adds the partials of the CTAs holding the rest of it: about
+    // k_iters / share of them; a run that cuts nothing combines nothing.
+    const bool cuts = units % s.grid != 0 || (units / s.grid) % k_iters != 0;
+    const double combines = cuts ? std::max(1.0, k_iters / share) : 0.0;
+    s.cost = (share + combines * stream_k_combine_stages(rows)) * stage_cost(rows);
+    if (sk_best.grid == 0 || s.cost < sk_best.cost) sk_best = s;
+  }
+  if (sk_best.grid > 0 && (stream_k > 0 || best.grid == 0 || sk_best.cost < kStreamKMinGain * best.cost))
+    return sk_best;
   return best;
 }
 
-// Tiles one CTA walks at most.
-inline int tiles_per_cta(const Shape& s) {
+// Tiles one CTA walks at most (stream-K: tiles its run touches, cut ones included).
+inline int tiles_per_cta(const Shape& s, int k_iters) {
+  if (s.stream_k) {
+    const long long units = (long long)s.tiles * k_iters, share = (units + s.grid - 1) / s.grid;
+    return int(std::min<long long>(s.tiles, (share + k_iters - 1) / k_iters + 1));
+  }
   const int clusters = std::max(1, s.grid / s.split);
   return (s.tiles + clusters - 1) / clusters;
 }

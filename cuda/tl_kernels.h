@@ -48,6 +48,7 @@ struct KernelOptions {
   // the H200 (TL_MARLIN_HOPPER_MAX_M overrides, 0 turns the hand-over off).
   int hopper_max_m = 0;
   int hopper_split = 0;  // Hopper kernel: 1..8 forces the k split (tests, tuning), 0: the plan's
+  int hopper_stream_k = 0;  // Hopper kernel: 1 forces stream-K, -1 rules it out, 0: the plan's
   // Crossovers measured per layer shape on this GPU (bench_kernels --tune; install with
   // use_crossovers): where a layer's (K, N, group size) has an entry, its hopper_max_m and
   // dequant_min_m replace the two above; other shapes keep them.
@@ -117,6 +118,8 @@ struct GemmPlan {
   int k_splits = 0;             // native: split-K factor (fp32 partials when > 1); hopper: CTAs per tile
   int rows_per_block = 0;       // native: M rows per block (1, 2 or 4); hopper: tokens per tile (32, 64, 128)
   bool ragged_n = false;        // native: N % 8 != 0 (byte loads); hopper: N % 256 != 0 (a half tile)
+  bool stream_k = false;        // hopper: CTAs share the tiles' stages evenly, tiles cut between
+                                // them summed from fp32 partials (k_splits is 1)
 };
 // rc as the launcher's (kShapeUnsupported, kNoConfig, kCudaError) when it would not run.
 int marlin_plan(int M, int N, int K, int group_size, bool asym, const KernelOptions& options, GemmPlan* plan);

@@ -139,6 +139,7 @@ class CudaBackend final : public KernelBackend {
     k.last_tiles_per_block = p.last_tiles_per_block;
     k.last_blocks_per_sm = p.last_blocks_per_sm;
     k.k_splits = p.k_splits;
+    k.stream_k = p.stream_k;
     k.rows_per_block = p.rows_per_block;
     k.ragged_n = p.ragged_n;
     return k;

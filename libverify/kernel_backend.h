@@ -29,6 +29,7 @@ struct KernelPlan {
   int last_tiles_per_block = 0, last_blocks_per_sm = 0;             // tiled
   int k_splits = 0, rows_per_block = 0;                             // native; hopper: split, tile rows
   bool ragged_n = false;                                            // native; hopper: N % 256 != 0
+  bool stream_k = false;                                            // hopper: tiles cut between CTAs
 };
 
 enum class PlanKernel { kMarlinSymmetric, kMarlinAsymmetric, kNative };

@@ -179,9 +179,9 @@ TEST_CASE("marlin: the dequantize + cuBLAS floor (prefill), whole and in column 
 TEST_CASE("marlin: the Hopper kernel (wgmma, sm_90) at every tile variant and grid mode") {
   // Each tile variant (32-, 64- and 128-token tiles), a last tile row cut by M, a ragged N
   // (N % 256 == 128: a tile of two Marlin tiles), per-column and grouped scales, the persistent
-  // grid with several tiles per CTA and the k split over clusters of 2 to 8 CTAs, with
-  // clusters walking several tiles, each against the fp64 references (both wrappers), bitwise
-  // reproducible, planned as it ran.
+  // grid with several tiles per CTA, the k split over clusters of 2 to 8 CTAs, with clusters
+  // walking several tiles, and stream-K (tiles cut into 2 to many pieces between CTAs), each
+  // against the fp64 references (both wrappers), bitwise reproducible, planned as it ran.
   int device = 0;
   TL_CUDA_THROW(cudaGetDevice(&device));
   tl::cuda::KernelOptions o;
@@ -209,7 +209,21 @@ TEST_CASE("marlin: the Hopper kernel (wgmma, sm_90) at every tile variant and gr
                                         {8192, 256, {17, 100}}};                 // one n-tile, split 8
   uint64_t stream = 8000;
   std::set<int> splits, rows;
-  bool several = false, split_rounds = false, ragged = false, cut = false;
+  bool several = false, split_rounds = false, ragged = false, cut = false, streamk = false;
+  auto check_reproducible = [&](const QuantCase& c, const tl::cuda::KernelOptions& opt) {
+    Gpu g(c);
+    std::vector<half_bits> first;
+    for (int run = 0; run < 2; ++run) {
+      g.C.poison();
+      TL_REQUIRE_LAUNCH(tl::cuda::marlin_mm_asymmetric(g.A.half(), g.B.get(), g.s.half(), g.delta.half(),
+                                                       g.C.half(), g.workspace.get(), int(c.M), int(c.N),
+                                                       int(c.K), int(c.group_size), nullptr, opt));
+      if (run == 0)
+        first = g.C.download();
+      else
+        CHECK_MESSAGE(g.C.download() == first, "second run differs");
+    }
+  };
   for (const Shape& sh : shapes)
     for (int64_t gs : {int64_t(-1), int64_t(128)})
       for (int64_t M : sh.Ms) {
@@ -219,26 +233,43 @@ TEST_CASE("marlin: the Hopper kernel (wgmma, sm_90) at every tile variant and gr
         REQUIRE(std::string(plan.kernel) == "hopper");
         splits.insert(plan.k_splits);
         rows.insert(plan.rows_per_block);
-        several = several || (plan.k_splits == 1 && plan.tiles_per_block >= 2);
+        several = several || (plan.k_splits == 1 && !plan.stream_k && plan.tiles_per_block >= 2);
+        streamk = streamk || plan.stream_k;
         split_rounds = split_rounds || (plan.k_splits > 1 && plan.tiles_per_block >= 2);
         ragged = ragged || plan.ragged_n;
         cut = cut || plan.last_slice_rows < plan.rows_per_block;
-        MESSAGE(c.name() << ": " << plan.blocks << " CTAs, split " << plan.k_splits << ", " << plan.rows_per_block
-                         << "-row tiles, " << plan.tiles_per_block << " tiles per CTA");
+        MESSAGE(c.name() << ": " << plan.blocks << " CTAs, split " << plan.k_splits << (plan.stream_k ? ", stream-K" : "")
+                         << ", " << plan.rows_per_block << "-row tiles, " << plan.tiles_per_block << " tiles per CTA");
         check_case(c, o);
-        Gpu g(c);
-        std::vector<half_bits> first;
-        for (int run = 0; run < 2; ++run) {
-          g.C.poison();
-          TL_REQUIRE_LAUNCH(tl::cuda::marlin_mm_asymmetric(g.A.half(), g.B.get(), g.s.half(), g.delta.half(),
-                                                           g.C.half(), g.workspace.get(), int(c.M), int(c.N),
-                                                           int(c.K), int(c.group_size), nullptr, o));
-          if (run == 0)
-            first = g.C.download();
-          else
-            CHECK_MESSAGE(g.C.download() == first, "second run differs");
-        }
+        check_reproducible(c, o);
       }
+  // Stream-K forced on where the plan splits or runs whole tiles (small layers: a tile cut
+  // into many pieces, a run inside one tile; ragged N; a cut last tile row; each variant), and
+  // forced off where the plan takes it (the data-parallel persistent grid).
+  struct Forced {
+    int64_t K, N, M;
+    int stream_k;
+  };
+  const std::vector<Forced> forced_sk =
+      quick_mode() ? std::vector<Forced>{{4096, 4096, 33, 1}, {4096, 12288, 1024, -1}}
+                   : std::vector<Forced>{{4096, 4096, 17, 1}, {4096, 4096, 100, 1}, {256, 384, 40, 1},
+                                         {1024, 1280, 200, 1}, {8192, 256, 17, 1}, {11008, 4096, 256, 1},
+                                         {4096, 12288, 1024, -1}, {4096, 12288, 40, -1}};
+  for (const Forced& f : forced_sk)
+    for (int64_t gs : {int64_t(-1), int64_t(128)}) {
+      tl::cuda::KernelOptions fo = o;
+      fo.hopper_stream_k = f.stream_k;
+      const QuantCase c = make_quant_case(f.M, f.K, f.N, gs < 0 ? f.K : gs, ++stream);
+      CAPTURE(c.name());
+      CAPTURE(f.stream_k);
+      REQUIRE(tl::cuda::marlin_plan(int(f.M), int(f.N), int(f.K), int(c.group_size), true, fo, &plan) == 0);
+      REQUIRE(std::string(plan.kernel) == "hopper");
+      CHECK(plan.stream_k == (f.stream_k > 0));
+      streamk = streamk || plan.stream_k;
+      several = several || (plan.k_splits == 1 && !plan.stream_k && plan.tiles_per_block >= 2);
+      check_case(c, fo);
+      check_reproducible(c, fo);
+    }
   // A split forced onto more tiles than its clusters run at once: each cluster walks several
   // tiles, reusing its partial buffers (the cluster barriers' phases over rounds).
   for (int64_t M : quick_mode() ? std::vector<int64_t>{17} : std::vector<int64_t>{17, 64}) {
@@ -264,6 +295,7 @@ TEST_CASE("marlin: the Hopper kernel (wgmma, sm_90) at every tile variant and gr
     CHECK(splits.count(1));
     CHECK(splits.count(2) + splits.count(4) + splits.count(8) >= 2);
     CHECK(several);
+    CHECK(streamk);
     CHECK(split_rounds);  // a cluster reuses its partial buffers tile after tile
     CHECK(ragged);
     CHECK(cut);

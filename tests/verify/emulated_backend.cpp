@@ -141,7 +141,8 @@ KernelPlan EmulatedBackend::plan(PlanKernel kernel, int M, int N, int K, int gro
     p.blocks = h.grid;
     p.cluster = h.split > 1 ? h.split : 0;
     p.k_splits = h.split;
-    p.tiles_per_block = tl::cuda::hopper::tiles_per_cta(h);
+    p.tiles_per_block = tl::cuda::hopper::tiles_per_cta(h, int(K / tl::cuda::hopper::kStageK));
+    p.stream_k = h.stream_k;
     p.rows_per_block = h.rows;
     p.last_slice_rows = M % h.rows ? M % h.rows : h.rows;
     p.ragged_n = N % tl::cuda::hopper::kTileN != 0;
