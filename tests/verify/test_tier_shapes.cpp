@@ -156,7 +156,8 @@ TEST_CASE("the Hopper kernel is a path of its own: its cases run with it on, bes
     const std::set<std::string> got = covered(s);
     for (const char* p : {"hopper 32-token tiles (M 17..32)", "hopper 64-token tiles (M 33..64)",
                           "hopper 128-token tiles, two consumers", "hopper k split over a cluster",
-                          "hopper persistent, several tiles per CTA", "hopper half tile (N % 256 == 128)",
+                          "hopper persistent, several tiles per CTA", "hopper stream-K (tiles cut between CTAs)",
+                          "hopper half tile (N % 256 == 128)",
                           "hopper last tile row cut by M", "hopper per-column scales (G = 1)"})
       CHECK_MESSAGE(got.count(p) == 1, p);
   }
@@ -169,6 +170,7 @@ TEST_CASE("the Hopper kernel is a path of its own: its cases run with it on, bes
     emu.set_hopper_kernel(false);
     if (p.k_splits > 1) CHECK(p.blocks <= 132);  // every cluster runs at once
     if (p.k_splits == 1 && p.tiles_per_block >= 2) CHECK(p.blocks == 132);
+    if (p.stream_k) CHECK(p.k_splits == 1);  // stream-K cuts tiles between CTAs, not clusters
   }
   // Not an sm_90 GPU: every Hopper path is named as not reached, no case runs with it.
   EmulatedBackend other;
