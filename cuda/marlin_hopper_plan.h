@@ -83,6 +83,13 @@ Shape plan_shape(int M, int N, int K, Fit&& fit, int forced_split = 0, int strea
   Shape best;
   const int n_tiles = (N + kTileN - 1) / kTileN, k_iters = K / kStageK;
   const int own = tile_rows(M);
+  auto tiled = [&](int rows) {  // a shape of `rows`-token tiles, not yet scheduled
+    Shape s;
+    s.rows = rows;
+    s.n_tiles = n_tiles;
+    s.tiles = n_tiles * ((M + rows - 1) / rows);
+    return s;
+  };
   for (int rows : {own, 64}) {
     if (rows != own && (M <= 64 || !tile_splits(rows))) continue;
     for (int split = 1; split <= kMaxSplit; ++split) {
@@ -90,10 +97,7 @@ Shape plan_shape(int M, int N, int K, Fit&& fit, int forced_split = 0, int strea
       if (split > 1 && (!tile_splits(rows) || k_iters / split < kMinStagesPerSplit)) continue;
       const int clusters = fit(rows, split);
       if (clusters < 1) continue;
-      Shape s;
-      s.rows = rows;
-      s.n_tiles = n_tiles;
-      s.tiles = n_tiles * ((M + rows - 1) / rows);
+      Shape s = tiled(rows);
       s.split = split;
       const int running = std::min(s.tiles, clusters);
       s.grid = running * split;
@@ -108,17 +112,14 @@ Shape plan_shape(int M, int N, int K, Fit&& fit, int forced_split = 0, int strea
     if (rows != own && M <= 64) continue;
     const int sms = fit(rows, 1);
     if (sms < 1) continue;
-    Shape s;
-    s.rows = rows;
-    s.n_tiles = n_tiles;
-    s.tiles = n_tiles * ((M + rows - 1) / rows);
+    Shape s = tiled(rows);
     s.stream_k = true;
     const long long units = (long long)s.tiles * k_iters;
     if (units >= kMaxStreamKUnits) continue;
     s.grid = int(std::min<long long>(sms, units));
     const double share = double((units + s.grid - 1) / s.grid);
-    // A CTA owning a cut tile adds the partials of the CTAs holding the rest of it: about
-    // k_iters / share of them; a run that cuts nothing combines nothing.
+    // A cut tile is summed from the partials of the ~k_iters / share CTAs holding its pieces (at
+    // least 2); a schedule that cuts no tile combines nothing.
     const bool cuts = units % s.grid != 0 || (units / s.grid) % k_iters != 0;
     const double combines = cuts ? std::max(1.0, k_iters / share) : 0.0;
     s.cost = (share + combines * stream_k_combine_stages(rows)) * stage_cost(rows);
