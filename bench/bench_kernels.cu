@@ -520,7 +520,7 @@ int main(int argc, char** argv) {
     std::map<std::tuple<int, int, int>, Series> series;  // (K, N, effective group size)
     std::map<std::tuple<int, int, int, int>, std::map<std::string, double>> at;  // + M -> kernel -> us
     for (const Record& r : records)
-      if (r.M > 16) at[{r.K, r.N, r.g > 0 ? r.g : r.K, r.M}][r.kernel] = r.us;
+      if (r.M > 16) at[{r.K, r.N, int(tl::group_size_from_marlin(r.K, r.g)), r.M}][r.kernel] = r.us;
     for (const auto& [key, t] : at) {  // M increasing within a shape (std::map order)
       auto [K, N, gs, M] = key;
       if (!t.count("marlin_asym_dequant") || !t.count("marlin_asym")) continue;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/group_size.h"
 #include "formats/atomic_output.h"
 #include "formats/file_check.h"
 
@@ -58,9 +59,11 @@ MarlinCrossovers read_crossovers(const std::string& path) {
     c.group_size = get_int(e, "group_size", 1, c.K, path, item);
     c.hopper_max_m = get_int(e, "hopper_max_m", 0, kMaxCrossoverM, path, item);
     c.dequant_min_m = get_int(e, "dequant_min_m", 0, kMaxCrossoverM, path, item);
-    if (c.K % 128 || c.N % 128) throw Error("K and N must be multiples of 128 (the Marlin gate)", path, item);
-    if (c.group_size != 128 && c.group_size != c.K)
-      throw Error("group_size must be 128 or K (the Marlin gate), got " + std::to_string(c.group_size), path, item);
+    const MarlinGate gate = marlin_gate(c.K, c.N, c.group_size);
+    if (!gate.ok)
+      throw Error("a shape the Marlin kernel cannot run (K and N must be multiples of 128, group_size must be 128 or "
+                  "K): " + gate.reason,
+                  path, item);
     if (!seen.insert({c.K, c.N, c.group_size}).second)
       throw Error("K=" + std::to_string(c.K) + " N=" + std::to_string(c.N) + " group_size=" +
                       std::to_string(c.group_size) + " is listed twice",

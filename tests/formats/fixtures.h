@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -11,10 +12,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/error.h"
 #include "core/half.h"
 #include "formats/tinyloop_file.h"
 
 namespace tl::test {
+
+// What f throws as tl::Error (its what()), or "<no error>".
+inline std::string error_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
 
 // A fresh folder under the build's test tmp dir (removed and recreated).
 inline std::string scratch(const std::string& name) {

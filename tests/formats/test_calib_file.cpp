@@ -23,10 +23,6 @@ Hessian random_h(const std::string& name, int64_t K, std::mt19937& rng) {
   for (auto& v : h.H) v = nd(rng);
   return h;
 }
-std::string msg(const std::function<void()>& f) {
-  try { f(); } catch (const Error& e) { return e.what(); }
-  return "<no error>";
-}
 }  // namespace
 
 TEST_CASE("calib: write / read round trip") {
@@ -48,7 +44,7 @@ TEST_CASE("calib: write / read round trip") {
     CHECK(g.H == h.H);
   }
   CHECK(!r.has("nope"));
-  CHECK(msg([&] { r.read("nope"); }).find("missing dataset") != std::string::npos);
+  CHECK(test::error_message([&] { r.read("nope"); }).find("missing dataset") != std::string::npos);
 }
 
 TEST_CASE("calib: the golden layout (root H + nsamples) is read as \"H\"") {
@@ -88,7 +84,7 @@ TEST_CASE("calib: bad inputs") {
     h5::write_attr(root, "nsamples", 8, p);
     H5Gclose(root);
     H5Fclose(f);
-    CHECK(msg([&] { CalibReader(p).read("H"); }) == p + ": /H: expected dtype float32");
+    CHECK(test::error_message([&] { CalibReader(p).read("H"); }) == p + ": /H: expected dtype float32");
   }
   SUBCASE("not square") {
     hid_t f = tl::h5::create_file(p, p).release();  // HDF5 1.10 format: readers require it
@@ -98,25 +94,25 @@ TEST_CASE("calib: bad inputs") {
     h5::write_attr(root, "nsamples", 8, p);
     H5Gclose(root);
     H5Fclose(f);
-    CHECK(msg([&] { CalibReader(p).read("H"); }).find("square shape [K, K], found [3, 4]") != std::string::npos);
+    CHECK(test::error_message([&] { CalibReader(p).read("H"); }).find("square shape [K, K], found [3, 4]") != std::string::npos);
   }
   SUBCASE("some other HDF5 file") {
     hid_t f = tl::h5::create_file(p, p).release();  // HDF5 1.10 format: readers require it
     H5Fclose(f);
-    CHECK(msg([&] { CalibReader r(p); }).find("not a calibration file") != std::string::npos);
+    CHECK(test::error_message([&] { CalibReader r(p); }).find("not a calibration file") != std::string::npos);
   }
   SUBCASE("NaN refused on write, nothing left behind") {
     Hessian h = random_h("w", 4, rng);
     h.H[5] = NAN;
     {
       CalibWriter w(p);
-      CHECK(msg([&] { w.write(h); }).find("w: non-finite value at flat index 5") != std::string::npos);
+      CHECK(test::error_message([&] { w.write(h); }).find("w: non-finite value at flat index 5") != std::string::npos);
     }
     CHECK(test::count_entries(dir) == 0);
   }
   SUBCASE("directory / empty file") {
-    CHECK(msg([&] { CalibReader r(dir); }).find("is a directory") != std::string::npos);
+    CHECK(test::error_message([&] { CalibReader r(dir); }).find("is a directory") != std::string::npos);
     test::spit(p, std::string());
-    CHECK(msg([&] { CalibReader r(p); }).find("empty file") != std::string::npos);
+    CHECK(test::error_message([&] { CalibReader r(p); }).find("empty file") != std::string::npos);
   }
 }

@@ -18,10 +18,6 @@ json llama() {
           {"max_position_embeddings", 8192}, {"tie_word_embeddings", false}, {"hidden_act", "silu"},
           {"rope_scaling", nullptr}};
 }
-std::string msg(const std::function<void()>& f) {
-  try { f(); } catch (const Error& e) { return e.what(); }
-  return "<no error>";
-}
 }  // namespace
 
 TEST_CASE("hf_config: llama with GQA") {
@@ -84,24 +80,24 @@ TEST_CASE("hf_config: tinyloop configs in HF names and in /config names") {
 TEST_CASE("hf_config: errors name the file and the key") {
   json g = llama();
   g["model_type"] = "gpt2";
-  CHECK(msg([&] { model_config_from_hf(g, "x/config.json"); }) ==
+  CHECK(test::error_message([&] { model_config_from_hf(g, "x/config.json"); }) ==
         "x/config.json: model_type: unsupported model_type 'gpt2' (expected llama, mistral, qwen2 or tinyloop)");
   json m = llama();
   m.erase("intermediate_size");
-  CHECK(msg([&] { model_config_from_hf(m); }).find("intermediate_size: missing key") != std::string::npos);
+  CHECK(test::error_message([&] { model_config_from_hf(m); }).find("intermediate_size: missing key") != std::string::npos);
   json r = llama();
   r["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
-  CHECK(msg([&] { model_config_from_hf(r); }).find("rope_scaling") != std::string::npos);
+  CHECK(test::error_message([&] { model_config_from_hf(r); }).find("rope_scaling") != std::string::npos);
   json k = llama();
   k["num_key_value_heads"] = 7;
-  CHECK(msg([&] { model_config_from_hf(k); }).find("config.n_kv_heads") != std::string::npos);
+  CHECK(test::error_message([&] { model_config_from_hf(k); }).find("config.n_kv_heads") != std::string::npos);
   json s = llama();
   s["hidden_size"] = "4096";
-  CHECK(msg([&] { model_config_from_hf(s); }).find("hidden_size: expected an integer") != std::string::npos);
-  CHECK(msg([&] { model_config_from_hf(json::array()); }).find("expected a JSON object") != std::string::npos);
+  CHECK(test::error_message([&] { model_config_from_hf(s); }).find("hidden_size: expected an integer") != std::string::npos);
+  CHECK(test::error_message([&] { model_config_from_hf(json::array()); }).find("expected a JSON object") != std::string::npos);
   json t = llama();
   t["model_type"] = "tinyloop";
-  CHECK(msg([&] { model_config_from_hf(t); }).find("n_pre: missing key") != std::string::npos);
+  CHECK(test::error_message([&] { model_config_from_hf(t); }).find("n_pre: missing key") != std::string::npos);
 }
 
 TEST_CASE("hf_config: read_hf_config from a file or a folder; bad files") {
@@ -110,11 +106,11 @@ TEST_CASE("hf_config: read_hf_config from a file or a folder; bad files") {
   CHECK(read_hf_config(dir).d_model == 4096);
   CHECK(read_hf_config(dir + "/config.json").n_kv_heads == 8);
   test::spit(dir + "/config.json", std::string("{\"model_type\": \"llama\", "));
-  CHECK(msg([&] { read_hf_config(dir); }) == dir + "/config.json: invalid JSON");
+  CHECK(test::error_message([&] { read_hf_config(dir); }) == dir + "/config.json: invalid JSON");
   test::spit(dir + "/config.json", std::string());
-  CHECK(msg([&] { read_hf_config(dir); }).find("empty file") != std::string::npos);
+  CHECK(test::error_message([&] { read_hf_config(dir); }).find("empty file") != std::string::npos);
   const std::string empty_dir = test::scratch("hfcfg_empty");
-  CHECK(msg([&] { read_hf_config(empty_dir); }).find("No such file") != std::string::npos);
+  CHECK(test::error_message([&] { read_hf_config(empty_dir); }).find("No such file") != std::string::npos);
 }
 
 TEST_CASE("model_config: from_json requires the structural fields, validate checks consistency") {
@@ -124,8 +120,8 @@ TEST_CASE("model_config: from_json requires the structural fields, validate chec
   from_json(j, c);
   CHECK_NOTHROW(c.validate());
   j.erase("loops");
-  CHECK(msg([&] { ModelConfig d; from_json(j, d); }).find("missing field 'loops'") != std::string::npos);
+  CHECK(test::error_message([&] { ModelConfig d; from_json(j, d); }).find("missing field 'loops'") != std::string::npos);
   c.n_loop = 2;
   c.loops = 0;
-  CHECK(msg([&] { c.validate("f"); }) == "f: config.loops: expected loops > 0 when n_loop > 0");
+  CHECK(test::error_message([&] { c.validate("f"); }) == "f: config.loops: expected loops > 0 when n_loop > 0");
 }

@@ -2,9 +2,6 @@
 // lookup the launchers' route uses, bad files.
 #include <doctest/doctest.h>
 
-#include <cstdlib>
-#include <fstream>
-#include <functional>
 #include <random>
 
 #include "core/error.h"
@@ -15,15 +12,6 @@
 using namespace tl;
 
 namespace {
-std::string msg(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 const char* kHead = R"x({"format": "tinyloop-marlin-crossovers", "version": 1, "device": "NVIDIA H200 (sm_90)", "shapes": )x";
 }  // namespace
 
@@ -89,43 +77,43 @@ TEST_CASE("crossovers: the shipped H200 table reads, and lists the Llama-2 layer
 TEST_CASE("crossovers: bad files") {
   const std::string dir = test::scratch("crossovers_bad");
   const std::string p = dir + "/c.json";
-  auto shapes = [&](const std::string& s) { write(p, std::string(kHead) + s + "}"); };
-  SUBCASE("missing file") { CHECK(msg([&] { read_crossovers(dir + "/none.json"); }).find("none.json") != std::string::npos); }
+  auto shapes = [&](const std::string& s) { test::spit(p, std::string(kHead) + s + "}"); };
+  SUBCASE("missing file") { CHECK(test::error_message([&] { read_crossovers(dir + "/none.json"); }).find("none.json") != std::string::npos); }
   SUBCASE("not JSON") {
-    write(p, "{\"format\": ");
-    CHECK(msg([&] { read_crossovers(p); }) == p + ": invalid JSON");
+    test::spit(p, "{\"format\": ");
+    CHECK(test::error_message([&] { read_crossovers(p); }) == p + ": invalid JSON");
   }
   SUBCASE("another JSON file") {
-    write(p, R"({"records": []})");
-    CHECK(msg([&] { read_crossovers(p); }).find("not a crossover table") != std::string::npos);
+    test::spit(p, R"({"records": []})");
+    CHECK(test::error_message([&] { read_crossovers(p); }).find("not a crossover table") != std::string::npos);
   }
   SUBCASE("another version") {
-    write(p, R"({"format": "tinyloop-marlin-crossovers", "version": 2, "device": "x", "shapes": []})");
-    CHECK(msg([&] { read_crossovers(p); }).find("unsupported version 2") != std::string::npos);
+    test::spit(p, R"({"format": "tinyloop-marlin-crossovers", "version": 2, "device": "x", "shapes": []})");
+    CHECK(test::error_message([&] { read_crossovers(p); }).find("unsupported version 2") != std::string::npos);
   }
   SUBCASE("no device") {
-    write(p, R"({"format": "tinyloop-marlin-crossovers", "version": 1, "shapes": []})");
-    CHECK(msg([&] { read_crossovers(p); }).find("'device'") != std::string::npos);
+    test::spit(p, R"({"format": "tinyloop-marlin-crossovers", "version": 1, "shapes": []})");
+    CHECK(test::error_message([&] { read_crossovers(p); }).find("'device'") != std::string::npos);
   }
   SUBCASE("a missing key") {
     shapes(R"([{"K": 4096, "N": 4096, "group_size": 128, "hopper_max_m": 2048}])");
-    CHECK(msg([&] { read_crossovers(p); }) == p + ": shapes[0]: missing key 'dequant_min_m'");
+    CHECK(test::error_message([&] { read_crossovers(p); }) == p + ": shapes[0]: missing key 'dequant_min_m'");
   }
   SUBCASE("a negative or fractional M") {
     shapes(R"([{"K": 4096, "N": 4096, "group_size": 128, "hopper_max_m": -1, "dequant_min_m": 256}])");
-    CHECK(msg([&] { read_crossovers(p); }).find("hopper_max_m: expected an integer in [0, ") != std::string::npos);
+    CHECK(test::error_message([&] { read_crossovers(p); }).find("hopper_max_m: expected an integer in [0, ") != std::string::npos);
     shapes(R"([{"K": 4096, "N": 4096, "group_size": 128, "hopper_max_m": 1.5, "dequant_min_m": 256}])");
-    CHECK(msg([&] { read_crossovers(p); }).find("hopper_max_m: expected an integer") != std::string::npos);
+    CHECK(test::error_message([&] { read_crossovers(p); }).find("hopper_max_m: expected an integer") != std::string::npos);
   }
   SUBCASE("a shape the Marlin gate refuses") {
     shapes(R"([{"K": 4096, "N": 4000, "group_size": 128, "hopper_max_m": 0, "dequant_min_m": 0}])");
-    CHECK(msg([&] { read_crossovers(p); }).find("multiples of 128") != std::string::npos);
+    CHECK(test::error_message([&] { read_crossovers(p); }).find("multiples of 128") != std::string::npos);
     shapes(R"([{"K": 4096, "N": 4096, "group_size": 64, "hopper_max_m": 0, "dequant_min_m": 0}])");
-    CHECK(msg([&] { read_crossovers(p); }).find("group_size must be 128 or K") != std::string::npos);
+    CHECK(test::error_message([&] { read_crossovers(p); }).find("group_size must be 128 or K") != std::string::npos);
   }
   SUBCASE("a shape listed twice") {
     shapes(R"([{"K": 4096, "N": 4096, "group_size": 128, "hopper_max_m": 0, "dequant_min_m": 0},
                {"K": 4096, "N": 4096, "group_size": 128, "hopper_max_m": 1024, "dequant_min_m": 256}])");
-    CHECK(msg([&] { read_crossovers(p); }) == p + ": shapes[1]: K=4096 N=4096 group_size=128 is listed twice");
+    CHECK(test::error_message([&] { read_crossovers(p); }) == p + ": shapes[1]: K=4096 N=4096 group_size=128 is listed twice");
   }
 }
