@@ -534,16 +534,19 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
           fd[i] = asym ? as_u32(__halves2half2(ds[0], ds[8])) : 0u;
         }
       }
+      // The stage's words for all its k16 steps at once: the wgmma bookkeeping below orders
+      // memory, so a load placed in a step would wait there, its latency exposed every step.
       const unsigned char* wq = st + T::kABytes + tl * kMarlinTileBytes + lane * 16 + wb * 4;
+      uint32_t words[kK16PerStage][NW];
+#pragma unroll
+      for (int r = 0; r < kK16PerStage; ++r) load_words<NW>(words[r], wq + r * kWRowBytes);
 #pragma unroll
       for (int r = 0; r < kK16PerStage; ++r) {
-        uint32_t words[NW];
-        load_words<NW>(words, wq + r * kWRowBytes);
         uint32_t(&fr)[NW][4] = frag[r % FB];  // 4 k16 steps per stage: r % FB is the step's buffer
 #pragma unroll
         for (int i = 0; i < NW; ++i) {
           half2 d[4];
-          dequant_word(words[i], d);
+          dequant_word(words[r][i], d);
           // wgmma's A registers {a01, a23, a45, a67} = rows (n, n + 8) x k-halves (k, k + 8):
           // the word's (k, frag 0), (k, frag 1), (k + 8, frag 0), (k + 8, frag 1).
           const half2 s0 = bcast(fs[i], 0), s1 = bcast(fs[i], 1);
@@ -582,6 +585,8 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
     // ---- Epilogue. acc[i][4 u + e]: column n = col0 + 16 (wb + i) + lane/4 (+ 8 for e >= 2),
     // token m = m0 + 8 u + 2 (lane % 4) (+ 1 for odd e). ----
     const int m0 = mt * T::kRows;
+    // One quad of lane `lanex`'s layout, element by element (the split's combine, where a thread
+    // sums quads of other lanes).
     auto store = [&](int col, int u, int lanex, float x, float y, float z, float v) {
       const int m = m0 + 8 * u + 2 * (lanex % 4);
       __half* out = p.C + size_t(m) * p.N + col;
@@ -594,14 +599,34 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         out[p.N + 8] = __float2half_rn(v);
       }
     };
+    // The same quad as store() for this thread's own lane, in pairs of columns: a thread holds
+    // two tokens of its column n, the lane 4 apart the same tokens of n ^ 1; they trade one
+    // half2 (shfl.xor 4), then the even lane writes token m's (n, n + 1) and (n + 8, n + 9), the
+    // odd one token m + 1's. Half the stores of store(), 4 bytes each (and half the addresses
+    // live at once). The whole warp calls it (the exchange), rows past M are not written.
+    auto store_pair = [&](int col, int u, float x, float y, float z, float v) {
+      const int odd = (lane >> 2) & 1;
+      const half2 send = odd ? __floats2half2_rn(x, z) : __floats2half2_rn(y, v);
+      const half2 got = as_half2(__shfl_xor_sync(0xffffffffu, as_u32(send), 4));
+      const half2 lo = odd ? __halves2half2(__low2half(got), __float2half_rn(y))
+                           : __halves2half2(__float2half_rn(x), __low2half(got));
+      const half2 hi = odd ? __halves2half2(__high2half(got), __float2half_rn(v))
+                           : __halves2half2(__float2half_rn(z), __high2half(got));
+      const int m = m0 + 8 * u + 2 * (lane % 4) + odd;
+      if (m < p.M) {
+        half2* out = reinterpret_cast<half2*>(p.C + size_t(m) * p.N + col - odd);
+        out[0] = lo;
+        out[4] = hi;
+      }
+    };
     auto store_all = [&]() {  // this thread's accumulators into C
       if (mine)
 #pragma unroll
         for (int i = 0; i < NW; ++i)
 #pragma unroll
           for (int u = 0; u < T::kAcc / 4; ++u)
-            store(col0 + 16 * (wb + i) + lane / 4, u, lane, acc[i][4 * u], acc[i][4 * u + 1], acc[i][4 * u + 2],
-                  acc[i][4 * u + 3]);
+            store_pair(col0 + 16 * (wb + i) + lane / 4, u, acc[i][4 * u], acc[i][4 * u + 1], acc[i][4 * u + 2],
+                       acc[i][4 * u + 3]);
     };
     // Quad (i, u) of this thread: slot (i * kAcc / 4 + u) * 128 + tid of a partial buffer.
     auto park = [&](float4* part) {
@@ -660,7 +685,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         if (mine)
 #pragma unroll
           for (int u = 0; u < T::kAcc / 4; ++u)
-            store(col0 + 16 * (wb + i) + lane / 4, u, lane, sum[u].x, sum[u].y, sum[u].z, sum[u].w);
+            store_pair(col0 + 16 * (wb + i) + lane / 4, u, sum[u].x, sum[u].y, sum[u].z, sum[u].w);
       }
       if (tid == 0) atomicExch(counter, 0);
     };
