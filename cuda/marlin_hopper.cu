@@ -513,6 +513,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
     constexpr int FB = T::kFragBufs;
     uint32_t frag[FB][NW][4];
     int prev_stage = -1;
+    int loaded_group = -1;  // the group whose scales and deltas fs, fd hold
     constexpr int kStep = KI ? 2 : 1;  // this consumer's stages: every one, or every other one
     if constexpr (KI) {  // where this consumer's first stage of the tile sits
       const uint32_t first = seq0 + uint32_t(c);
@@ -522,10 +523,16 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
     for (int it = kb + (KI ? c : 0); it < ke; it += kStep) {
       mbar_wait(&full[stage], phase);
       const unsigned char* st = smem + stage * T::kStageBytes;
-      if (grouped) {
-        // The stage's group: the 64-column permutation of the Marlin scales puts lane/4's 8
-        // column scales in one 16-byte word, word i's two (n, n + 8) in its 32-bit part wb + i;
-        // deltas are in natural order.
+      // Every stage holds its group's scales and deltas. A consumer that takes every stage keeps
+      // the last group's in registers while the group lasts (2 stages of 64 k): read every
+      // stage, the deltas' 2-byte loads cost the 128-token tiles up to 6 % (H200, asymmetric,
+      // M >= 256); the k-interleaved consumers see a new group every stage.
+      const int group = it * kStageK / kMarlinGroupSizes[0];
+      if (grouped && (KI || group != loaded_group)) {
+        // The 64-column permutation of the Marlin scales puts lane/4's 8 column scales in one
+        // 16-byte word, word i's two (n, n + 8) in its 32-bit part wb + i; deltas are in
+        // natural order.
+        loaded_group = group;
         const __half* ss = reinterpret_cast<const __half*>(st + T::kABytes + kWStageBytes);
         load_words<NW>(fs, ss + tl * 64 + 8 * (lane / 4) + 2 * wb);
 #pragma unroll

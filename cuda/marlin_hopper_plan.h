@@ -20,10 +20,12 @@ constexpr int kMaxSplit = 8;  // the portable cluster size
 // A split's combine (park, two cluster barriers, sum a share through DSMEM) costs about this
 // many stages of streaming (measured on the H200: docs/perf.md).
 constexpr double kSplitCostStages = 2.0;
-// Stream-K's combine per tile a CTA adds partials to, in stages of the variant (fitted to one
-// H200 A/B call, docs/perf.md): 32-64-token tiles park 16-32 KB; a 128-token tile's two
-// consumers 128 KB, which the last piece reads back whole, serially.
-inline double stream_k_combine_stages(int rows) { return rows <= 64 ? 2.0 : 17.4; }
+// Stream-K's combine per tile a CTA adds partials to, in stages of the variant (fitted to H200
+// A/B calls, docs/perf.md): 32-64-token tiles park 16-32 KB; a 128-token tile's two consumers
+// 128 KB, which the last piece reads back. (The first fit, 17.4 for 128 tokens, kept 128-token
+// stream-K off at M = 128-512, where A/B runs of 4.0 gained 1-19 % on 6 of the 7 layer shapes
+// it switches and lost 4 % on the seventh, 7B qkv at M = 256.)
+inline double stream_k_combine_stages(int rows) { return rows <= 64 ? 2.0 : 4.0; }
 // Stream-K replaces the whole-tile grid only when the model has it this much cheaper: where it
 // is within a few percent the measured result was worse (large M: CTAs on tiles far apart in
 // the raster share less of A and W in L2), and the model does not see that.
