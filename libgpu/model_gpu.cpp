@@ -93,6 +93,8 @@ struct GpuModel::Impl {
   DevBuf embed, final_norm;
   std::vector<std::unique_ptr<GpuBlock>> pre, loop;
   GpuLinear head;
+  // The launchers' options as a runtime sets them (read once: the environment's overrides).
+  const cuda::KernelOptions runtime_options = cuda::kernel_options_from_env();
   // Activations for the current batch.
   int64_t rows = 0;
   int T = 0;
@@ -180,8 +182,10 @@ struct GpuModel::Impl {
     const cuda::DeviceQuantWeight& w =
         p == GpuPath::kFp16 ? l.w_fp16 : p == GpuPath::kNative ? l.w_native : l.w_marlin;
     // The weight's view picks the kernel; Marlin only for the Marlin path (the view of a
-    // weight that has no Marlin section is its native one).
-    cuda::KernelOptions options;
+    // weight that has no Marlin section is its native one). The Marlin path dispatches as a
+    // runtime does (kernel_options_from_env: the decode kernel, the Hopper kernel, the floor by
+    // M), so the forward's drift is that of the kernels a user gets.
+    cuda::KernelOptions options = runtime_options;
     options.use_marlin = p == GpuPath::kMarlin;
     int rc = cuda::kOk;
     cuda::quant_gemm(w, X, Y, M, nullptr, options, &rc);

@@ -144,6 +144,15 @@ TEST_CASE("model gpu: every path's logits match the CPU forward (GQA, loop block
       CHECK(st.dispatches[int(tl::cuda::GemmPath::kNativeInt4)] == 1);
       REQUIRE(st.fallbacks.count("no marlin pack") == 1);
       CHECK(st.fallbacks.at("no marlin pack") == 1);
+      // The forward dispatches as a runtime does (kernel_options_from_env): its 135 rows go to
+      // the Hopper kernel where the GPU has it, else to the tiled kernel (below the floor's
+      // crossover), never to the decode kernel.
+      int device = 0;
+      REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+      const char* want = tl::cuda::hopper_kernel_available(device) ? "hopper" : "tiled";
+      INFO("marlin kernels: " << st.marlin_kernels.size());
+      REQUIRE(st.marlin_kernels.count(want) == 1);
+      CHECK(st.marlin_kernels.at(want) == 15);
     }
   }
 }

@@ -61,17 +61,18 @@ TEST_CASE("crossovers: round trip and lookup") {
   CHECK(r.find(4096, 4096, 128) == nullptr);
 }
 
-TEST_CASE("crossovers: the shipped H200 table reads, and lists the Llama-2 layers once each") {
+TEST_CASE("crossovers: the shipped H200 table reads, and lists the Llama-2 layers once per group size") {
   const MarlinCrossovers t = read_crossovers(std::string(TL_DATA_DIR) + "/crossovers-h200.json");
   CHECK(t.device == "NVIDIA H200 (sm_90)");
-  CHECK(t.shapes.size() == 8);
+  CHECK(t.shapes.size() == 16);
   for (auto [K, N] : {std::pair{4096, 12288}, {4096, 4096}, {4096, 22016}, {11008, 4096}, {8192, 10240}, {8192, 8192},
-                      {8192, 57344}, {28672, 8192}}) {
-    const MarlinCrossover* c = t.find(K, N, 128);
-    REQUIRE_MESSAGE(c != nullptr, K << " x " << N);
-    // The route hands the Hopper kernel to the floor only where the floor is on (tune keeps it so).
-    CHECK((c->hopper_max_m == 0 || (c->dequant_min_m > 0 && c->dequant_min_m <= c->hopper_max_m)));
-  }
+                      {8192, 57344}, {28672, 8192}})
+    for (int g : {128, K}) {  // grouped and per column
+      const MarlinCrossover* c = t.find(K, N, g);
+      REQUIRE_MESSAGE(c != nullptr, K << " x " << N << " g " << g);
+      // The route hands the Hopper kernel to the floor only where the floor is on (tune keeps it so).
+      CHECK((c->hopper_max_m == 0 || (c->dequant_min_m > 0 && c->dequant_min_m <= c->hopper_max_m)));
+    }
 }
 
 TEST_CASE("crossovers: bad files") {
