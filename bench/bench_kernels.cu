@@ -5,7 +5,9 @@
 // asymmetric), what the runtime's options dispatch to, the correction pair (a_group_sum +
 // correction_accum), native int4_gemm and cuBLAS
 // (cublasGemmEx, fp16 in/out, fp32 accumulation). Each time is the median of many runs timed
-// with CUDA events, the L2 flushed before every run so weights come from HBM. The flush READS a
+// with CUDA events, a point's kernels in interleaved rounds (every kernel once per round, so
+// none is timed on a GPU the others warmed), the L2 flushed before every run so weights come
+// from HBM. The flush READS a
 // 2 x L2 buffer: a memset would leave the L2 full of dirty lines whose write-back (up to 60 MB)
 // is then billed to the kernel being timed.
 // Prints a table and a summary, writes JSON. Exit 77 without a suitable GPU.
@@ -166,26 +168,45 @@ struct Timer {
   cudaEvent_t start, stop;
   int max_reps;
 
-  // Median time in microseconds of launch(); L2 flushed before each run.
-  double median_us(const std::function<int()>& launch) {
-    CHECK_RC(launch());  // warm-up (module load, handle creation, scratch growth)
+  // Median time in microseconds of each of `launches`, timed in rounds: one run of every launch
+  // per round, the L2 flushed before each run, so that all of them see the GPU in the same
+  // state. (Timed one kernel after another, the later rows of a point ran on a GPU warmed by the
+  // earlier ones: on the H200 at M >= 1024 the floor's launcher came out 5-9 % slower as the
+  // runtime row, timed last, than as its own row, docs/perf.md.) Each timed run follows an
+  // untimed one of the same launch (then the flush), so its code is in the SMs' instruction
+  // caches as in a run of repeats: cold, the Hopper kernel's first run after the others took
+  // up to 4.5 us longer at M <= 64. Rounds: as many as fit the time budget of all the points
+  // (kTargetMsPerPoint each), within [kMinReps, max_reps].
+  std::vector<double> medians_us(const std::vector<std::function<int()>>& launches) {
+    for (const auto& launch : launches) CHECK_RC(launch());  // warm-up (module load, handles, scratch)
     CHECK_CUDA(cudaStreamSynchronize(stream));
-    std::vector<float> ms;
+    std::vector<std::vector<float>> ms(launches.size());
     int reps = max_reps;
     for (int r = 0; r < reps; ++r) {
-      l2_flush_read<<<1024, 256, 0, stream>>>(static_cast<const int4*>(flush), flush_bytes / 16,
-                                              static_cast<int*>(flush));
-      CHECK_CUDA(cudaEventRecord(start, stream));
-      CHECK_RC(launch());
-      CHECK_CUDA(cudaEventRecord(stop, stream));
-      CHECK_CUDA(cudaEventSynchronize(stop));
-      float t = 0;
-      CHECK_CUDA(cudaEventElapsedTime(&t, start, stop));
-      ms.push_back(t);
-      if (r == 0) reps = std::clamp(int(kTargetMsPerPoint / std::max(t, 1e-3f)), kMinReps, max_reps);
+      float round_ms = 0;
+      for (size_t k = 0; k < launches.size(); ++k) {
+        CHECK_RC(launches[k]());  // untimed: the code into the instruction caches
+        l2_flush_read<<<1024, 256, 0, stream>>>(static_cast<const int4*>(flush), flush_bytes / 16,
+                                                static_cast<int*>(flush));
+        CHECK_CUDA(cudaEventRecord(start, stream));
+        CHECK_RC(launches[k]());
+        CHECK_CUDA(cudaEventRecord(stop, stream));
+        CHECK_CUDA(cudaEventSynchronize(stop));
+        float t = 0;
+        CHECK_CUDA(cudaEventElapsedTime(&t, start, stop));
+        ms[k].push_back(t);
+        round_ms += t;
+      }
+      if (r == 0)
+        reps = std::clamp(int(kTargetMsPerPoint * double(launches.size()) / std::max(round_ms, 1e-3f)), kMinReps,
+                          max_reps);
     }
-    std::sort(ms.begin(), ms.end());
-    return 1e3 * ms[ms.size() / 2];
+    std::vector<double> us;
+    for (auto& m : ms) {
+      std::sort(m.begin(), m.end());
+      us.push_back(1e3 * m[m.size() / 2]);
+    }
+    return us;
   }
 };
 
@@ -266,7 +287,6 @@ int main(int argc, char** argv) {
   const int max_m = *std::max_element(opt.ms.begin(), opt.ms.end());
 
   std::vector<Record> records;
-  std::map<std::pair<std::string, int>, double> cublas_us;  // (layer key, M) -> us
   uint64_t seed = uint64_t(now);
   std::printf("\n%-4s %-8s %-12s %5s %4s | %9s | %9s %6s | %9s %6s | %9s %6s | %9s %6s | %9s %6s | %8s | %9s %6s | %7s %7s | %s\n",
               "set", "layer", "KxN", "M", "g", "cuBLAS us", "marlin us", "x", "asym us", "x", "dequant us", "x",
@@ -377,18 +397,29 @@ int main(int argc, char** argv) {
 
       // ---- timing ----
       for (int M : opt.ms) {
-        const auto ck = std::make_pair(key, M);
-        if (!cublas_us.count(ck)) cublas_us[ck] = timer.median_us([&] { return cublas(M, w_hat, C_ref); });
-        const double t_cublas = cublas_us[ck];
-        const double t_marlin = timer.median_us([&] { return marlin(M); });
-        const double t_asym = timer.median_us([&] { return asym(M); });
-        const double t_pair = timer.median_us([&] { return pair(M); });
-        const double t_native = M <= opt.native_max_m ? timer.median_us([&] { return native(M); }) : NAN;
-        const double t_dq = M > 16 ? timer.median_us([&] { return asym_dq(M); }) : NAN;
+        // The point's kernels, timed together in rounds (Timer::medians_us); NaN: not run here.
+        double t_cublas = NAN, t_marlin = NAN, t_asym = NAN, t_pair = NAN, t_native = NAN, t_dq = NAN, t_hop = NAN,
+               t_asym_hop = NAN, t_rt = NAN;
+        std::vector<std::function<int()>> runs;
+        std::vector<double*> into;
+        auto time = [&](double* t, std::function<int()> run) {
+          into.push_back(t);
+          runs.push_back(std::move(run));
+        };
         const bool hop = M > 16 && path_of(M, hop_opt) == "hopper";
-        const double t_hop = hop ? timer.median_us([&] { return marlin_hop(M); }) : NAN;
-        const double t_asym_hop = hop ? timer.median_us([&] { return asym_hop(M); }) : NAN;
-        const double t_rt = timer.median_us([&] { return asym_rt(M); });
+        time(&t_cublas, [&] { return cublas(M, w_hat, C_ref); });
+        time(&t_marlin, [&] { return marlin(M); });
+        time(&t_asym, [&] { return asym(M); });
+        time(&t_pair, [&] { return pair(M); });
+        if (M <= opt.native_max_m) time(&t_native, [&] { return native(M); });
+        if (M > 16) time(&t_dq, [&] { return asym_dq(M); });
+        if (hop) {
+          time(&t_hop, [&] { return marlin_hop(M); });
+          time(&t_asym_hop, [&] { return asym_hop(M); });
+        }
+        time(&t_rt, [&] { return asym_rt(M); });
+        const std::vector<double> us = timer.medians_us(runs);
+        for (size_t k = 0; k < us.size(); ++k) *into[k] = us[k];
         const double flop = 2.0 * M * double(L.N) * L.K;
         const double int4_bytes = double(kn) / 2 + 2.0 * gn;
         auto add = [&](const char* kernel, double us, double bytes, std::string path = "") {

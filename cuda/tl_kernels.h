@@ -57,9 +57,11 @@ struct KernelOptions {
 constexpr size_t kDequantScratchBytes = size_t(64) << 20;
 // M from which the dequantize + cuBLAS floor beats the tiled kernel on the H200 (docs/perf.md).
 constexpr int kDefaultDequantMinM = 256;
-// M from which the floor beats the Hopper kernel on the H200: every layer of both sets at
-// M = 4096, none but two at M = 1024 (docs/perf.md).
-constexpr int kDefaultHopperMaxM = 2048;
+// M from which the floor beats the Hopper kernel on the H200 (docs/perf.md, third pass,
+// asymmetric): at M = 4096 on both sets and group sizes; at M = 2048 the Hopper kernel is ahead
+// on both (sums over the 4 layers; per layer three 7B shapes at g = 128 hand over at 2048,
+// which a crossover table records).
+constexpr int kDefaultHopperMaxM = 4096;
 // The options as the environment variables above set them (unset: the defaults).
 KernelOptions kernel_options_from_env();
 // Installs a crossover table in *options if it was measured on the current device (its device
