@@ -178,14 +178,12 @@ struct Timer {
   // up to 4.5 us longer at M <= 64. Rounds: as many as fit the time budget of all the points
   // (kTargetMsPerPoint each), within [kMinReps, max_reps].
   std::vector<double> medians_us(const std::vector<std::function<int()>>& launches) {
-    for (const auto& launch : launches) CHECK_RC(launch());  // warm-up (module load, handles, scratch)
-    CHECK_CUDA(cudaStreamSynchronize(stream));
     std::vector<std::vector<float>> ms(launches.size());
     int reps = max_reps;
     for (int r = 0; r < reps; ++r) {
       float round_ms = 0;
       for (size_t k = 0; k < launches.size(); ++k) {
-        CHECK_RC(launches[k]());  // untimed: the code into the instruction caches
+        CHECK_RC(launches[k]());  // untimed: module load, handles, scratch; the code into the caches
         l2_flush_read<<<1024, 256, 0, stream>>>(static_cast<const int4*>(flush), flush_bytes / 16,
                                                 static_cast<int*>(flush));
         CHECK_CUDA(cudaEventRecord(start, stream));

@@ -93,6 +93,9 @@ using namespace marlin_dev;
 using hopper::kTileN;                            // columns per CTA tile: 4 Marlin tiles of 64
 using hopper::kStageK;                          // k per stage: one 128-byte swizzle row per token
 constexpr int kK16PerStage = kStageK / 16;
+// The scale group of stage `it` of a tile (grouped weights: one group of 128 k per 2 stages).
+constexpr int kGroupK = kMarlinGroupSizes[0];
+__host__ __device__ constexpr int stage_group(int it) { return it * kStageK / kGroupK; }
 constexpr int kMarlinTileBytes = 512;           // one 16 x 64 Marlin tile: 32 lanes x 16 bytes
 constexpr int kWRowBytes = 4 * kMarlinTileBytes;  // a k16 row of the CTA tile: 2 KB, contiguous
 constexpr int kWStageBytes = kK16PerStage * kWRowBytes;
@@ -449,7 +452,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         tma_load_2d(st, &maps.a, it * kStageK, mt * T::kRows, &full[stage], a_policy);
         tma_load_3d(st + T::kABytes, &maps.w, 0, nt * 2, it * kK16PerStage, &full[stage], w_policy);
         if (grouped) {
-          const int g = it * kStageK / kMarlinGroupSizes[0];
+          const int g = stage_group(it);
           unsigned char* s_dst = st + T::kABytes + kWStageBytes;
           tma_load_2d(s_dst, &maps.s, nt * kTileN, g, &full[stage], keep);
           if (asym) tma_load_2d(s_dst + kTileN * 2, &maps.delta, nt * kTileN, g, &full[stage], keep);
@@ -527,7 +530,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
       // the last group's in registers while the group lasts (2 stages of 64 k): read every
       // stage, the deltas' 2-byte loads cost the 128-token tiles up to 6 % (H200, asymmetric,
       // M >= 256); the k-interleaved consumers see a new group every stage.
-      const int group = it * kStageK / kMarlinGroupSizes[0];
+      const int group = stage_group(it);
       if (grouped && (KI || group != loaded_group)) {
         // The 64-column permutation of the Marlin scales puts lane/4's 8 column scales in one
         // 16-byte word, word i's two (n, n + 8) in its 32-bit part wb + i; deltas are in
