@@ -94,6 +94,9 @@ KernelOptions kernel_options_from_env() {
   o.hopper_max_m = kDefaultHopperMaxM;
   if (const char* v = std::getenv("TL_MARLIN_HOPPER_MAX_M")) o.hopper_max_m = std::max(0, std::atoi(v));
   if (const char* v = std::getenv("TL_MARLIN_DEQUANT_MIN_M")) o.dequant_min_m = std::max(0, std::atoi(v));
+  // Tuning runs: the Hopper kernel's k split forced (1..8), stream-K forced (1) or ruled out (-1).
+  if (const char* v = std::getenv("TL_MARLIN_HOPPER_SPLIT")) o.hopper_split = std::clamp(std::atoi(v), 0, 8);
+  if (const char* v = std::getenv("TL_MARLIN_HOPPER_STREAM_K")) o.hopper_stream_k = std::clamp(std::atoi(v), -1, 1);
   return o;
 }
 

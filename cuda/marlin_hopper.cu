@@ -32,8 +32,7 @@
 //        +-------------+-------------+        +---------------------------+
 //   every weight decoded once, feeding        at 32-64 tokens one chain of shared loads ->
 //   128 tokens; wide wgmma                    dequant -> wgmma per k16 is latency-bound: two
-//                                             chains in flight (and 4 k16 steps of wgmma in
-//                                             flight at 32 tokens: fragment buffers)
+//                                             chains in flight
 //
 //   producer warpgroup: one thread issues, per stage of 64 k, one tensor copy per operand: A
 //   (BM x 64 halves, 128-byte swizzle: wgmma's canonical K-major layout, rows past M zeros),
@@ -68,6 +67,7 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "core/group_size.h"
 #include "cuda/cuda_check.h"
@@ -119,11 +119,11 @@ struct Cfg {
   static constexpr int kStageBytes = kABytes + kWStageBytes + kSStageBytes;
   static constexpr int kAcc = BM / 2;           // fp32 accumulators per thread per wgmma
   // Fragment buffers: k16 steps whose wgmmas may be in flight at once (wgmma.wait_group
-  // kFragBufs - 1). A register-sourced wgmma holds its A registers until it retires, and at 32
-  // tokens one group's latency is several times its tensor time: 4 in flight there. With 128
-  // accumulators per thread (64 and 128 tokens) 2 buffers are what fits without spilling; the
-  // 128-token tiles have two consumers to overlap.
-  static constexpr int kFragBufs = KI && NW * kAcc <= 64 ? 4 : 2;
+  // kFragBufs - 1). A register-sourced wgmma holds its A registers until it retires. Two: with
+  // 128 accumulators per thread (64 and 128 tokens) that is what fits without spilling, and at
+  // 32 tokens four buffers were 1.5-2.5 % slower than two (H200 A/B, docs/perf.md) -- the two
+  // consumers overlap each other's waits.
+  static constexpr int kFragBufs = 2;
   static_assert(kK16PerStage % kFragBufs == 0, "a stage's k16 steps map onto the buffers");
   // The k split over a cluster, and the k-interleaved consumers' sum, need a partial tile of
   // their own in shared memory (the stages keep streaming the next tile meanwhile): one
@@ -185,16 +185,30 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
                : "memory");
 }
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 // Spins until the phase with parity `parity` of the barrier has completed (SEM: the wait's
-// memory semantics, empty for the default acquire at CTA scope).
+// memory semantics, empty for the default acquire at CTA scope). One thread (the producer).
 #define TL_MBAR_WAIT(SEM)                                                                        \
   "{\n.reg .pred done;\nWAIT_%=:\nmbarrier.try_wait.parity" SEM ".shared::cta.b64 done, [%0], %1;\n" \
   "@!done bra WAIT_%=;\n}\n"
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   asm volatile(TL_MBAR_WAIT("") ::"r"(smem_u32(bar)), "r"(parity) : "memory");
+}
+// The same wait for whole warps (the consumers): each lane tries until the warp's vote says all
+// have seen the phase complete. A spin inside the asm is a branch the compiler cannot see is
+// warp-uniform, and after it nothing of a consumer's stage walk counted as uniform: the wgmma
+// descriptors' address arithmetic ran in vector registers and reached the instruction through
+// R2UR (the 128-token loop, with the warpgroup broadcast of the kernel's first lines: 227
+// instructions per stage with the asm spin, 214 with the vote).
+#define TL_MBAR_TRY(SEM) \
+  "{\n.reg .pred done;\nmbarrier.try_wait.parity" SEM ".shared::cta.b64 done, [%1], %2;\nselp.u32 %0, 1, 0, done;\n}\n"
+__device__ __forceinline__ void mbar_wait_warp(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(TL_MBAR_TRY("") : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (__any_sync(0xffffffffu, done == 0));
 }
 
 // The cluster-scope pair of the split's combine: arrive (release) on the barrier at the same
@@ -207,10 +221,14 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank
       "r"(rank)
       : "memory");
 }
-__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
-  asm volatile(TL_MBAR_WAIT(".acquire.cluster") ::"r"(smem_u32(bar)), "r"(parity) : "memory");
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {  // whole warps
+  uint32_t done = 0;
+  do {
+    asm volatile(TL_MBAR_TRY(".acquire.cluster") : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
+  } while (__any_sync(0xffffffffu, done == 0));
 }
 #undef TL_MBAR_WAIT
+#undef TL_MBAR_TRY
 
 // The box of a tensor map at coordinates {c0, c1(, c2)} into shared memory, completing on `bar`
 // (the whole box counts, elements out of bounds arrive as zeros), with an L2 policy.
@@ -276,10 +294,11 @@ __device__ __forceinline__ void cluster_barrier() {
 }
 
 // Named barrier kId (0 is __syncthreads) over kThreads consumer threads: 1 and 2 for the
-// k-interleaved consumers' hand-over.
+// k-interleaved consumers' hand-over. Not .aligned (bar.sync is): the two consumers run copies
+// of their body of their own (consume<0>, consume<1>), so they meet at different instructions.
 template <int kId, int kThreads>
 __device__ __forceinline__ void named_barrier() {
-  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
+  asm volatile("barrier.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
 }
 // The 128 threads of consumer warpgroup cw alone (barriers 3 and 4): stream-K's combine.
 __device__ __forceinline__ void consumer_barrier(int cw) {
@@ -290,12 +309,16 @@ __device__ __forceinline__ void consumer_barrier(int cw) {
 }
 
 // Shared-memory descriptor of a K-major operand in the 128-byte swizzle layout that the tensor
-// copy writes: rows of 128 bytes, 8-row groups 1024 bytes apart (stride byte offset), the leading
-// byte offset unused for this layout (1), swizzle mode 1 (128 B) in bits 62-63.
-__device__ __forceinline__ uint64_t smem_desc_sw128(const void* p) {
-  const uint64_t addr = smem_u32(p);
-  return ((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+// copy writes: the start address in 16-byte units (bits 0-13), the leading byte offset unused
+// for this layout (1, bits 16-29), rows of 128 bytes in 8-row groups 1024 bytes apart (stride
+// byte offset, bits 32-45), swizzle mode 1 (128 B) in bits 62-63. Split in words: the low one
+// per stage; a k16 step 32 bytes into the rows adds 2 to it (no carry: shared addresses are
+// below 2^18), the high one is a constant.
+__device__ __forceinline__ uint32_t smem_desc_sw128_lo(uint32_t shared_addr) {
+  return ((shared_addr & 0x3FFFF) >> 4) | (1u << 16);
 }
+constexpr uint32_t kDescSw128Hi = (1024 >> 4) | (1u << 30);
+__device__ __forceinline__ uint64_t smem_desc(uint32_t lo) { return (uint64_t(kDescSw128Hi) << 32) | lo; }
 
 // D[64 x BN] += A[64 x 16] (registers, this warp's 16 rows) * B[16 x BN] (shared, K-major).
 // One instruction per shape (the accumulators are BN / 2 named registers); scale-d is always 1
@@ -328,17 +351,26 @@ TL_WGMMA_RS(128, "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17
 #undef TL_WGMMA_RS
 #undef TL_ACC8
 
-// NW consecutive 32-bit words from shared memory (NW = 4: one 16-byte load, 2: one 8-byte load).
+// Loads from a 32-bit shared-memory address: the consumers address a stage from one base and
+// offsets of their own computed once (through generic pointers the loop had 5 to 6 address
+// instructions per stage more). NW consecutive 32-bit words (NW = 4: one 16-byte load, 2: one
+// 8-byte load).
 template <int NW>
-__device__ __forceinline__ void load_words(uint32_t (&v)[NW], const void* p) {
+__device__ __forceinline__ void load_words(uint32_t (&v)[NW], uint32_t addr) {
   if constexpr (NW == 4) {
-    const int4 q = *reinterpret_cast<const int4*>(p);
-    v[0] = uint32_t(q.x), v[1] = uint32_t(q.y), v[2] = uint32_t(q.z), v[3] = uint32_t(q.w);
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+                 : "r"(addr));
   } else {
     static_assert(NW == 2, "2 or 4 words");
-    const int2 q = *reinterpret_cast<const int2*>(p);
-    v[0] = uint32_t(q.x), v[1] = uint32_t(q.y);
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v[0]), "=r"(v[1]) : "r"(addr));
   }
+}
+// Two halves 16 bytes apart (columns n and n + 8) as one half2 register.
+__device__ __forceinline__ uint32_t load_half_pair(uint32_t addr) {
+  unsigned short lo, hi;
+  asm volatile("ld.shared.u16 %0, [%2];\nld.shared.u16 %1, [%2+16];\n" : "=h"(lo), "=h"(hi) : "r"(addr));
+  return uint32_t(lo) | (uint32_t(hi) << 16);
 }
 
 #endif  // TL_HOPPER_DEVICE
@@ -400,7 +432,8 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   // 1024-aligned.
   unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
 
-  const int wg = threadIdx.x / 128;
+  // The warpgroup, broadcast from lane 0: the compiler then knows it is the same in a warp.
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
   const bool grouped = p.grouped != 0;
   const bool asym = p.delta != nullptr;
   const int split = p.split;
@@ -475,295 +508,322 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
 
   // ---- Consumer warpgroups. ----
   setmaxnreg_inc<T::kConsumerRegs>();
-  const int c = wg - 1;                       // which 64 x NW columns of the tile (KI: which stages)
-  const int tid = threadIdx.x % 128;
-  const int w = tid / 32, lane = tid % 32;
-  // Warp w decodes words wb .. wb + NW - 1 of its lane's piece of Marlin tile 4 nt + tl:
-  // 16-column blocks wb.. of that tile, its 16-row share of wgmma 0 .. NW-1.
-  const int tl = (KI ? 0 : c * NW) + (w * NW) / 4, wb = (w * NW) % 4;
-  float acc[NW][T::kAcc];
-  // The thread's column scales and deltas, two columns (n, n + 8) per register: word i's.
-  uint32_t fs[NW], fd[NW];
-  auto bcast = [](uint32_t v, int hi) {  // one half of v in both lanes of a half2
-    const half2 h = as_half2(v);
-    return hi ? __high2half2(h) : __low2half2(h);
-  };
-  // Stage s of the CTA's sequence (both consumers' stages, in the producer's order) sits in
-  // buffer s % S, filled for the (s / S)-th time.
-  uint32_t seq0 = 0, round = 0;
-  int stage = 0;
-  uint32_t phase = 0;
-
-  for_each_piece(p, tile_first, tile_step, split_kb, split_ke, [&](int tile, int kb, int ke) {
-    int mt = 0, nt = 0;
-    tile_coords(tile, p.n_tiles, p.m_tiles, &mt, &nt);
-    const int t64 = nt * 4 + tl;
-    const bool mine = t64 < n_valid64;        // false past a ragged N % 256 edge
-    const int col0 = t64 * 64;                // the 64 columns of this warp's Marlin tile
-#pragma unroll
-    for (int i = 0; i < NW; ++i)
-#pragma unroll
-      for (int e = 0; e < T::kAcc; ++e) acc[i][e] = 0.f;
-    if (!grouped) {
-      // Per column: the thread's factors once per tile ((q - 8) * s + delta per weight).
-#pragma unroll
-      for (int i = 0; i < NW; ++i) {
-        const int n = min(col0 + 16 * (wb + i) + lane / 4, p.N - 1), n1 = min(n + 8, p.N - 1);
-        fs[i] = as_u32(__halves2half2(p.s[per_column_scale_index(n)], p.s[per_column_scale_index(n1)]));
-        fd[i] = asym ? as_u32(__halves2half2(p.delta[n], p.delta[n1])) : 0u;
-      }
-    }
-    constexpr int FB = T::kFragBufs;
-    uint32_t frag[FB][NW][4];
-    int prev_stage = -1;
-    int loaded_group = -1;  // the group whose scales and deltas fs, fd hold
-    constexpr int kStep = KI ? 2 : 1;  // this consumer's stages: every one, or every other one
-    if constexpr (KI) {  // where this consumer's first stage of the tile sits
-      const uint32_t first = seq0 + uint32_t(c);
-      stage = int(first % S);
-      phase = (first / S) & 1;
-    }
-    for (int it = kb + (KI ? c : 0); it < ke; it += kStep) {
-      mbar_wait(&full[stage], phase);
-      const unsigned char* st = smem + stage * T::kStageBytes;
-      // Every stage holds its group's scales and deltas. A consumer that takes every stage keeps
-      // the last group's in registers while the group lasts (2 stages of 64 k): read every
-      // stage, the deltas' 2-byte loads cost the 128-token tiles up to 6 % (H200, asymmetric,
-      // M >= 256); the k-interleaved consumers see a new group every stage.
-      const int group = stage_group(it);
-      if (grouped && (KI || group != loaded_group)) {
-        // The 64-column permutation of the Marlin scales puts lane/4's 8 column scales in one
-        // 16-byte word, word i's two (n, n + 8) in its 32-bit part wb + i; deltas are in
-        // natural order.
-        loaded_group = group;
-        const __half* ss = reinterpret_cast<const __half*>(st + T::kABytes + kWStageBytes);
-        load_words<NW>(fs, ss + tl * 64 + 8 * (lane / 4) + 2 * wb);
-#pragma unroll
-        for (int i = 0; i < NW; ++i) {
-          const __half* ds = ss + kTileN + tl * 64 + 16 * (wb + i) + lane / 4;
-          fd[i] = asym ? as_u32(__halves2half2(ds[0], ds[8])) : 0u;
-        }
-      }
-      // The stage's words for all its k16 steps at once: the wgmma bookkeeping below orders
-      // memory, so a load placed in a step would wait there, its latency exposed every step.
-      const unsigned char* wq = st + T::kABytes + tl * kMarlinTileBytes + lane * 16 + wb * 4;
-      uint32_t words[kK16PerStage][NW];
-#pragma unroll
-      for (int r = 0; r < kK16PerStage; ++r) load_words<NW>(words[r], wq + r * kWRowBytes);
-#pragma unroll
-      for (int r = 0; r < kK16PerStage; ++r) {
-        uint32_t(&fr)[NW][4] = frag[r % FB];  // 4 k16 steps per stage: r % FB is the step's buffer
-#pragma unroll
-        for (int i = 0; i < NW; ++i) {
-          half2 d[4];
-          dequant_word(words[r][i], d);
-          // wgmma's A registers {a01, a23, a45, a67} = rows (n, n + 8) x k-halves (k, k + 8):
-          // the word's (k, frag 0), (k, frag 1), (k + 8, frag 0), (k + 8, frag 1).
-          const half2 s0 = bcast(fs[i], 0), s1 = bcast(fs[i], 1);
-          const half2 d0 = bcast(fd[i], 0), d1 = bcast(fd[i], 1);
-          fr[i][0] = as_u32(__hfma2(d[0], s0, d0));
-          fr[i][1] = as_u32(__hfma2(d[2], s1, d1));
-          fr[i][2] = as_u32(__hfma2(d[1], s0, d0));
-          fr[i][3] = as_u32(__hfma2(d[3], s1, d1));
-        }
-        const uint64_t desc = smem_desc_sw128(st + r * 32);  // k16 step: 32 bytes into the rows
-        wgmma_fence();
-#pragma unroll
-        for (int i = 0; i < NW; ++i) wgmma_rs<BM>(acc[i], fr[i], desc);
-        wgmma_commit();
-        // At most FB - 1 groups in flight: the group FB - 1 steps back has retired, so its
-        // fragment buffer (this step's + 1) can be rewritten, and at step FB - 2 of a stage the
-        // previous stage's last group has retired: its shared memory is free.
-        wgmma_wait<FB - 1>();
-#pragma unroll
-        for (int i = 0; i < NW; ++i) fence_regs(acc[i]);
-        if (r == FB - 2 && prev_stage >= 0) mbar_arrive(&empty[prev_stage]);
-      }
-      prev_stage = stage;
-      stage += kStep;
+  // The consumer's body, for c = 0 and c = 1 apart where they take different stages (KI): c then
+  // is a constant, and the stage walk and every address of it are the same in a warp as far as
+  // the compiler can tell. As a register (even broadcast from lane 0) c made them per-thread
+  // values: the wgmma descriptors went through R2UR, 335 instructions per stage at 32 tokens
+  // against 288, 328 against 289 at 64 (docs/perf.md).
+  auto consume = [&](auto consumer) {
+    const int c = consumer;                     // which 64 x NW columns of the tile (KI: which stages)
+    const int tid = threadIdx.x % 128;
+    const int w = tid / 32, lane = tid % 32;
+    // Warp w decodes words wb .. wb + NW - 1 of its lane's piece of Marlin tile 4 nt + tl:
+    // 16-column blocks wb.. of that tile, its 16-row share of wgmma 0 .. NW-1.
+    const int tl = (KI ? 0 : c * NW) + (w * NW) / 4, wb = (w * NW) % 4;
+    float acc[NW][T::kAcc];
+    // The thread's column scales and deltas, two columns (n, n + 8) per register: word i's.
+    uint32_t fs[NW], fd[NW];
+    auto bcast = [](uint32_t v, int hi) {  // one half of v in both lanes of a half2
+      const half2 h = as_half2(v);
+      return hi ? __high2half2(h) : __low2half2(h);
+    };
+    // Stage s of the CTA's sequence (both consumers' stages, in the producer's order) sits in
+    // buffer s % S, filled for the (s / S)-th time: (stage, phase) is this consumer's next one,
+    // walked in steps (KI: consumer c starts at stage c).
+    [[maybe_unused]] uint32_t round = 0;  // KI under a split: the cluster combines so far
+    int stage = KI ? c : 0;
+    uint32_t phase = 0;
+    auto advance = [&](int by) {  // 0 < by <= S
+      stage += by;
       if (stage >= S) {
         stage -= S;
         phase ^= 1;
       }
-    }
-    if constexpr (KI) seq0 += uint32_t(ke - kb);
-    wgmma_wait<0>();
-#pragma unroll
-    for (int i = 0; i < NW; ++i) fence_regs(acc[i]);
-    if (prev_stage >= 0) mbar_arrive(&empty[prev_stage]);
+    };
+    // The stages, their barriers and this thread's operands in a stage, as shared addresses: its
+    // lane's weight words, word i's column scales (n, n + 8) and its deltas (natural order).
+    const uint32_t smem_s = smem_u32(smem), full_s = smem_u32(full), empty_s = smem_u32(empty);
+    const uint32_t w_off = T::kABytes + tl * kMarlinTileBytes + lane * 16 + wb * 4;
+    const uint32_t s_off = T::kABytes + kWStageBytes + 2 * (tl * 64 + 8 * (lane / 4) + 2 * wb);
+    const uint32_t d_off = T::kABytes + kWStageBytes + 2 * (kTileN + tl * 64 + 16 * wb + lane / 4);
 
-    // ---- Epilogue. acc[i][4 u + e]: column n = col0 + 16 (wb + i) + lane/4 (+ 8 for e >= 2),
-    // token m = m0 + 8 u + 2 (lane % 4) (+ 1 for odd e). ----
-    const int m0 = mt * T::kRows;
-    // One quad of lane `lanex`'s layout, element by element (the split's combine, where a thread
-    // sums quads of other lanes).
-    auto store = [&](int col, int u, int lanex, float x, float y, float z, float v) {
-      const int m = m0 + 8 * u + 2 * (lanex % 4);
-      __half* out = p.C + size_t(m) * p.N + col;
-      if (m < p.M) {
-        out[0] = __float2half_rn(x);
-        out[8] = __float2half_rn(z);
-      }
-      if (m + 1 < p.M) {
-        out[p.N] = __float2half_rn(y);
-        out[p.N + 8] = __float2half_rn(v);
-      }
-    };
-    // The same quad as store() for this thread's own lane, in pairs of columns: a thread holds
-    // two tokens of its column n, the lane 4 apart the same tokens of n ^ 1; they trade one
-    // half2 (shfl.xor 4), then the even lane writes token m's (n, n + 1) and (n + 8, n + 9), the
-    // odd one token m + 1's. Half the stores of store(), 4 bytes each (and half the addresses
-    // live at once). The whole warp calls it (the exchange), rows past M are not written.
-    auto store_pair = [&](int col, int u, float x, float y, float z, float v) {
-      const int odd = (lane >> 2) & 1;
-      const half2 send = odd ? __floats2half2_rn(x, z) : __floats2half2_rn(y, v);
-      const half2 got = as_half2(__shfl_xor_sync(0xffffffffu, as_u32(send), 4));
-      const half2 lo = odd ? __halves2half2(__low2half(got), __float2half_rn(y))
-                           : __halves2half2(__float2half_rn(x), __low2half(got));
-      const half2 hi = odd ? __halves2half2(__high2half(got), __float2half_rn(v))
-                           : __halves2half2(__float2half_rn(z), __high2half(got));
-      const int m = m0 + 8 * u + 2 * (lane % 4) + odd;
-      if (m < p.M) {
-        half2* out = reinterpret_cast<half2*>(p.C + size_t(m) * p.N + col - odd);
-        out[0] = lo;
-        out[4] = hi;
-      }
-    };
-    auto store_all = [&]() {  // this thread's accumulators into C
-      if (mine)
-#pragma unroll
-        for (int i = 0; i < NW; ++i)
-#pragma unroll
-          for (int u = 0; u < T::kAcc / 4; ++u)
-            store_pair(col0 + 16 * (wb + i) + lane / 4, u, acc[i][4 * u], acc[i][4 * u + 1], acc[i][4 * u + 2],
-                       acc[i][4 * u + 3]);
-    };
-    // Quad (i, u) of this thread: slot (i * kAcc / 4 + u) * 128 + tid of a partial buffer.
-    auto park = [&](float4* part) {
+    for_each_piece(p, tile_first, tile_step, split_kb, split_ke, [&](int tile, int kb, int ke) {
+      int mt = 0, nt = 0;
+      tile_coords(tile, p.n_tiles, p.m_tiles, &mt, &nt);
+      const int t64 = nt * 4 + tl;
+      const bool mine = t64 < n_valid64;        // false past a ragged N % 256 edge
+      const int col0 = t64 * 64;                // the 64 columns of this warp's Marlin tile
 #pragma unroll
       for (int i = 0; i < NW; ++i)
 #pragma unroll
-        for (int u = 0; u < T::kAcc / 4; ++u)
-          part[(i * (T::kAcc / 4) + u) * 128 + tid] =
-              make_float4(acc[i][4 * u], acc[i][4 * u + 1], acc[i][4 * u + 2], acc[i][4 * u + 3]);
-    };
-    // A piece that is its tile's whole k range is stored. Under stream-K a cut one parks its sum
-    // in its slot and arrives on the tile's counter; the last piece to arrive sums the tile's
-    // pieces in k order (the result does not depend on which is last), stores C and leaves the
-    // counter zero -- marlin_device.cuh's cross-block combine (barrier, one acq_rel arrival,
-    // barrier), over this consumer warpgroup. No CTA waits for another.
-    auto finish = [&]() {
-      if (!p.stream_k || (kb == 0 && ke == p.k_iters)) {
-        store_all();
-        return;
-      }
-      const int cw = KI ? 0 : c;
-      const int units = p.tiles * p.k_iters, first = tile * p.k_iters;
-      const int grid = int(gridDim.x), me = int(blockIdx.x);
-      int b = 0, e = 0;
-      hopper::stream_k_range(units, grid, me, &b, &e);
-      // Slot 0 of a CTA: its run's first piece; 1: its last (a run's middle tiles are whole).
-      auto slot = [&](int cta, int pos) {
-        return p.partials + (size_t(cta * 2 + pos) * T::kSlotConsumers + cw) * T::kSlotQuads;
-      };
-      park(slot(me, b == first + kb ? 0 : 1));
-      const int c0 = hopper::stream_k_cta(units, grid, first), c1 = hopper::stream_k_cta(units, grid, first + p.k_iters - 1);
-      int* counter = &p.counters[tile * T::kSlotConsumers + cw];
-      consumer_barrier(cw);
-      if (tid == 0) s_last[cw] = arrive_is_last(counter, c1 - c0);
-      consumer_barrier(cw);
-      if (!s_last[cw]) return;
-      // Every piece's slot (this one's too) in k order, one 64-column block at a time (the
-      // accumulators are parked: only one block's sums are live).
-#pragma unroll 1
-      for (int i = 0; i < NW; ++i) {
-        float4 sum[T::kAcc / 4];
+        for (int e = 0; e < T::kAcc; ++e) acc[i][e] = 0.f;
+      if (!grouped) {
+        // Per column: the thread's factors once per tile ((q - 8) * s + delta per weight).
 #pragma unroll
-        for (int u = 0; u < T::kAcc / 4; ++u) sum[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int cta = c0; cta <= c1; ++cta) {
-          hopper::stream_k_range(units, grid, cta, &b, &e);
-          const float4* part = slot(cta, b >= first ? 0 : 1) + i * (T::kAcc / 4) * 128 + tid;
-#pragma unroll
-          for (int u = 0; u < T::kAcc / 4; ++u) {
-            const float4 v = __ldcg(part + u * 128);
-            sum[u].x += v.x;
-            sum[u].y += v.y;
-            sum[u].z += v.z;
-            sum[u].w += v.w;
-          }
+        for (int i = 0; i < NW; ++i) {
+          const int n = min(col0 + 16 * (wb + i) + lane / 4, p.N - 1), n1 = min(n + 8, p.N - 1);
+          fs[i] = as_u32(__halves2half2(p.s[per_column_scale_index(n)], p.s[per_column_scale_index(n1)]));
+          fd[i] = asym ? as_u32(__halves2half2(p.delta[n], p.delta[n1])) : 0u;
         }
+      }
+      constexpr int FB = T::kFragBufs;
+      uint32_t frag[FB][NW][4];
+      int prev_stage = -1;
+      int loaded_group = -1;  // the group whose scales and deltas fs, fd hold
+      constexpr int kStep = KI ? 2 : 1;  // this consumer's stages: every one, or every other one
+      for (int it = kb + (KI ? c : 0); it < ke; it += kStep) {
+        mbar_wait_warp(full_s + 8 * stage, phase);
+        const uint32_t st = smem_s + stage * T::kStageBytes;
+        // Every stage holds its group's scales and deltas. A consumer that takes every stage keeps
+        // the last group's in registers while the group lasts (2 stages of 64 k): read every
+        // stage, the deltas' 2-byte loads cost the 128-token tiles up to 6 % (H200, asymmetric,
+        // M >= 256); the k-interleaved consumers see a new group every stage.
+        const int group = stage_group(it);
+        if (grouped && (KI || group != loaded_group)) {
+          // The 64-column permutation of the Marlin scales puts lane/4's 8 column scales in one
+          // 16-byte word, word i's two (n, n + 8) in its 32-bit part wb + i; deltas are in
+          // natural order.
+          loaded_group = group;
+          load_words<NW>(fs, st + s_off);
+#pragma unroll
+          for (int i = 0; i < NW; ++i) fd[i] = asym ? load_half_pair(st + d_off + 32 * i) : 0u;
+        }
+        // The stage's words for all its k16 steps at once: the wgmma bookkeeping below orders
+        // memory, so a load placed in a step would wait there, its latency exposed every step.
+        uint32_t words[kK16PerStage][NW];
+#pragma unroll
+        for (int r = 0; r < kK16PerStage; ++r) load_words<NW>(words[r], st + w_off + r * kWRowBytes);
+        const uint32_t desc_lo = smem_desc_sw128_lo(st);  // the stage's A tile
+#pragma unroll
+        for (int r = 0; r < kK16PerStage; ++r) {
+          uint32_t(&fr)[NW][4] = frag[r % FB];  // 4 k16 steps per stage: r % FB is the step's buffer
+#pragma unroll
+          for (int i = 0; i < NW; ++i) {
+            half2 d[4];
+            dequant_word(words[r][i], d);
+            // wgmma's A registers {a01, a23, a45, a67} = rows (n, n + 8) x k-halves (k, k + 8):
+            // the word's (k, frag 0), (k, frag 1), (k + 8, frag 0), (k + 8, frag 1).
+            const half2 s0 = bcast(fs[i], 0), s1 = bcast(fs[i], 1);
+            const half2 d0 = bcast(fd[i], 0), d1 = bcast(fd[i], 1);
+            fr[i][0] = as_u32(__hfma2(d[0], s0, d0));
+            fr[i][1] = as_u32(__hfma2(d[2], s1, d1));
+            fr[i][2] = as_u32(__hfma2(d[1], s0, d0));
+            fr[i][3] = as_u32(__hfma2(d[3], s1, d1));
+          }
+          const uint64_t desc = smem_desc(desc_lo + 2 * r);  // k16 step r: 32 bytes into the rows
+          wgmma_fence();
+#pragma unroll
+          for (int i = 0; i < NW; ++i) wgmma_rs<BM>(acc[i], fr[i], desc);
+          wgmma_commit();
+          // At most FB - 1 groups in flight: the group FB - 1 steps back has retired, so its
+          // fragment buffer (this step's + 1) can be rewritten, and at step FB - 2 of a stage the
+          // previous stage's last group has retired: its shared memory is free.
+          wgmma_wait<FB - 1>();
+#pragma unroll
+          for (int i = 0; i < NW; ++i) fence_regs(acc[i]);
+          if (r == FB - 2 && prev_stage >= 0) mbar_arrive(empty_s + 8 * prev_stage);
+        }
+        prev_stage = stage;
+        advance(kStep);
+      }
+      // KI: the loop left (stage, phase) at the piece's first stage + c + 2 n, n = the iterations
+      // it ran; the next piece starts at its first stage + ke - kb + c: one further back (c = 0)
+      // or on (c = 1) when the piece's length is odd.
+      if (KI && ((ke - kb) & 1)) {
+        if (c == 1) {
+          advance(1);
+        } else if (--stage < 0) {
+          stage += S;
+          phase ^= 1;
+        }
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < NW; ++i) fence_regs(acc[i]);
+      if (prev_stage >= 0) mbar_arrive(empty_s + 8 * prev_stage);
+
+      // ---- Epilogue. acc[i][4 u + e]: column n = col0 + 16 (wb + i) + lane/4 (+ 8 for e >= 2),
+      // token m = m0 + 8 u + 2 (lane % 4) (+ 1 for odd e). ----
+      const int m0 = mt * T::kRows;
+      // One quad of lane `lanex`'s layout, element by element (the split's combine, where a thread
+      // sums quads of other lanes).
+      auto store = [&](int col, int u, int lanex, float x, float y, float z, float v) {
+        const int m = m0 + 8 * u + 2 * (lanex % 4);
+        __half* out = p.C + size_t(m) * p.N + col;
+        if (m < p.M) {
+          out[0] = __float2half_rn(x);
+          out[8] = __float2half_rn(z);
+        }
+        if (m + 1 < p.M) {
+          out[p.N] = __float2half_rn(y);
+          out[p.N + 8] = __float2half_rn(v);
+        }
+      };
+      // The same quad as store() for this thread's own lane, in pairs of columns: a thread holds
+      // two tokens of its column n, the lane 4 apart the same tokens of n ^ 1; they trade one
+      // half2 (shfl.xor 4), then the even lane writes token m's (n, n + 1) and (n + 8, n + 9), the
+      // odd one token m + 1's. Half the stores of store(), 4 bytes each (and half the addresses
+      // live at once). The whole warp calls it (the exchange), rows past M are not written.
+      auto store_pair = [&](int col, int u, float x, float y, float z, float v) {
+        const int odd = (lane >> 2) & 1;
+        const half2 send = odd ? __floats2half2_rn(x, z) : __floats2half2_rn(y, v);
+        const half2 got = as_half2(__shfl_xor_sync(0xffffffffu, as_u32(send), 4));
+        const half2 lo = odd ? __halves2half2(__low2half(got), __float2half_rn(y))
+                             : __halves2half2(__float2half_rn(x), __low2half(got));
+        const half2 hi = odd ? __halves2half2(__high2half(got), __float2half_rn(v))
+                             : __halves2half2(__float2half_rn(z), __high2half(got));
+        const int m = m0 + 8 * u + 2 * (lane % 4) + odd;
+        if (m < p.M) {
+          half2* out = reinterpret_cast<half2*>(p.C + size_t(m) * p.N + col - odd);
+          out[0] = lo;
+          out[4] = hi;
+        }
+      };
+      auto store_all = [&]() {  // this thread's accumulators into C
         if (mine)
 #pragma unroll
-          for (int u = 0; u < T::kAcc / 4; ++u)
-            store_pair(col0 + 16 * (wb + i) + lane / 4, u, sum[u].x, sum[u].y, sum[u].z, sum[u].w);
-      }
-      if (tid == 0) atomicExch(counter, 0);
-    };
-    if constexpr (!KI) {
-      finish();
-    } else {
-      // The two consumers' sums: consumer 1 parks its accumulators, consumer 0 adds them (each
-      // thread its own slots) and goes on alone; consumer 1 starts the next tile once they are
-      // read. Under a split the buffer is also the cluster's: wait until every rank has read
-      // this rank's last partial.
-      float4* part = reinterpret_cast<float4*>(smem + S * T::kStageBytes);
-      if (split > 1 && round > 0) mbar_wait_cluster(&red_free, (round - 1) & 1);
-      if (c == 1) park(part);
-      named_barrier<1, 256>();  // consumer 1's partial is parked
-      if (c == 0)
+          for (int i = 0; i < NW; ++i)
+#pragma unroll
+            for (int u = 0; u < T::kAcc / 4; ++u)
+              store_pair(col0 + 16 * (wb + i) + lane / 4, u, acc[i][4 * u], acc[i][4 * u + 1], acc[i][4 * u + 2],
+                         acc[i][4 * u + 3]);
+      };
+      // Quad (i, u) of this thread: slot (i * kAcc / 4 + u) * 128 + tid of a partial buffer.
+      auto park = [&](float4* part) {
 #pragma unroll
         for (int i = 0; i < NW; ++i)
 #pragma unroll
-          for (int u = 0; u < T::kAcc / 4; ++u) {
-            const float4 v = part[(i * (T::kAcc / 4) + u) * 128 + tid];
-            acc[i][4 * u] += v.x;
-            acc[i][4 * u + 1] += v.y;
-            acc[i][4 * u + 2] += v.z;
-            acc[i][4 * u + 3] += v.w;
-          }
-      named_barrier<2, 256>();  // ... and read: consumer 1 may go on
-      if (c == 1) {
-        if (split > 1) ++round;
-        return;
-      }
-      if (split == 1) {
-        finish();
-        return;
-      }
-      // The split: every rank parks its partial in its own buffer, then sums a 1/split share of
-      // the tile's quads over all ranks in rank order (deterministic), reading the peers'
-      // buffers through distributed shared memory. Two cluster-scope barriers per tile, and
-      // no rank waits for the producers: red_full says every partial is parked, red_free that
-      // every rank has read this rank's (the buffer is rewritten next tile, and no CTA leaves
-      // while a peer may read it).
-      park(part);
-      // Every thread releases its own stores to every rank (an arrival orders the accesses of
-      // its own thread only).
-      for (int r = 0; r < split; ++r) mbar_arrive_cluster(&red_full, uint32_t(r));
-      mbar_wait_cluster(&red_full, round & 1);
-      constexpr int kQuads = NW * (T::kAcc / 4) * 128;
-      const int q_begin = int((long long)kQuads * rank / split);
-      const int q_end = int((long long)kQuads * (rank + 1) / split);
-      for (int q = q_begin + tid; q < q_end; q += 128) {
-        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int r = 0; r < split; ++r) {
-          const float4 v = cluster.map_shared_rank(part, r)[q];
-          sum.x += v.x;
-          sum.y += v.y;
-          sum.z += v.z;
-          sum.w += v.w;
+          for (int u = 0; u < T::kAcc / 4; ++u)
+            part[(i * (T::kAcc / 4) + u) * 128 + tid] =
+                make_float4(acc[i][4 * u], acc[i][4 * u + 1], acc[i][4 * u + 2], acc[i][4 * u + 3]);
+      };
+      // A piece that is its tile's whole k range is stored. Under stream-K a cut one parks its sum
+      // in its slot and arrives on the tile's counter; the last piece to arrive sums the tile's
+      // pieces in k order (the result does not depend on which is last), stores C and leaves the
+      // counter zero -- marlin_device.cuh's cross-block combine (barrier, one acq_rel arrival,
+      // barrier), over this consumer warpgroup. No CTA waits for another.
+      auto finish = [&]() {
+        if (!p.stream_k || (kb == 0 && ke == p.k_iters)) {
+          store_all();
+          return;
         }
-        // Quad q was thread q % 128's acc[qi][4 qu ..]: recover its column and tokens.
-        const int q_tid = q % 128, qu = (q / 128) % (T::kAcc / 4), qi = q / 128 / (T::kAcc / 4);
-        const int q_w = q_tid / 32, q_lane = q_tid % 32;
-        const int q_t64 = nt * 4 + (q_w * NW) / 4, q_wb = (q_w * NW) % 4;
-        if (q_t64 < n_valid64)
-          store(q_t64 * 64 + 16 * (q_wb + qi) + q_lane / 4, qu, q_lane, sum.x, sum.y, sum.z, sum.w);
+        const int cw = KI ? 0 : c;
+        const int units = p.tiles * p.k_iters, first = tile * p.k_iters;
+        const int grid = int(gridDim.x), me = int(blockIdx.x);
+        int b = 0, e = 0;
+        hopper::stream_k_range(units, grid, me, &b, &e);
+        // Slot 0 of a CTA: its run's first piece; 1: its last (a run's middle tiles are whole).
+        auto slot = [&](int cta, int pos) {
+          return p.partials + (size_t(cta * 2 + pos) * T::kSlotConsumers + cw) * T::kSlotQuads;
+        };
+        park(slot(me, b == first + kb ? 0 : 1));
+        const int c0 = hopper::stream_k_cta(units, grid, first);
+        const int c1 = hopper::stream_k_cta(units, grid, first + p.k_iters - 1);
+        int* counter = &p.counters[tile * T::kSlotConsumers + cw];
+        consumer_barrier(cw);
+        if (tid == 0) s_last[cw] = arrive_is_last(counter, c1 - c0);
+        consumer_barrier(cw);
+        if (!s_last[cw]) return;
+        // Every piece's slot (this one's too) in k order, one 64-column block at a time (the
+        // accumulators are parked: only one block's sums are live).
+#pragma unroll 1
+        for (int i = 0; i < NW; ++i) {
+          float4 sum[T::kAcc / 4];
+#pragma unroll
+          for (int u = 0; u < T::kAcc / 4; ++u) sum[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+          for (int cta = c0; cta <= c1; ++cta) {
+            hopper::stream_k_range(units, grid, cta, &b, &e);
+            const float4* part = slot(cta, b >= first ? 0 : 1) + i * (T::kAcc / 4) * 128 + tid;
+#pragma unroll
+            for (int u = 0; u < T::kAcc / 4; ++u) {
+              const float4 v = __ldcg(part + u * 128);
+              sum[u].x += v.x;
+              sum[u].y += v.y;
+              sum[u].z += v.z;
+              sum[u].w += v.w;
+            }
+          }
+          if (mine)
+#pragma unroll
+            for (int u = 0; u < T::kAcc / 4; ++u)
+              store_pair(col0 + 16 * (wb + i) + lane / 4, u, sum[u].x, sum[u].y, sum[u].z, sum[u].w);
+        }
+        if (tid == 0) atomicExch(counter, 0);
+      };
+      if constexpr (!KI) {
+        finish();
+      } else {
+        // The two consumers' sums: consumer 1 parks its accumulators, consumer 0 adds them (each
+        // thread its own slots) and goes on alone; consumer 1 starts the next tile once they are
+        // read. Under a split the buffer is also the cluster's: wait until every rank has read
+        // this rank's last partial.
+        float4* part = reinterpret_cast<float4*>(smem + S * T::kStageBytes);
+        if (split > 1 && round > 0) mbar_wait_cluster(&red_free, (round - 1) & 1);
+        if (c == 1) park(part);
+        named_barrier<1, 256>();  // consumer 1's partial is parked
+        if (c == 0)
+#pragma unroll
+          for (int i = 0; i < NW; ++i)
+#pragma unroll
+            for (int u = 0; u < T::kAcc / 4; ++u) {
+              const float4 v = part[(i * (T::kAcc / 4) + u) * 128 + tid];
+              acc[i][4 * u] += v.x;
+              acc[i][4 * u + 1] += v.y;
+              acc[i][4 * u + 2] += v.z;
+              acc[i][4 * u + 3] += v.w;
+            }
+        named_barrier<2, 256>();  // ... and read: consumer 1 may go on
+        if (c == 1) {
+          if (split > 1) ++round;
+          return;
+        }
+        if (split == 1) {
+          finish();
+          return;
+        }
+        // The split: every rank parks its partial in its own buffer, then sums a 1/split share of
+        // the tile's quads over all ranks in rank order (deterministic), reading the peers'
+        // buffers through distributed shared memory. Two cluster-scope barriers per tile, and
+        // no rank waits for the producers: red_full says every partial is parked, red_free that
+        // every rank has read this rank's (the buffer is rewritten next tile, and no CTA leaves
+        // while a peer may read it).
+        park(part);
+        // Every thread releases its own stores to every rank (an arrival orders the accesses of
+        // its own thread only).
+        for (int r = 0; r < split; ++r) mbar_arrive_cluster(&red_full, uint32_t(r));
+        mbar_wait_cluster(&red_full, round & 1);
+        constexpr int kQuads = NW * (T::kAcc / 4) * 128;
+        const int q_begin = int((long long)kQuads * rank / split);
+        const int q_end = int((long long)kQuads * (rank + 1) / split);
+        for (int q = q_begin + tid; q < q_end; q += 128) {
+          float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+          for (int r = 0; r < split; ++r) {
+            const float4 v = cluster.map_shared_rank(part, r)[q];
+            sum.x += v.x;
+            sum.y += v.y;
+            sum.z += v.z;
+            sum.w += v.w;
+          }
+          // Quad q was thread q % 128's acc[qi][4 qu ..]: recover its column and tokens.
+          const int q_tid = q % 128, qu = (q / 128) % (T::kAcc / 4), qi = q / 128 / (T::kAcc / 4);
+          const int q_w = q_tid / 32, q_lane = q_tid % 32;
+          const int q_t64 = nt * 4 + (q_w * NW) / 4, q_wb = (q_w * NW) % 4;
+          if (q_t64 < n_valid64)
+            store(q_t64 * 64 + 16 * (q_wb + qi) + q_lane / 4, qu, q_lane, sum.x, sum.y, sum.z, sum.w);
+        }
+        for (int r = 0; r < split; ++r) mbar_arrive_cluster(&red_free, uint32_t(r));  // my reads are done
+        ++round;
       }
-      for (int r = 0; r < split; ++r) mbar_arrive_cluster(&red_free, uint32_t(r));  // my reads are done
-      ++round;
-    }
-  });
+    });
+  };
+  if constexpr (KI) {
+    if (wg == 1)
+      consume(std::integral_constant<int, 0>{});
+    else
+      consume(std::integral_constant<int, 1>{});
+  } else {
+    consume(wg - 1);
+  }
   // Under a split no CTA leaves while a peer may still read its partial buffer: red_free keeps
   // the buffer until every rank has read it before the next tile rewrites it, and at the exit
   // every thread of the cluster (the producers too) meets at a cluster barrier -- an mbarrier
