@@ -200,8 +200,8 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 // have seen the phase complete. A spin inside the asm is a branch the compiler cannot see is
 // warp-uniform, and after it nothing of a consumer's stage walk counted as uniform: the wgmma
 // descriptors' address arithmetic ran in vector registers and reached the instruction through
-// R2UR (the 128-token loop, with the warpgroup broadcast of the kernel's first lines: 227
-// instructions per stage with the asm spin, 214 with the vote).
+// R2UR (the 128-token loop: 235 instructions per stage with the asm spin, 227 with the vote,
+// 214 with the warpgroup index broadcast from lane 0 as well).
 #define TL_MBAR_TRY(SEM) \
   "{\n.reg .pred done;\nmbarrier.try_wait.parity" SEM ".shared::cta.b64 done, [%1], %2;\nselp.u32 %0, 1, 0, done;\n}\n"
 __device__ __forceinline__ void mbar_wait_warp(uint32_t bar, uint32_t parity) {
