@@ -19,6 +19,7 @@
 // kernel_options_from_env() is the one place libtl_cuda reads the environment.
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -31,6 +32,7 @@
 #include "cuda/device_buffer.h"
 #include "cuda/device_context.h"
 #include "cuda/marlin_gemm.h"
+#include "cuda/marlin_hopper_plan.h"
 #include "cuda/tl_kernels.h"
 
 namespace tl::cuda {
@@ -43,6 +45,11 @@ std::once_flag g_first_line;
 bool env_is(const char* name, const char* value) {
   const char* v = std::getenv(name);
   return v != nullptr && std::strcmp(v, value) == 0;
+}
+
+// *out = the integer in environment variable `name`, clamped to [lo, hi]; unset: unchanged.
+void env_int(const char* name, int lo, int hi, int* out) {
+  if (const char* v = std::getenv(name)) *out = std::clamp(std::atoi(v), lo, hi);
 }
 
 bool cached_marlin_available(int device) {
@@ -92,11 +99,12 @@ KernelOptions kernel_options_from_env() {
   o.dequant_min_m = kDefaultDequantMinM;
   o.hopper_kernel = !env_is("TL_MARLIN_HOPPER", "0");
   o.hopper_max_m = kDefaultHopperMaxM;
-  if (const char* v = std::getenv("TL_MARLIN_HOPPER_MAX_M")) o.hopper_max_m = std::max(0, std::atoi(v));
-  if (const char* v = std::getenv("TL_MARLIN_DEQUANT_MIN_M")) o.dequant_min_m = std::max(0, std::atoi(v));
-  // Tuning runs: the Hopper kernel's k split forced (1..8), stream-K forced (1) or ruled out (-1).
-  if (const char* v = std::getenv("TL_MARLIN_HOPPER_SPLIT")) o.hopper_split = std::clamp(std::atoi(v), 0, 8);
-  if (const char* v = std::getenv("TL_MARLIN_HOPPER_STREAM_K")) o.hopper_stream_k = std::clamp(std::atoi(v), -1, 1);
+  env_int("TL_MARLIN_HOPPER_MAX_M", 0, INT_MAX, &o.hopper_max_m);
+  env_int("TL_MARLIN_DEQUANT_MIN_M", 0, INT_MAX, &o.dequant_min_m);
+  // Tuning runs: the Hopper kernel's k split forced (1..kMaxSplit), stream-K forced (1) or ruled
+  // out (-1).
+  env_int("TL_MARLIN_HOPPER_SPLIT", 0, hopper::kMaxSplit, &o.hopper_split);
+  env_int("TL_MARLIN_HOPPER_STREAM_K", -1, 1, &o.hopper_stream_k);
   return o;
 }
 

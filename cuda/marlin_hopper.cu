@@ -188,27 +188,34 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// Spins until the phase with parity `parity` of the barrier has completed (SEM: the wait's
-// memory semantics, empty for the default acquire at CTA scope). One thread (the producer).
-#define TL_MBAR_WAIT(SEM)                                                                        \
-  "{\n.reg .pred done;\nWAIT_%=:\nmbarrier.try_wait.parity" SEM ".shared::cta.b64 done, [%0], %1;\n" \
-  "@!done bra WAIT_%=;\n}\n"
+// Spins until the phase with parity `parity` of the barrier has completed (acquire at CTA
+// scope). One thread (the producer).
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(TL_MBAR_WAIT("") ::"r"(smem_u32(bar)), "r"(parity) : "memory");
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
 }
 // The same wait for whole warps (the consumers): each lane tries until the warp's vote says all
-// have seen the phase complete. A spin inside the asm is a branch the compiler cannot see is
-// warp-uniform, and after it nothing of a consumer's stage walk counted as uniform: the wgmma
-// descriptors' address arithmetic ran in vector registers and reached the instruction through
-// R2UR (the 128-token loop: 235 instructions per stage with the asm spin, 227 with the vote,
-// 214 with the warpgroup index broadcast from lane 0 as well).
+// have seen the phase complete; kCluster: acquire at cluster scope (the split's combine). A spin
+// inside the asm is a branch the compiler cannot see is warp-uniform, and after it nothing of a
+// consumer's stage walk counted as uniform: the wgmma descriptors' address arithmetic ran in
+// vector registers and reached the instruction through R2UR (the 128-token loop: 235
+// instructions per stage with the asm spin, 227 with the vote, 214 with the warpgroup index
+// broadcast from lane 0 as well).
+template <bool kCluster = false>
+__device__ __forceinline__ void mbar_wait_warp(uint32_t bar, uint32_t parity) {
 #define TL_MBAR_TRY(SEM) \
   "{\n.reg .pred done;\nmbarrier.try_wait.parity" SEM ".shared::cta.b64 done, [%1], %2;\nselp.u32 %0, 1, 0, done;\n}\n"
-__device__ __forceinline__ void mbar_wait_warp(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
   do {
-    asm volatile(TL_MBAR_TRY("") : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    if constexpr (kCluster)
+      asm volatile(TL_MBAR_TRY(".acquire.cluster") : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    else
+      asm volatile(TL_MBAR_TRY("") : "=r"(done) : "r"(bar), "r"(parity) : "memory");
   } while (__any_sync(0xffffffffu, done == 0));
+#undef TL_MBAR_TRY
 }
 
 // The cluster-scope pair of the split's combine: arrive (release) on the barrier at the same
@@ -222,13 +229,8 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank
       : "memory");
 }
 __device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {  // whole warps
-  uint32_t done = 0;
-  do {
-    asm volatile(TL_MBAR_TRY(".acquire.cluster") : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
-  } while (__any_sync(0xffffffffu, done == 0));
+  mbar_wait_warp<true>(smem_u32(bar), parity);
 }
-#undef TL_MBAR_WAIT
-#undef TL_MBAR_TRY
 
 // The box of a tensor map at coordinates {c0, c1(, c2)} into shared memory, completing on `bar`
 // (the whole box counts, elements out of bounds arrive as zeros), with an L2 policy.
