@@ -231,6 +231,19 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank
 __device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {  // whole warps
   mbar_wait_warp<true>(smem_u32(bar), parity);
 }
+// 16 bytes at shared address `addr` of CTA `rank` of the cluster (distributed shared memory).
+// Volatile: the address is mapped where it is used, not hoisted into the main loop's registers.
+__device__ __forceinline__ float4 ld_cluster_f4(uint32_t addr, uint32_t rank) {
+  float4 v;
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %4, %5;\n"
+      "ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [remote];\n}\n"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+      : "r"(addr), "r"(rank)
+      : "memory");
+  return v;
+}
 
 // The box of a tensor map at coordinates {c0, c1(, c2)} into shared memory, completing on `bar`
 // (the whole box counts, elements out of bounds arrive as zeros), with an L2 policy.
@@ -391,6 +404,10 @@ __host__ __device__ inline void tile_coords(int t, int n_tiles, int m_tiles, int
   *nt = in_group / rows;
 }
 
+// The split's combine: rank r sums the quads parked by consumer threads [split_threads_begin(r),
+// split_threads_begin(r + 1)) of every rank; thread t's are summed by rank t * split / 128.
+__host__ __device__ constexpr int split_threads_begin(int rank, int split) { return (128 * rank + split - 1) / split; }
+
 // The k-iterations [k_begin, k_end) of rank `rank` of `split` CTAs sharing a tile: balanced to
 // within one stage.
 __host__ __device__ inline void k_range(int k_iters, int split, int rank, int* k_begin, int* k_end) {
@@ -448,14 +465,21 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   k_range(p.k_iters, split, rank, &split_kb, &split_ke);
 
   if (threadIdx.x == 0) {
+    // The descriptors first: their fetch (a DRAM round trip when the L2 is cold) overlaps the
+    // set-up instead of delaying the first copies.
+    prefetch_map(&maps.a);
+    prefetch_map(&maps.w);
+    if (grouped) prefetch_map(&maps.s);
+    if (grouped && asym) prefetch_map(&maps.delta);
     for (int i = 0; i < S; ++i) {
       mbar_init(&full[i], 1);                  // the producer's expect_tx arrival
       // Every consumer thread that reads the stage arrives: an arrival releases the accesses of
       // its own thread only, and the copy engine must not refill a stage any lane still reads.
       mbar_init(&empty[i], KI ? 128 : 128 * CONSUMERS);
     }
-    mbar_init(&red_full, split * 128);         // every consumer-0 thread of every rank
-    mbar_init(&red_free, split * 128);
+    // One arrival per consumer-0 thread of every rank whose quads this rank sums (the combine).
+    mbar_init(&red_full, split * (split_threads_begin(rank + 1, split) - split_threads_begin(rank, split)));
+    mbar_init(&red_free, split * 128);         // every consumer-0 thread of every rank
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   // No rank may arrive on a peer's barriers before the peer initialized them.
@@ -465,10 +489,6 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   const int n_valid64 = p.N / 64;  // Marlin tiles across N
   // ---- Producer: one thread feeds the pipeline, over the same tiles and k-range as the consumers. ----
   auto produce = [&]() {
-    prefetch_map(&maps.a);
-    prefetch_map(&maps.w);
-    if (grouped) prefetch_map(&maps.s);
-    if (grouped && asym) prefetch_map(&maps.delta);
     // Weights are read once per tile row of A (evict first); the scales are re-read by every
     // row tile (keep them); A by every column tile, but at large M it is larger than L2.
     const uint64_t w_policy = evict_first_policy();
@@ -727,29 +747,47 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         if (tid == 0) s_last[cw] = arrive_is_last(counter, c1 - c0);
         consumer_barrier(cw);
         if (!s_last[cw]) return;
-        // Every piece's slot (this one's too) in k order, one 64-column block at a time (the
-        // accumulators are parked: only one block's sums are live).
+        // Every piece's slot (this one's too) in k order, kChunk 64-column blocks at a time (the
+        // accumulators are parked: only the chunk's sums are live), all of a slot's chunk loaded
+        // before any of it is added: one L2 round trip per piece and chunk. At 32 tokens the chunk
+        // is the whole slot (16 float4); one block at a time, NW round trips per piece, the last
+        // piece's sum of a 7B gate_up tile at M = 32 took ~5 us (timeline probe, docs/perf.md).
+        // At 64 and 128 tokens a chunk is one block (8 or 16 float4): two blocks' sums and loads,
+        // or keeping them in the parked accumulators, spilled in the main loop (ptxas -v).
+        constexpr int kQuadsPerBlock = T::kAcc / 4;
+        constexpr int kChunk = BM <= 32 ? NW : 1;
 #pragma unroll 1
-        for (int i = 0; i < NW; ++i) {
-          float4 sum[T::kAcc / 4];
+        for (int i0 = 0; i0 < NW; i0 += kChunk) {
+          float4 sum[kChunk][kQuadsPerBlock];
 #pragma unroll
-          for (int u = 0; u < T::kAcc / 4; ++u) sum[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+          for (int i = 0; i < kChunk; ++i)
+#pragma unroll
+            for (int u = 0; u < kQuadsPerBlock; ++u) sum[i][u] = make_float4(0.f, 0.f, 0.f, 0.f);
           for (int cta = c0; cta <= c1; ++cta) {
             hopper::stream_k_range(units, grid, cta, &b, &e);
-            const float4* part = slot(cta, b >= first ? 0 : 1) + i * (T::kAcc / 4) * 128 + tid;
+            const float4* part = slot(cta, b >= first ? 0 : 1) + i0 * kQuadsPerBlock * 128 + tid;
+            float4 v[kChunk][kQuadsPerBlock];
 #pragma unroll
-            for (int u = 0; u < T::kAcc / 4; ++u) {
-              const float4 v = __ldcg(part + u * 128);
-              sum[u].x += v.x;
-              sum[u].y += v.y;
-              sum[u].z += v.z;
-              sum[u].w += v.w;
-            }
+            for (int i = 0; i < kChunk; ++i)
+#pragma unroll
+              for (int u = 0; u < kQuadsPerBlock; ++u) v[i][u] = __ldcg(part + (i * kQuadsPerBlock + u) * 128);
+#pragma unroll
+            for (int i = 0; i < kChunk; ++i)
+#pragma unroll
+              for (int u = 0; u < kQuadsPerBlock; ++u) {
+                sum[i][u].x += v[i][u].x;
+                sum[i][u].y += v[i][u].y;
+                sum[i][u].z += v[i][u].z;
+                sum[i][u].w += v[i][u].w;
+              }
           }
           if (mine)
 #pragma unroll
-            for (int u = 0; u < T::kAcc / 4; ++u)
-              store_pair(col0 + 16 * (wb + i) + lane / 4, u, sum[u].x, sum[u].y, sum[u].z, sum[u].w);
+            for (int i = 0; i < kChunk; ++i)
+#pragma unroll
+              for (int u = 0; u < kQuadsPerBlock; ++u)
+                store_pair(col0 + 16 * (wb + i0 + i) + lane / 4, u, sum[i][u].x, sum[i][u].y, sum[i][u].z,
+                           sum[i][u].w);
         }
         if (tid == 0) atomicExch(counter, 0);
       };
@@ -791,22 +829,44 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         // every rank has read this rank's (the buffer is rewritten next tile, and no CTA leaves
         // while a peer may read it).
         park(part);
-        // Every thread releases its own stores to every rank (an arrival orders the accesses of
-        // its own thread only).
-        for (int r = 0; r < split; ++r) mbar_arrive_cluster(&red_full, uint32_t(r));
+        // Each thread's quads are summed by one rank (split_threads_begin), so each thread releases
+        // its own stores with one arrival, on that rank: 128 remote arrivals per rank and tile.
+        // (Every thread on every rank, 128 x split, kept the combine of a 7B o layer at M = 32
+        // near 6 us with the loads below one at a time: timeline probe, docs/perf.md.)
+        mbar_arrive_cluster(&red_full, uint32_t(tid * split / 128));
         mbar_wait_cluster(&red_full, round & 1);
-        constexpr int kQuads = NW * (T::kAcc / 4) * 128;
-        const int q_begin = int((long long)kQuads * rank / split);
-        const int q_end = int((long long)kQuads * (rank + 1) / split);
-        for (int q = q_begin + tid; q < q_end; q += 128) {
+        constexpr int kThreadQuads = NW * (T::kAcc / 4);  // quads one thread parks
+        const int t_begin = split_threads_begin(rank, split);
+        const int n_threads = split_threads_begin(rank + 1, split) - t_begin;
+        // The ranks' quads are loaded all at once before any of them is added (not one
+        // distributed-shared-memory round trip per rank), into the parked accumulators: at 64
+        // tokens those are the only registers free -- two float4 more spilled in the main loop
+        // (ptxas -v). The sum stays in rank order.
+        static_assert(hopper::kMaxSplit * 4 <= NW * T::kAcc, "the accumulators hold a quad of every rank");
+        auto peer_quad = [&](int r, int k) -> float& { return acc[(4 * r + k) / T::kAcc][(4 * r + k) % T::kAcc]; };
+        const uint32_t part_s = smem_u32(part);
+#pragma unroll 1
+        for (int item = tid; item < n_threads * kThreadQuads; item += 128) {
+          const int j = item / n_threads;                 // the quad's index in its thread's park
+          const int q = j * 128 + t_begin + (item - j * n_threads);
+#pragma unroll
+          for (int r = 0; r < hopper::kMaxSplit; ++r)
+            if (r < split) {
+              const float4 v = ld_cluster_f4(part_s + 16 * q, uint32_t(r));
+              peer_quad(r, 0) = v.x;
+              peer_quad(r, 1) = v.y;
+              peer_quad(r, 2) = v.z;
+              peer_quad(r, 3) = v.w;
+            }
           float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-          for (int r = 0; r < split; ++r) {
-            const float4 v = cluster.map_shared_rank(part, r)[q];
-            sum.x += v.x;
-            sum.y += v.y;
-            sum.z += v.z;
-            sum.w += v.w;
-          }
+#pragma unroll
+          for (int r = 0; r < hopper::kMaxSplit; ++r)
+            if (r < split) {
+              sum.x += peer_quad(r, 0);
+              sum.y += peer_quad(r, 1);
+              sum.z += peer_quad(r, 2);
+              sum.w += peer_quad(r, 3);
+            }
           // Quad q was thread q % 128's acc[qi][4 qu ..]: recover its column and tokens.
           const int q_tid = q % 128, qu = (q / 128) % (T::kAcc / 4), qi = q / 128 / (T::kAcc / 4);
           const int q_w = q_tid / 32, q_lane = q_tid % 32;
@@ -814,7 +874,14 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
           if (q_t64 < n_valid64)
             store(q_t64 * 64 + 16 * (q_wb + qi) + q_lane / 4, qu, q_lane, sum.x, sum.y, sum.z, sum.w);
         }
-        for (int r = 0; r < split; ++r) mbar_arrive_cluster(&red_free, uint32_t(r));  // my reads are done
+        // Every thread releases its own reads, to every rank (they span all ranks): one arrival per
+        // rank after a consumer barrier, releasing the others' accesses cumulatively, is valid
+        // PTX, but compute-sanitizer's racecheck reported those reads against the parking stores.
+        // Only where the cluster has a tile to come (red_free is waited for then): after its last
+        // one the exit's cluster barrier keeps the buffers alive, and the 128 x split remote
+        // arrivals would only delay it (7B o and down at M <= 64: one tile per cluster).
+        if (tile + tile_step < p.tiles)
+          for (int r = 0; r < split; ++r) mbar_arrive_cluster(&red_free, uint32_t(r));
         ++round;
       }
     });
