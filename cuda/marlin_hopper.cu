@@ -404,10 +404,6 @@ __host__ __device__ inline void tile_coords(int t, int n_tiles, int m_tiles, int
   *nt = in_group / rows;
 }
 
-// The split's combine: rank r sums the quads parked by consumer threads [split_threads_begin(r),
-// split_threads_begin(r + 1)) of every rank; thread t's are summed by rank t * split / 128.
-__host__ __device__ constexpr int split_threads_begin(int rank, int split) { return (128 * rank + split - 1) / split; }
-
 // The k-iterations [k_begin, k_end) of rank `rank` of `split` CTAs sharing a tile: balanced to
 // within one stage.
 __host__ __device__ inline void k_range(int k_iters, int split, int rank, int* k_begin, int* k_end) {
@@ -478,7 +474,8 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
       mbar_init(&empty[i], KI ? 128 : 128 * CONSUMERS);
     }
     // One arrival per consumer-0 thread of every rank whose quads this rank sums (the combine).
-    mbar_init(&red_full, split * (split_threads_begin(rank + 1, split) - split_threads_begin(rank, split)));
+    mbar_init(&red_full,
+              split * (hopper::split_threads_begin(rank + 1, split) - hopper::split_threads_begin(rank, split)));
     mbar_init(&red_free, split * 128);         // every consumer-0 thread of every rank
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -829,15 +826,15 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         // every rank has read this rank's (the buffer is rewritten next tile, and no CTA leaves
         // while a peer may read it).
         park(part);
-        // Each thread's quads are summed by one rank (split_threads_begin), so each thread releases
+        // Each thread's quads are summed by one rank (hopper::split_reader_rank), so each thread releases
         // its own stores with one arrival, on that rank: 128 remote arrivals per rank and tile.
         // (Every thread on every rank, 128 x split, kept the combine of a 7B o layer at M = 32
         // near 6 us with the loads below one at a time: timeline probe, docs/perf.md.)
-        mbar_arrive_cluster(&red_full, uint32_t(tid * split / 128));
+        mbar_arrive_cluster(&red_full, uint32_t(hopper::split_reader_rank(tid, split)));
         mbar_wait_cluster(&red_full, round & 1);
         constexpr int kThreadQuads = NW * (T::kAcc / 4);  // quads one thread parks
-        const int t_begin = split_threads_begin(rank, split);
-        const int n_threads = split_threads_begin(rank + 1, split) - t_begin;
+        const int t_begin = hopper::split_threads_begin(rank, split);
+        const int n_threads = hopper::split_threads_begin(rank + 1, split) - t_begin;
         // The ranks' quads are loaded all at once before any of them is added (not one
         // distributed-shared-memory round trip per rank), into the parked accumulators: at 64
         // tokens those are the only registers free -- two float4 more spilled in the main loop

@@ -70,6 +70,15 @@ TL_HOPPER_HD inline int stream_k_cta(int units, int grid, int u) {
   return u < r * (q + 1) ? u / (q + 1) : r + (u - r * (q + 1)) / q;
 }
 
+// The split's combine: rank r of `split` sums the quads parked by consumer threads
+// [split_threads_begin(r), split_threads_begin(r + 1)) of every rank, so thread t's partial is
+// read by one rank, split_reader_rank(t), and released to it with one arrival.
+constexpr int kConsumerThreads = 128;
+TL_HOPPER_HD constexpr int split_threads_begin(int rank, int split) {
+  return (kConsumerThreads * rank + split - 1) / split;
+}
+TL_HOPPER_HD constexpr int split_reader_rank(int thread, int split) { return thread * split / kConsumerThreads; }
+
 // Of M's own tile size (and for M > 64 also 64-token tiles, which can split), and splits 1 to 8
 // (each CTA >= 4 stages; any cluster size, so 16 tiles can take 7 x 16 CTAs when 8 x 16 do not
 // fit at once): the one whose rounds x (stages per CTA + combine) x stage cost is least, the
