@@ -49,6 +49,14 @@ __device__ __forceinline__ uint32_t as_u32(half2 h) {
   return u;
 }
 
+// a += b, lane by lane: the combines' fp32 partial quads.
+__device__ __forceinline__ void add4(float4& a, const float4& b) {
+  a.x += b.x;
+  a.y += b.y;
+  a.z += b.z;
+  a.w += b.w;
+}
+
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(smem)), "l"(gmem));
 }

@@ -461,12 +461,7 @@ __global__ void __launch_bounds__(kThreads, OCC) marlin_kernel(const Params p) {
             for (int u = 0; u < 4; ++u)
               if (q + u < nparts)
 #pragma unroll
-                for (int i = 0; i < kChunk; ++i) {
-                  sum[i].x += v[u][i].x;
-                  sum[i].y += v[u][i].y;
-                  sum[i].z += v[u][i].z;
-                  sum[i].w += v[u][i].w;
-                }
+                for (int i = 0; i < kChunk; ++i) add4(sum[i], v[u][i]);
           }
 #pragma unroll
           for (int i = 0; i < kChunk; ++i) store_quad(base + i * kThreads, sum[i]);

@@ -771,12 +771,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
 #pragma unroll
             for (int i = 0; i < kChunk; ++i)
 #pragma unroll
-              for (int u = 0; u < kQuadsPerBlock; ++u) {
-                sum[i][u].x += v[i][u].x;
-                sum[i][u].y += v[i][u].y;
-                sum[i][u].z += v[i][u].z;
-                sum[i][u].w += v[i][u].w;
-              }
+              for (int u = 0; u < kQuadsPerBlock; ++u) add4(sum[i][u], v[i][u]);
           }
           if (mine)
 #pragma unroll

@@ -381,12 +381,6 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   const int quads = M * (kSliceN / 4);
   float* const block_slots = red + 2 * kWarps * M * kRedStride;
   auto quad_at = [&](int e) { return make_int2(e / (kSliceN / 4), 4 * (e % (kSliceN / 4))); };
-  auto add4 = [](float4& a, const float4& b) {
-    a.x += b.x;
-    a.y += b.y;
-    a.z += b.z;
-    a.w += b.w;
-  };
   auto store_quad = [&](int c, int row, int col, const float4& v) {
     const int n = c * kSliceN + col;
     const half2 lo = __floats2half2_rn(out_value(n, v.x), out_value(n + 1, v.y));
