@@ -134,6 +134,11 @@ struct Cfg {
   // the tile's sum.
   static constexpr int kSlotQuads = NW * (BM / 8) * 128;
   static constexpr int kSlotConsumers = KI ? 1 : CONSUMERS;
+  // The epilogue of a KI tile is both consumers' (each owns half its 64-column blocks: sums,
+  // stores and combines them), so the split's combine counts both; stream-K keeps a counter per
+  // consumer and tile either way.
+  static constexpr int kCombineConsumers = KI ? 2 : 1;
+  static constexpr int kCountersPerTile = CONSUMERS;
   static constexpr int kStages =
       std::min(kMaxStages, (kSmemBudget - kAlignSlack - kPartialBytes) / kStageBytes);
   static constexpr int kSmemBytes = kAlignSlack + kStages * kStageBytes + kPartialBytes;
@@ -170,7 +175,7 @@ struct Params {
   // the run's first and its last piece -- by the last piece to arrive on the tile's counter.
   int stream_k;
   float4* partials;     // [grid][2][kSlotConsumers] slots of Cfg::kSlotQuads float4
-  int* counters;        // [tiles][kSlotConsumers], zero on entry and on exit
+  int* counters;        // [tiles][kCountersPerTile], zero on entry and on exit
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -473,10 +478,12 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
       // its own thread only, and the copy engine must not refill a stage any lane still reads.
       mbar_init(&empty[i], KI ? 128 : 128 * CONSUMERS);
     }
-    // One arrival per consumer-0 thread of every rank whose quads this rank sums (the combine).
-    mbar_init(&red_full,
-              split * (hopper::split_threads_begin(rank + 1, split) - hopper::split_threads_begin(rank, split)));
-    mbar_init(&red_free, split * 128);         // every consumer-0 thread of every rank
+    // The split's combine (both consumers' threads take part, T::kCombineConsumers): one arrival
+    // per consumer thread of every rank whose quads this rank sums; every consumer thread of
+    // every rank releases its reads.
+    mbar_init(&red_full, split * T::kCombineConsumers *
+                             (hopper::split_threads_begin(rank + 1, split) - hopper::split_threads_begin(rank, split)));
+    mbar_init(&red_free, split * 128 * T::kCombineConsumers);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   // No rank may arrive on a peer's barriers before the peer initialized them.
@@ -571,7 +578,12 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
       int mt = 0, nt = 0;
       tile_coords(tile, p.n_tiles, p.m_tiles, &mt, &nt);
       const int t64 = nt * 4 + tl;
-      const bool mine = t64 < n_valid64;        // false past a ragged N % 256 edge
+      // False past a ragged N % 256 edge. The same in a warp (tl is the warp's), and a vote says so
+      // to the compiler: the epilogue's stores trade halves through shuffles under `if (mine)`,
+      // and a branch it took for divergent around them put every consumer's stage walk that
+      // followed (the next piece's main loop) on vector registers, descriptors through R2UR:
+      // 330 instructions per stage at 32 and 64 tokens against 297 (nvdisasm).
+      const bool mine = __any_sync(0xffffffffu, t64 < n_valid64);
       const int col0 = t64 * 64;                // the 64 columns of this warp's Marlin tile
 #pragma unroll
       for (int i = 0; i < NW; ++i)
@@ -699,62 +711,72 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
           out[4] = hi;
         }
       };
-      auto store_all = [&]() {  // this thread's accumulators into C
+      // The 64-column blocks i of acc this consumer completes: KI, half of them each (consumer c
+      // blocks [c NW / 2, (c + 1) NW / 2): the two sum, store and combine a tile side by side, the
+      // hand-over between them half as long); otherwise all of its own columns.
+      auto owned = [&](int i) { return !KI || i / (NW / 2) == c; };
+      auto store_all = [&]() {  // this thread's accumulators of its blocks into C
         if (mine)
 #pragma unroll
           for (int i = 0; i < NW; ++i)
+            if (owned(i))
 #pragma unroll
-            for (int u = 0; u < T::kAcc / 4; ++u)
-              store_pair(col0 + 16 * (wb + i) + lane / 4, u, acc[i][4 * u], acc[i][4 * u + 1], acc[i][4 * u + 2],
-                         acc[i][4 * u + 3]);
+              for (int u = 0; u < T::kAcc / 4; ++u)
+                store_pair(col0 + 16 * (wb + i) + lane / 4, u, acc[i][4 * u], acc[i][4 * u + 1], acc[i][4 * u + 2],
+                           acc[i][4 * u + 3]);
       };
-      // Quad (i, u) of this thread: slot (i * kAcc / 4 + u) * 128 + tid of a partial buffer.
-      auto park = [&](float4* part) {
+      // Quad (i, u) of this thread: slot (i * kAcc / 4 + u) * 128 + tid of a partial buffer; the
+      // blocks i for which keep(i) holds.
+      auto park = [&](float4* part, auto&& keep) {
 #pragma unroll
         for (int i = 0; i < NW; ++i)
+          if (keep(i))
 #pragma unroll
-          for (int u = 0; u < T::kAcc / 4; ++u)
-            part[(i * (T::kAcc / 4) + u) * 128 + tid] =
-                make_float4(acc[i][4 * u], acc[i][4 * u + 1], acc[i][4 * u + 2], acc[i][4 * u + 3]);
+            for (int u = 0; u < T::kAcc / 4; ++u)
+              part[(i * (T::kAcc / 4) + u) * 128 + tid] =
+                  make_float4(acc[i][4 * u], acc[i][4 * u + 1], acc[i][4 * u + 2], acc[i][4 * u + 3]);
       };
       // A piece that is its tile's whole k range is stored. Under stream-K a cut one parks its sum
       // in its slot and arrives on the tile's counter; the last piece to arrive sums the tile's
       // pieces in k order (the result does not depend on which is last), stores C and leaves the
       // counter zero -- marlin_device.cuh's cross-block combine (barrier, one acq_rel arrival,
-      // barrier), over this consumer warpgroup. No CTA waits for another.
+      // barrier), over this consumer warpgroup. No CTA waits for another. KI: each consumer its
+      // half of the slot, with a counter of its own.
       auto finish = [&]() {
         if (!p.stream_k || (kb == 0 && ke == p.k_iters)) {
           store_all();
           return;
         }
-        const int cw = KI ? 0 : c;
         const int units = p.tiles * p.k_iters, first = tile * p.k_iters;
         const int grid = int(gridDim.x), me = int(blockIdx.x);
         int b = 0, e = 0;
         hopper::stream_k_range(units, grid, me, &b, &e);
         // Slot 0 of a CTA: its run's first piece; 1: its last (a run's middle tiles are whole).
         auto slot = [&](int cta, int pos) {
-          return p.partials + (size_t(cta * 2 + pos) * T::kSlotConsumers + cw) * T::kSlotQuads;
+          return p.partials + (size_t(cta * 2 + pos) * T::kSlotConsumers + (KI ? 0 : c)) * T::kSlotQuads;
         };
-        park(slot(me, b == first + kb ? 0 : 1));
+        park(slot(me, b == first + kb ? 0 : 1), owned);
         const int c0 = hopper::stream_k_cta(units, grid, first);
         const int c1 = hopper::stream_k_cta(units, grid, first + p.k_iters - 1);
-        int* counter = &p.counters[tile * T::kSlotConsumers + cw];
-        consumer_barrier(cw);
-        if (tid == 0) s_last[cw] = arrive_is_last(counter, c1 - c0);
-        consumer_barrier(cw);
-        if (!s_last[cw]) return;
+        int* counter = &p.counters[tile * T::kCountersPerTile + c];
+        consumer_barrier(c);
+        if (tid == 0) s_last[c] = arrive_is_last(counter, c1 - c0);
+        consumer_barrier(c);
+        if (!__any_sync(0xffffffffu, s_last[c] != 0)) return;  // a vote: uniform to the compiler (see mine)
         // Every piece's slot (this one's too) in k order, kChunk 64-column blocks at a time (the
         // accumulators are parked: only the chunk's sums are live), all of a slot's chunk loaded
         // before any of it is added: one L2 round trip per piece and chunk. At 32 tokens the chunk
-        // is the whole slot (16 float4); one block at a time, NW round trips per piece, the last
-        // piece's sum of a 7B gate_up tile at M = 32 took ~5 us (timeline probe, docs/perf.md).
-        // At 64 and 128 tokens a chunk is one block (8 or 16 float4): two blocks' sums and loads,
-        // or keeping them in the parked accumulators, spilled in the main loop (ptxas -v).
+        // is all the consumer's blocks (16 float4, KI: 8); one block at a time, NW round trips per
+        // piece, the last piece's sum of a 7B gate_up tile at M = 32 took ~5 us (timeline probe,
+        // docs/perf.md). At 64 and 128 tokens a chunk is one block (8 or 16 float4): two blocks'
+        // sums and loads, or keeping them in the parked accumulators, spilled in the main loop
+        // (ptxas -v).
         constexpr int kQuadsPerBlock = T::kAcc / 4;
-        constexpr int kChunk = BM <= 32 ? NW : 1;
+        constexpr int kBlocks = KI ? NW / 2 : NW;  // this consumer's blocks
+        constexpr int kChunk = BM <= 32 ? kBlocks : 1;
+        const int i_first = KI ? c * kBlocks : 0;
 #pragma unroll 1
-        for (int i0 = 0; i0 < NW; i0 += kChunk) {
+        for (int i0 = i_first; i0 < i_first + kBlocks; i0 += kChunk) {
           float4 sum[kChunk][kQuadsPerBlock];
 #pragma unroll
           for (int i = 0; i < kChunk; ++i)
@@ -786,17 +808,16 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
       if constexpr (!KI) {
         finish();
       } else {
-        // The two consumers' sums: consumer 1 parks its accumulators, consumer 0 adds them (each
-        // thread its own slots) and goes on alone; consumer 1 starts the next tile once they are
-        // read. Under a split the buffer is also the cluster's: wait until every rank has read
-        // this rank's last partial.
+        // The two consumers' sums, half each: each parks the blocks the other owns and adds the
+        // other's parked half of its own (each thread its own slots). Under a split the buffer is
+        // also the cluster's: wait until every rank has read this rank's last partial.
         float4* part = reinterpret_cast<float4*>(smem + S * T::kStageBytes);
         if (split > 1 && round > 0) mbar_wait_cluster(&red_free, (round - 1) & 1);
-        if (c == 1) park(part);
-        named_barrier<1, 256>();  // consumer 1's partial is parked
-        if (c == 0)
+        park(part, [&](int i) { return !owned(i); });
+        named_barrier<1, 256>();  // both halves are parked
 #pragma unroll
-          for (int i = 0; i < NW; ++i)
+        for (int i = 0; i < NW; ++i)
+          if (owned(i))
 #pragma unroll
             for (int u = 0; u < T::kAcc / 4; ++u) {
               const float4 v = part[(i * (T::kAcc / 4) + u) * 128 + tid];
@@ -805,26 +826,23 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
               acc[i][4 * u + 2] += v.z;
               acc[i][4 * u + 3] += v.w;
             }
-        named_barrier<2, 256>();  // ... and read: consumer 1 may go on
-        if (c == 1) {
-          if (split > 1) ++round;
-          return;
-        }
         if (split == 1) {
+          named_barrier<2, 256>();  // ... and read: the next tile's hand-over may rewrite them
           finish();
           return;
         }
-        // The split: every rank parks its partial in its own buffer, then sums a 1/split share of
+        // The split: every rank parks its partial in its own buffer (each consumer its blocks, in
+        // the slots it has just read: no other thread touches them), then sums a 1/split share of
         // the tile's quads over all ranks in rank order (deterministic), reading the peers'
         // buffers through distributed shared memory. Two cluster-scope barriers per tile, and
         // no rank waits for the producers: red_full says every partial is parked, red_free that
         // every rank has read this rank's (the buffer is rewritten next tile, and no CTA leaves
         // while a peer may read it).
-        park(part);
-        // Each thread's quads are summed by one rank (hopper::split_reader_rank), so each thread releases
-        // its own stores with one arrival, on that rank: 128 remote arrivals per rank and tile.
-        // (Every thread on every rank, 128 x split, kept the combine of a 7B o layer at M = 32
-        // near 6 us with the loads below one at a time: timeline probe, docs/perf.md.)
+        park(part, owned);
+        // Each thread's quads are summed by one rank (hopper::split_reader_rank), so each thread
+        // releases its own stores with one arrival, on that rank: 256 remote arrivals per rank and
+        // tile. (Every thread on every rank, 128 x split, kept the combine of a 7B o layer at
+        // M = 32 near 6 us with the loads below one at a time: timeline probe, docs/perf.md.)
         mbar_arrive_cluster(&red_full, uint32_t(hopper::split_reader_rank(tid, split)));
         mbar_wait_cluster(&red_full, round & 1);
         constexpr int kThreadQuads = NW * (T::kAcc / 4);  // quads one thread parks
@@ -833,12 +851,13 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         // The ranks' quads are loaded all at once before any of them is added (not one
         // distributed-shared-memory round trip per rank), into the parked accumulators: at 64
         // tokens those are the only registers free -- two float4 more spilled in the main loop
-        // (ptxas -v). The sum stays in rank order.
+        // (ptxas -v). The sum stays in rank order. Both consumers' threads take the share's quads
+        // in turn.
         static_assert(hopper::kMaxSplit * 4 <= NW * T::kAcc, "the accumulators hold a quad of every rank");
         auto peer_quad = [&](int r, int k) -> float& { return acc[(4 * r + k) / T::kAcc][(4 * r + k) % T::kAcc]; };
         const uint32_t part_s = smem_u32(part);
 #pragma unroll 1
-        for (int item = tid; item < n_threads * kThreadQuads; item += 128) {
+        for (int item = tid + 128 * c; item < n_threads * kThreadQuads; item += 256) {
           const int j = item / n_threads;                 // the quad's index in its thread's park
           const int q = j * 128 + t_begin + (item - j * n_threads);
 #pragma unroll
@@ -870,7 +889,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         // rank after a consumer barrier, releasing the others' accesses cumulatively, is valid
         // PTX, but compute-sanitizer's racecheck reported those reads against the parking stores.
         // Only where the cluster has a tile to come (red_free is waited for then): after its last
-        // one the exit's cluster barrier keeps the buffers alive, and the 128 x split remote
+        // one the exit's cluster barrier keeps the buffers alive, and the 256 x split remote
         // arrivals would only delay it (7B o and down at M <= 64: one tile per cluster).
         if (tile + tile_step < p.tiles)
           for (int r = 0; r < split; ++r) mbar_arrive_cluster(&red_free, uint32_t(r));
@@ -908,13 +927,14 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
 struct Variant {
   int rows, threads, smem_bytes;
   int slot_consumers, slot_bytes;  // stream-K: partial slots per (CTA, run end), bytes per slot
+  int counters_per_tile;           // stream-K: arrival counters per tile
   void (*kernel)(const Maps, const Params);
 };
 template <int BM, int NW, int CONSUMERS, bool KI>
 Variant make_variant() {
   using T = Cfg<BM, NW, CONSUMERS, KI>;
   static_assert(T::kSplit == hopper::tile_splits(BM), "the plan knows which variants split");
-  return Variant{BM, T::kThreads, T::kSmemBytes, T::kSlotConsumers, T::kSlotQuads * 16,
+  return Variant{BM, T::kThreads, T::kSmemBytes, T::kSlotConsumers, T::kSlotQuads * 16, T::kCountersPerTile,
                  marlin_hopper_kernel<BM, NW, CONSUMERS, KI>};
 }
 Variant variant_for(int rows) {
@@ -1087,7 +1107,7 @@ int marlin_hopper(const __half* A, const int32_t* B, const __half* s, const __ha
     void* scratch = nullptr;
     const size_t slots = size_t(g.shape.grid) * 2 * size_t(g.v.slot_consumers);
     if (int rc = stream_scratch(device, stream, slots * size_t(g.v.slot_bytes), &scratch)) return rc;
-    if (int rc = stream_flags(device, stream, size_t(g.shape.tiles) * size_t(g.v.slot_consumers), &p.counters))
+    if (int rc = stream_flags(device, stream, size_t(g.shape.tiles) * size_t(g.v.counters_per_tile), &p.counters))
       return rc;
     p.partials = static_cast<float4*>(scratch);
   }

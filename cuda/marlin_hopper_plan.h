@@ -72,7 +72,9 @@ TL_HOPPER_HD inline int stream_k_cta(int units, int grid, int u) {
 
 // The split's combine: rank r of `split` sums the quads parked by consumer threads
 // [split_threads_begin(r), split_threads_begin(r + 1)) of every rank, so thread t's partial is
-// read by one rank, split_reader_rank(t), and released to it with one arrival.
+// read by one rank, split_reader_rank(t), and released to it with one arrival (per consumer
+// warpgroup: the two k-interleaved consumers each park half of the tile's blocks, thread t of
+// both in thread t's slots).
 constexpr int kConsumerThreads = 128;
 TL_HOPPER_HD constexpr int split_threads_begin(int rank, int split) {
   return (kConsumerThreads * rank + split - 1) / split;
