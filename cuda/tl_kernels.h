@@ -57,11 +57,13 @@ struct KernelOptions {
 constexpr size_t kDequantScratchBytes = size_t(64) << 20;
 // M from which the dequantize + cuBLAS floor beats the tiled kernel on the H200 (docs/perf.md).
 constexpr int kDefaultDequantMinM = 256;
-// M from which the floor beats the Hopper kernel on the H200 (docs/perf.md, third pass,
-// asymmetric): at M = 4096 on both sets and group sizes; at M = 2048 the Hopper kernel is ahead
-// on both (sums over the 4 layers; per layer three 7B shapes at g = 128 hand over at 2048,
-// which a crossover table records).
-constexpr int kDefaultHopperMaxM = 4096;
+// M from which the floor beats the Hopper kernel on the H200 (docs/perf.md, sixth pass,
+// asymmetric, sums over the 4 layers): at M = 8192 on 70B (1.09x / 1.11x cuBLAS against
+// 0.97x / 1.04x, g = 128 / per column), on 7B the two within 1.6 % (0.94x against 0.93x /
+// 0.96x); at M = 4096 the Hopper kernel is ahead on both sets and group sizes (0.93-1.02x
+// against 0.91-0.98x). Per layer, 7B o and qkv at g = 128 hand over at 4096, which a crossover
+// table records.
+constexpr int kDefaultHopperMaxM = 8192;
 // The options as the environment variables above set them (unset: the defaults).
 KernelOptions kernel_options_from_env();
 // Installs a crossover table in *options if it was measured on the current device (its device
