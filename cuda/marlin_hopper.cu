@@ -766,7 +766,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         // Every piece's slot (this one's too) in k order, kChunk 64-column blocks at a time (the
         // accumulators are parked: only the chunk's sums are live), all of a slot's chunk loaded
         // before any of it is added: one L2 round trip per piece and chunk. At 32 tokens the chunk
-        // is all the consumer's blocks (16 float4, KI: 8); one block at a time, NW round trips per
+        // is all the consumer's blocks (8 float4); one block at a time, NW round trips per
         // piece, the last piece's sum of a 7B gate_up tile at M = 32 took ~5 us (timeline probe,
         // docs/perf.md). At 64 and 128 tokens a chunk is one block (8 or 16 float4): two blocks'
         // sums and loads, or keeping them in the parked accumulators, spilled in the main loop
