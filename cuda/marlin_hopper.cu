@@ -714,7 +714,9 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
       // The 64-column blocks i of acc this consumer completes: KI, half of them each (consumer c
       // blocks [c NW / 2, (c + 1) NW / 2): the two sum, store and combine a tile side by side, the
       // hand-over between them half as long); otherwise all of its own columns.
-      auto owned = [&](int i) { return !KI || i / (NW / 2) == c; };
+      constexpr int kOwnBlocks = KI ? NW / 2 : NW;
+      const int own_first = KI ? c * kOwnBlocks : 0;
+      auto owned = [&](int i) { return i >= own_first && i < own_first + kOwnBlocks; };
       auto store_all = [&]() {  // this thread's accumulators of its blocks into C
         if (mine)
 #pragma unroll
@@ -772,11 +774,9 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         // sums and loads, or keeping them in the parked accumulators, spilled in the main loop
         // (ptxas -v).
         constexpr int kQuadsPerBlock = T::kAcc / 4;
-        constexpr int kBlocks = KI ? NW / 2 : NW;  // this consumer's blocks
-        constexpr int kChunk = BM <= 32 ? kBlocks : 1;
-        const int i_first = KI ? c * kBlocks : 0;
+        constexpr int kChunk = BM <= 32 ? kOwnBlocks : 1;
 #pragma unroll 1
-        for (int i0 = i_first; i0 < i_first + kBlocks; i0 += kChunk) {
+        for (int i0 = own_first; i0 < own_first + kOwnBlocks; i0 += kChunk) {
           float4 sum[kChunk][kQuadsPerBlock];
 #pragma unroll
           for (int i = 0; i < kChunk; ++i)
@@ -872,12 +872,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
           float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
           for (int r = 0; r < hopper::kMaxSplit; ++r)
-            if (r < split) {
-              sum.x += peer_quad(r, 0);
-              sum.y += peer_quad(r, 1);
-              sum.z += peer_quad(r, 2);
-              sum.w += peer_quad(r, 3);
-            }
+            if (r < split) add4(sum, make_float4(peer_quad(r, 0), peer_quad(r, 1), peer_quad(r, 2), peer_quad(r, 3)));
           // Quad q was thread q % 128's acc[qi][4 qu ..]: recover its column and tokens.
           const int q_tid = q % 128, qu = (q / 128) % (T::kAcc / 4), qi = q / 128 / (T::kAcc / 4);
           const int q_w = q_tid / 32, q_lane = q_tid % 32;

@@ -2,7 +2,12 @@
 # within a bound of instructions per stage (tests/sass/hopper_loops.py). Skipped (77) without
 # nvdisasm. Included from tests/CMakeLists.txt.
 if(TL_HAVE_CUDA)
+  # What the build compiles tl_cuda_hopper with (cuda/CMakeLists.txt), less warnings and line info.
+  string(TOUPPER "${CMAKE_BUILD_TYPE}" tl_sass_config)
+  set(tl_sass_flags ${CMAKE_CUDA_FLAGS} ${CMAKE_CUDA_FLAGS_${tl_sass_config}} -std=c++${CMAKE_CUDA_STANDARD}
+      ${TL_HOPPER_CUDA_OPTIONS})
+  string(REPLACE ";" " " tl_sass_flags "${tl_sass_flags}")
   add_test(NAME sass_hopper_main_loops COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/run_hopper_loops.sh)
   set_tests_properties(sass_hopper_main_loops PROPERTIES SKIP_RETURN_CODE 77
-    ENVIRONMENT "TL_NVCC=${CMAKE_CUDA_COMPILER};TL_SRC=${PROJECT_SOURCE_DIR};TL_TMP=${CMAKE_CURRENT_BINARY_DIR}/tmp/sass")
+    ENVIRONMENT "TL_NVCC=${CMAKE_CUDA_COMPILER};TL_NVCC_FLAGS=${tl_sass_flags};TL_SRC=${PROJECT_SOURCE_DIR};TL_TMP=${CMAKE_CURRENT_BINARY_DIR}/tmp/sass")
 endif()
