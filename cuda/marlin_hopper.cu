@@ -67,7 +67,6 @@
 #include <iterator>
 #include <map>
 #include <mutex>
-#include <type_traits>
 
 #include "core/group_size.h"
 #include "cuda/cuda_check.h"
@@ -314,8 +313,8 @@ __device__ __forceinline__ void cluster_barrier() {
 }
 
 // Named barrier kId (0 is __syncthreads) over kThreads consumer threads: 1 and 2 for the
-// k-interleaved consumers' hand-over. Not .aligned (bar.sync is): the two consumers run copies
-// of their body of their own (consume<0>, consume<1>), so they meet at different instructions.
+// k-interleaved consumers' hand-over. Not .aligned (bar.sync is): the two consumers take
+// different branches before it (their own stages, their own halves of the epilogue).
 template <int kId, int kThreads>
 __device__ __forceinline__ void named_barrier() {
   asm volatile("barrier.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
@@ -535,13 +534,14 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
 
   // ---- Consumer warpgroups. ----
   setmaxnreg_inc<T::kConsumerRegs>();
-  // The consumer's body, for c = 0 and c = 1 apart where they take different stages (KI): c then
-  // is a constant, and the stage walk and every address of it are the same in a warp as far as
-  // the compiler can tell. As a register (even broadcast from lane 0) c made them per-thread
-  // values: the wgmma descriptors went through R2UR, 335 instructions per stage at 32 tokens
-  // against 288, 328 against 289 at 64 (docs/perf.md).
-  auto consume = [&](auto consumer) {
-    const int c = consumer;                     // which 64 x NW columns of the tile (KI: which stages)
+  // The consumer's body, one copy for both consumers. c must be warp-uniform to the compiler,
+  // or the stage walk and every address of it become per-thread values and the wgmma
+  // descriptors go through R2UR (335 instructions per stage at 32 tokens against 288 when c was
+  // a register, even one broadcast from lane 0). A vote is uniform to it: c comes from one. (Two
+  // copies, one per constant c, kept the loop at 296-301 instructions per stage but doubled it
+  // and the epilogue: 23.8 k instructions in all against 19.1 k, and 1-2 % slower at M = 32 and
+  // 256, docs/perf.md eighth pass.)
+  auto consume = [&](int c) {                   // c: which 64 x NW columns of the tile (KI: which stages)
     const int tid = threadIdx.x % 128;
     const int w = tid / 32, lane = tid % 32;
     // Warp w decodes words wb .. wb + NW - 1 of its lane's piece of Marlin tile 4 nt + tl:
@@ -892,14 +892,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
       }
     });
   };
-  if constexpr (KI) {
-    if (wg == 1)
-      consume(std::integral_constant<int, 0>{});
-    else
-      consume(std::integral_constant<int, 1>{});
-  } else {
-    consume(wg - 1);
-  }
+  consume(__any_sync(0xffffffffu, wg == 2) ? 1 : 0);  // wg 1 or 2, the same in a warp
   // Under a split no CTA leaves while a peer may still read its partial buffer: red_free keeps
   // the buffer until every rank has read it before the next tile rewrites it, and at the exit
   // every thread of the cluster (the producers too) meets at a cluster barrier -- an mbarrier
