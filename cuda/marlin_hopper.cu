@@ -222,6 +222,12 @@ __device__ __forceinline__ void mbar_wait_warp(uint32_t bar, uint32_t parity) {
 #undef TL_MBAR_TRY
 }
 
+// A condition that holds in every lane of a warp or in none, as a warp vote: the compiler
+// treats a vote's result as warp-uniform (a register, even one broadcast from lane 0, it does
+// not), so code under it stays on the uniform datapath -- the consumer index, which decides the
+// stage walk; the epilogue's `mine`; stream-K's "last piece" test (docs/kernels.md).
+__device__ __forceinline__ bool warp_uniform(bool same_in_warp) { return __any_sync(0xffffffffu, same_in_warp); }
+
 // The cluster-scope pair of the split's combine: arrive (release) on the barrier at the same
 // offset in CTA `rank` of the cluster, and wait (acquire) on one's own.
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
@@ -452,7 +458,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
 
   // The warpgroup, broadcast from lane 0 (a hint that it is the same in a warp: the 128-token
-  // loop has 13 instructions per stage fewer with it; not enough for the KI walk, see consume).
+  // loop had 13 instructions per stage fewer with it; the consumer index is a vote, see consume).
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
   const bool grouped = p.grouped != 0;
   const bool asym = p.delta != nullptr;
@@ -537,7 +543,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   // The consumer's body, one copy for both consumers. c must be warp-uniform to the compiler,
   // or the stage walk and every address of it become per-thread values and the wgmma
   // descriptors go through R2UR (335 instructions per stage at 32 tokens against 288 when c was
-  // a register, even one broadcast from lane 0). A vote is uniform to it: c comes from one. (Two
+  // a register, even one broadcast from lane 0); c comes from warp_uniform. (Two
   // copies, one per constant c, kept the loop at 296-301 instructions per stage but doubled it
   // and the epilogue: 23.8 k instructions in all against 19.1 k, and 1-2 % slower at M = 32 and
   // 256, docs/perf.md eighth pass.)
@@ -583,7 +589,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
       // and a branch it took for divergent around them put every consumer's stage walk that
       // followed (the next piece's main loop) on vector registers, descriptors through R2UR:
       // 330 instructions per stage at 32 and 64 tokens against 297 (nvdisasm).
-      const bool mine = __any_sync(0xffffffffu, t64 < n_valid64);
+      const bool mine = warp_uniform(t64 < n_valid64);
       const int col0 = t64 * 64;                // the 64 columns of this warp's Marlin tile
 #pragma unroll
       for (int i = 0; i < NW; ++i)
@@ -764,7 +770,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         consumer_barrier(c);
         if (tid == 0) s_last[c] = arrive_is_last(counter, c1 - c0);
         consumer_barrier(c);
-        if (!__any_sync(0xffffffffu, s_last[c] != 0)) return;  // a vote: uniform to the compiler (see mine)
+        if (!warp_uniform(s_last[c] != 0)) return;
         // Every piece's slot (this one's too) in k order, kChunk 64-column blocks at a time (the
         // accumulators are parked: only the chunk's sums are live), all of a slot's chunk loaded
         // before any of it is added: one L2 round trip per piece and chunk. At 32 tokens the chunk
@@ -892,7 +898,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
       }
     });
   };
-  consume(__any_sync(0xffffffffu, wg == 2) ? 1 : 0);  // wg 1 or 2, the same in a warp
+  consume(warp_uniform(wg == 2) ? 1 : 0);  // consumer warpgroups 1 and 2
   // Under a split no CTA leaves while a peer may still read its partial buffer: red_free keeps
   // the buffer until every rank has read it before the next tile rewrites it, and at the exit
   // every thread of the cluster (the producers too) meets at a cluster barrier -- an mbarrier

@@ -11,7 +11,7 @@ per stage, uniform registers"; docs/perf.md, fourth and sixth passes):
     (the epilogue's shuffles under a per-thread condition in the sixth pass) moves the
     descriptors to vector registers: 32 R2UR per stage at 32 tokens, 299 -> 337 instructions.
   * at most MAX_PER_STAGE instructions per loop: 298-304 at 32 and 64 tokens and 204-205 at 128
-    with nvcc 13.0 (eighth pass); the bounds leave ~5 % for another compiler's scheduling and
+    with nvcc 13.0 (eighth pass); the bounds leave ~4 % for another compiler's scheduling and
     stay below the 330-337 of the regression above.
 
 Exit 0: all hold; 1: one fails (the loops are printed); 2: bad input.
