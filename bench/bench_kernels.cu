@@ -232,6 +232,7 @@ struct Record {
   int K, N, M, g;
   double us, tflops, gbs, speedup;
   std::string path;  // what the launcher ran: decode / tiled / dequant (marlin_plan), or the kernel
+  std::string schedule;  // the Hopper kernel's grid (tile rows, split or stream-K, CTAs); "" otherwise
 };
 
 double geomean(const std::vector<double>& v) {
@@ -348,6 +349,22 @@ int main(int argc, char** argv) {
         tl::cuda::GemmPlan plan;
         return tl::cuda::marlin_plan(M, L.N, L.K, gsz, true, o, &plan) == 0 ? std::string(plan.kernel) : std::string("?");
       };
+      // The Hopper kernel's schedule as planned for these options ("" where another path runs):
+      // tile rows, then split k (cluster of n), stream-K or whole tiles, then the CTAs.
+      auto schedule_of = [&](int M, const tl::cuda::KernelOptions& o) {
+        tl::cuda::GemmPlan plan;
+        if (tl::cuda::marlin_plan(M, L.N, L.K, gsz, true, o, &plan) != 0 || std::string(plan.kernel) != "hopper")
+          return std::string();
+        char b[64];
+        if (plan.stream_k)
+          std::snprintf(b, sizeof b, "%d rows, stream-K in row groups of %d, %d CTAs", plan.rows_per_block,
+                        plan.stream_k_group, plan.blocks);
+        else if (plan.k_splits > 1)
+          std::snprintf(b, sizeof b, "%d rows, split %d, %d CTAs", plan.rows_per_block, plan.k_splits, plan.blocks);
+        else
+          std::snprintf(b, sizeof b, "%d rows, whole tiles, %d CTAs", plan.rows_per_block, plan.blocks);
+        return std::string(b);
+      };
       auto pair = [&](int M) {
         int rc = tl::cuda::a_group_sum(A, a_sum, M, L.K, gsz, stream);
         return rc ? rc : tl::cuda::correction_accum(C, a_sum, delta, M, L.N, G, stream);
@@ -420,18 +437,20 @@ int main(int argc, char** argv) {
         for (size_t k = 0; k < us.size(); ++k) *into[k] = us[k];
         const double flop = 2.0 * M * double(L.N) * L.K;
         const double int4_bytes = double(kn) / 2 + 2.0 * gn;
-        auto add = [&](const char* kernel, double us, double bytes, std::string path = "") {
+        const std::string hop_schedule = M > 16 ? schedule_of(M, hop_opt) : std::string();
+        const std::string rt_schedule = M > 16 ? schedule_of(M, rt_opt) : std::string();
+        auto add = [&](const char* kernel, double us, double bytes, std::string path = "", std::string sched = "") {
           if (std::isnan(us)) return;
           records.push_back({L.set, L.name, kernel, L.K, L.N, M, g, us, flop / us * 1e-6, bytes / us * 1e-3,
-                             t_cublas / us, path.empty() ? std::string(kernel) : path});
+                             t_cublas / us, path.empty() ? std::string(kernel) : path, sched});
         };
         add("cublas_fp16", t_cublas, 2.0 * kn);
         add("marlin", t_marlin, int4_bytes, path_of(M, {}));
         add("marlin_asym", t_asym, int4_bytes + 2.0 * gn, path_of(M, {}));
         add("marlin_asym_dequant", t_dq, int4_bytes + 2.0 * gn, "dequant");
-        add("marlin_hopper", t_hop, int4_bytes, "hopper");
-        add("marlin_asym_hopper", t_asym_hop, int4_bytes + 2.0 * gn, "hopper");
-        add("marlin_asym_runtime", t_rt, int4_bytes + 2.0 * gn, path_of(M, rt_opt));
+        add("marlin_hopper", t_hop, int4_bytes, "hopper", hop_schedule);
+        add("marlin_asym_hopper", t_asym_hop, int4_bytes + 2.0 * gn, "hopper", hop_schedule);
+        add("marlin_asym_runtime", t_rt, int4_bytes + 2.0 * gn, path_of(M, rt_opt), rt_schedule);
         add("correction_pair", t_pair, 2.0 * gn);
         add("int4_gemm", t_native, double(kn) / 2 + 4.0 * gn);
         char kxn[24];
@@ -594,9 +613,10 @@ int main(int argc, char** argv) {
     const Record& r = records[i];
     std::fprintf(f,
                  "    {\"set\": \"%s\", \"layer\": \"%s\", \"K\": %d, \"N\": %d, \"M\": %d, \"g\": %d, \"kernel\": \"%s\", "
-                 "\"path\": \"%s\", \"us\": %.3f, \"tflops\": %.3f, \"weight_gbs\": %.1f, \"speedup_vs_cublas\": %.4f}%s\n",
-                 r.set.c_str(), r.layer.c_str(), r.K, r.N, r.M, r.g, r.kernel.c_str(), r.path.c_str(), r.us, r.tflops,
-                 r.gbs, r.speedup, i + 1 < records.size() ? "," : "");
+                 "\"path\": \"%s\", \"schedule\": \"%s\", \"us\": %.3f, \"tflops\": %.3f, \"weight_gbs\": %.1f, "
+                 "\"speedup_vs_cublas\": %.4f}%s\n",
+                 r.set.c_str(), r.layer.c_str(), r.K, r.N, r.M, r.g, r.kernel.c_str(), r.path.c_str(),
+                 r.schedule.c_str(), r.us, r.tflops, r.gbs, r.speedup, i + 1 < records.size() ? "," : "");
   }
   std::fprintf(f, "  ],\n  \"summary_m_le_16\": [\n");
   for (size_t i = 0; i < summaries.size(); ++i) {

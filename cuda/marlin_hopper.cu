@@ -169,10 +169,12 @@ struct Params {
   int n_tiles, m_tiles, tiles;  // 256-column tiles, row tiles, tiles = their product
   int k_iters;          // K / 64
   int split;            // CTAs per tile along k (the cluster size; 1: none)
-  // Stream-K (hopper::Shape::stream_k; split 1): each CTA a run of stages (stream_k_range); a
-  // tile cut between CTAs is summed from fp32 partials in slots of 2 per (CTA, consumer) --
-  // the run's first and its last piece -- by the last piece to arrive on the tile's counter.
+  // Stream-K (hopper::Shape::stream_k; split 1): each CTA a run of stages (stream_k_pieces: in
+  // row groups of sk_group CTAs, one per row tile, sharing the column tiles' stages); a tile cut
+  // between CTAs is summed from fp32 partials in slots of 2 per (CTA, consumer) -- the run's
+  // first and its last piece -- by the last piece to arrive on the tile's counter.
   int stream_k;
+  int sk_group;
   float4* partials;     // [grid][2][kSlotConsumers] slots of Cfg::kSlotQuads float4
   int* counters;        // [tiles][kCountersPerTile], zero on entry and on exit
 };
@@ -404,7 +406,7 @@ __device__ __forceinline__ uint32_t load_half_pair(uint32_t addr) {
 // group and rows fastest, so the CTAs running at once cover ~kRasterRows row tiles x (CTAs /
 // kRasterRows) column tiles -- their rows of A and columns of W both stay in L2 (rows fastest
 // over all of N would re-stream every weight from HBM once per row tile).
-constexpr int kRasterRows = 8;
+using hopper::kRasterRows;
 __host__ __device__ inline void tile_coords(int t, int n_tiles, int m_tiles, int* mt, int* nt) {
   const int group = t / (kRasterRows * n_tiles);
   const int first = group * kRasterRows;
@@ -427,13 +429,7 @@ __host__ __device__ inline void k_range(int k_iters, int split, int rank, int* k
 template <class F>
 __device__ __forceinline__ void for_each_piece(const Params& p, int tile_first, int tile_step, int kb, int ke, F&& f) {
   if (p.stream_k) {
-    int u = 0, end = 0;
-    hopper::stream_k_range(p.tiles * p.k_iters, int(gridDim.x), int(blockIdx.x), &u, &end);
-    while (u < end) {
-      const int tile = u / p.k_iters, b = u % p.k_iters, e = min(p.k_iters, b + (end - u));
-      f(tile, b, e);
-      u += e - b;
-    }
+    hopper::stream_k_pieces(p.tiles, p.k_iters, p.sk_group, int(gridDim.x), int(blockIdx.x), f);
   } else {
     for (int tile = tile_first; tile < p.tiles; tile += tile_step) f(tile, kb, ke);
   }
@@ -755,17 +751,21 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
           store_all();
           return;
         }
-        const int units = p.tiles * p.k_iters, first = tile * p.k_iters;
-        const int grid = int(gridDim.x), me = int(blockIdx.x);
+        // In the schedule of stream_k_pieces: this CTA's group runs [b, e) of the groups' column
+        // stages; the tile's are [first, first + k_iters), held by groups c0..c1, whose CTAs on
+        // this row tile (group g: CTA g x gs + row) hold its pieces.
+        const int gs = p.sk_group, me = int(blockIdx.x), row = me % gs;
+        const int units = (p.tiles / gs) * p.k_iters, first = (tile / gs) * p.k_iters;
+        const int groups = int(gridDim.x) / gs;
         int b = 0, e = 0;
-        hopper::stream_k_range(units, grid, me, &b, &e);
+        hopper::stream_k_range(units, groups, me / gs, &b, &e);
         // Slot 0 of a CTA: its run's first piece; 1: its last (a run's middle tiles are whole).
         auto slot = [&](int cta, int pos) {
           return p.partials + (size_t(cta * 2 + pos) * T::kSlotConsumers + (KI ? 0 : c)) * T::kSlotQuads;
         };
         park(slot(me, b == first + kb ? 0 : 1), owned);
-        const int c0 = hopper::stream_k_cta(units, grid, first);
-        const int c1 = hopper::stream_k_cta(units, grid, first + p.k_iters - 1);
+        const int c0 = hopper::stream_k_cta(units, groups, first);
+        const int c1 = hopper::stream_k_cta(units, groups, first + p.k_iters - 1);
         int* counter = &p.counters[tile * T::kCountersPerTile + c];
         consumer_barrier(c);
         if (tid == 0) s_last[c] = arrive_is_last(counter, c1 - c0);
@@ -788,9 +788,9 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
           for (int i = 0; i < kChunk; ++i)
 #pragma unroll
             for (int u = 0; u < kQuadsPerBlock; ++u) sum[i][u] = make_float4(0.f, 0.f, 0.f, 0.f);
-          for (int cta = c0; cta <= c1; ++cta) {
-            hopper::stream_k_range(units, grid, cta, &b, &e);
-            const float4* part = slot(cta, b >= first ? 0 : 1) + i0 * kQuadsPerBlock * 128 + tid;
+          for (int g = c0; g <= c1; ++g) {
+            hopper::stream_k_range(units, groups, g, &b, &e);
+            const float4* part = slot(g * gs + row, b >= first ? 0 : 1) + i0 * kQuadsPerBlock * 128 + tid;
             float4 v[kChunk][kQuadsPerBlock];
 #pragma unroll
             for (int i = 0; i < kChunk; ++i)
@@ -1065,6 +1065,7 @@ int marlin_hopper_plan(int M, int N, int K, const KernelOptions& options, GemmPl
   plan->k_splits = g.shape.split;
   plan->tiles_per_block = hopper::tiles_per_cta(g.shape, K / kStageK);
   plan->stream_k = g.shape.stream_k;
+  plan->stream_k_group = g.shape.stream_k ? g.shape.sk_group : 0;
   plan->last_slice_rows = M % g.v.rows ? M % g.v.rows : g.v.rows;
   plan->rows_per_block = g.v.rows;
   plan->ragged_n = N % kTileN != 0;
@@ -1095,6 +1096,7 @@ int marlin_hopper(const __half* A, const int32_t* B, const __half* s, const __ha
   p.k_iters = K / kStageK;
   p.split = g.shape.split;
   p.stream_k = g.shape.stream_k ? 1 : 0;
+  p.sk_group = g.shape.sk_group;
   p.partials = nullptr;
   p.counters = nullptr;
   if (g.shape.stream_k) {

@@ -41,6 +41,10 @@ constexpr bool tile_splits(int rows) { return rows <= 64; }
 // ~60 % of peak, n128 at ~75 %).
 inline double stage_cost(int rows) { return rows <= 32 ? 1.0 : rows <= 64 ? 1.6 : 2.5; }
 
+// Row tiles whose CTAs run side by side (marlin_hopper.cu's tile_coords: row tiles fastest in
+// groups of this many, so the CTAs running at once share rows of A and columns of W in L2).
+constexpr int kRasterRows = 8;
+
 struct Shape {
   int rows = 0;     // tokens per tile
   int n_tiles = 0;  // 256-column tiles (the last one half when N % 256 == 128)
@@ -51,6 +55,10 @@ struct Shape {
   // of them (stream_k_range) that may start and end inside a tile; a tile cut that way is
   // summed by the CTA holding its first stage from the others' fp32 partials (split is 1).
   bool stream_k = false;
+  // Stream-K in row groups (stream_k_group): CTA r of each group of sk_group takes row tile r, and
+  // the groups share the column tiles' stages, so a group's CTAs stream the same weights at the
+  // same time (one DRAM read, the others L2 hits) as whole tiles do. 1: the tiles' stages end to end.
+  int sk_group = 1;
   double cost = 0;  // the model's estimate, in stages of one CTA
 };
 
@@ -70,6 +78,29 @@ TL_HOPPER_HD inline int stream_k_cta(int units, int grid, int u) {
   return u < r * (q + 1) ? u / (q + 1) : r + (u - r * (q + 1)) / q;
 }
 
+// Stream-K's row group for m_tiles row tiles: all of them where they fit in one raster group
+// (tile t = column tile x m_tiles + row tile, tile_coords' order), else 1. The row tiles of one
+// column are then cut at the same stages, by CTAs that stream the same weights side by side, as
+// whole tiles do; runs over the tiles' stages end to end put them ~k_iters stages apart in time.
+// Measured on the H200 (docs/perf.md ninth pass): 1.5-4.6 % faster on stream-K layers with 4 or
+// 8 row tiles, 0-3 % with 2.
+TL_HOPPER_HD inline int stream_k_group(int m_tiles) { return m_tiles <= kRasterRows ? m_tiles : 1; }
+
+// The pieces (tile, stages [kb, ke)) of CTA `cta`'s stream-K run, in order: its group's run of the
+// (tiles / group) x k_iters column stages (stream_k_range over grid / group groups), cut at tile
+// boundaries, on its row tile. The kernel's producer and consumers walk it (for_each_piece).
+template <class F>
+TL_HOPPER_HD inline void stream_k_pieces(int tiles, int k_iters, int group, int grid, int cta, F&& f) {
+  const int row = cta % group;
+  int u = 0, end = 0;
+  stream_k_range((tiles / group) * k_iters, grid / group, cta / group, &u, &end);
+  while (u < end) {
+    const int column = u / k_iters, b = u % k_iters, e = b + (end - u) < k_iters ? b + (end - u) : k_iters;
+    f(column * group + row, b, e);
+    u += e - b;
+  }
+}
+
 // The split's combine: rank r of `split` sums the quads parked by consumer threads
 // [split_threads_begin(r), split_threads_begin(r + 1)) of every rank, so thread t's partial is
 // read by one rank, split_reader_rank(t), and released to it with one arrival (per consumer
@@ -84,8 +115,9 @@ TL_HOPPER_HD constexpr int split_reader_rank(int thread, int split) { return thr
 // Of M's own tile size (and for M > 64 also 64-token tiles, which can split), and splits 1 to 8
 // (each CTA >= 4 stages; any cluster size, so 16 tiles can take 7 x 16 CTAs when 8 x 16 do not
 // fit at once): the one whose rounds x (stages per CTA + combine) x stage cost is least, the
-// fewer splits and larger tiles on a tie. Then stream-K over one CTA per SM, whose cost is a
-// CTA's share of all stages plus a combine per tile it adds partials of; it replaces the best
+// fewer splits and larger tiles on a tie. Then stream-K over one CTA per SM (in row groups,
+// stream_k_group: as many SMs as fit whole groups), whose cost is a CTA's share of its group's
+// stages plus a combine per tile it adds partials of; it replaces the best
 // only when clearly cheaper (kStreamKMinGain; it pays where tiles leave a last round
 // part-empty or a split idles SMs: 80 tiles of 70B qkv at M = 256 on 132 SMs).
 // fit(rows, split): how many clusters of `split` CTAs of that variant run at once (the SM count
@@ -127,13 +159,16 @@ Shape plan_shape(int M, int N, int K, Fit&& fit, int forced_split = 0, int strea
     if (sms < 1) continue;
     Shape s = tiled(rows);
     s.stream_k = true;
-    const long long units = (long long)s.tiles * k_iters;
-    if (units >= kMaxStreamKUnits) continue;
-    s.grid = int(std::min<long long>(sms, units));
-    const double share = double((units + s.grid - 1) / s.grid);
+    s.sk_group = stream_k_group(s.tiles / n_tiles);
+    const int groups_fit = sms / s.sk_group;
+    const long long units = (long long)(s.tiles / s.sk_group) * k_iters;  // a group's stages, all groups
+    if (groups_fit < 1 || units >= kMaxStreamKUnits) continue;
+    const int groups = int(std::min<long long>(groups_fit, units));
+    s.grid = groups * s.sk_group;
+    const double share = double((units + groups - 1) / groups);
     // A cut tile is summed from the partials of the ~k_iters / share CTAs holding its pieces (at
     // least 2); a schedule that cuts no tile combines nothing.
-    const bool cuts = units % s.grid != 0 || (units / s.grid) % k_iters != 0;
+    const bool cuts = units % groups != 0 || (units / groups) % k_iters != 0;
     const double combines = cuts ? std::max(1.0, k_iters / share) : 0.0;
     s.cost = (share + combines * stream_k_combine_stages(rows)) * stage_cost(rows);
     if (sk_best.grid == 0 || s.cost < sk_best.cost) sk_best = s;
@@ -146,7 +181,8 @@ Shape plan_shape(int M, int N, int K, Fit&& fit, int forced_split = 0, int strea
 // Tiles one CTA walks at most (stream-K: tiles its run touches, cut ones included).
 inline int tiles_per_cta(const Shape& s, int k_iters) {
   if (s.stream_k) {
-    const long long units = (long long)s.tiles * k_iters, share = (units + s.grid - 1) / s.grid;
+    const int groups = s.grid / s.sk_group;
+    const long long units = (long long)(s.tiles / s.sk_group) * k_iters, share = (units + groups - 1) / groups;
     return int(std::min<long long>(s.tiles, (share + k_iters - 1) / k_iters + 1));
   }
   const int clusters = std::max(1, s.grid / s.split);

@@ -124,6 +124,8 @@ struct GemmPlan {
   bool ragged_n = false;        // native: N % 8 != 0 (byte loads); hopper: N % 256 != 0 (a half tile)
   bool stream_k = false;        // hopper: CTAs share the tiles' stages evenly, tiles cut between
                                 // them summed from fp32 partials (k_splits is 1)
+  int stream_k_group = 0;       // hopper stream-K: CTAs per row group (one per row tile, sharing
+                                // the column tiles' stages; 1: the tiles' stages end to end)
 };
 // rc as the launcher's (kShapeUnsupported, kNoConfig, kCudaError) when it would not run.
 int marlin_plan(int M, int N, int K, int group_size, bool asym, const KernelOptions& options, GemmPlan* plan);

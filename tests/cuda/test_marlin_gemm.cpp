@@ -210,6 +210,7 @@ TEST_CASE("marlin: the Hopper kernel (wgmma, sm_90) at every tile variant and gr
   uint64_t stream = 8000;
   std::set<int> splits, rows;
   bool several = false, split_rounds = false, ragged = false, cut = false, streamk = false;
+  std::set<int> sk_groups;
   auto check_reproducible = [&](const QuantCase& c, const tl::cuda::KernelOptions& opt) {
     Gpu g(c);
     std::vector<half_bits> first;
@@ -244,17 +245,20 @@ TEST_CASE("marlin: the Hopper kernel (wgmma, sm_90) at every tile variant and gr
         check_reproducible(c, o);
       }
   // Stream-K forced on where the plan splits or runs whole tiles (small layers: a tile cut
-  // into many pieces, a run inside one tile; ragged N; a cut last tile row; each variant), and
+  // into many pieces, a run inside one tile; ragged N; a cut last tile row; each variant; row
+  // groups of 2, 3 and 8 CTAs, and 9 row tiles, past a group: the stages end to end), and
   // forced off where the plan takes it (the data-parallel persistent grid).
   struct Forced {
     int64_t K, N, M;
     int stream_k;
   };
   const std::vector<Forced> forced_sk =
-      quick_mode() ? std::vector<Forced>{{4096, 4096, 33, 1}, {4096, 12288, 1024, -1}}
+      quick_mode() ? std::vector<Forced>{{4096, 4096, 33, 1}, {4096, 12288, 1024, -1}, {1024, 1280, 200, 1},
+                                         {512, 2304, 300, 1}, {256, 1280, 1024, 1}}
                    : std::vector<Forced>{{4096, 4096, 17, 1}, {4096, 4096, 100, 1}, {256, 384, 40, 1},
                                          {1024, 1280, 200, 1}, {8192, 256, 17, 1}, {11008, 4096, 256, 1},
-                                         {4096, 12288, 1024, -1}, {4096, 12288, 40, -1}};
+                                         {4096, 12288, 1024, -1}, {4096, 12288, 40, -1}, {512, 2304, 300, 1},
+                                         {256, 1280, 1024, 1}, {256, 384, 1100, 1}};
   for (const Forced& f : forced_sk)
     for (int64_t gs : {int64_t(-1), int64_t(128)}) {
       tl::cuda::KernelOptions fo = o;
@@ -266,6 +270,7 @@ TEST_CASE("marlin: the Hopper kernel (wgmma, sm_90) at every tile variant and gr
       REQUIRE(std::string(plan.kernel) == "hopper");
       CHECK(plan.stream_k == (f.stream_k > 0));
       streamk = streamk || plan.stream_k;
+      if (plan.stream_k) sk_groups.insert(plan.stream_k_group);
       several = several || (plan.k_splits == 1 && !plan.stream_k && plan.tiles_per_block >= 2);
       check_case(c, fo);
       check_reproducible(c, fo);
@@ -296,6 +301,8 @@ TEST_CASE("marlin: the Hopper kernel (wgmma, sm_90) at every tile variant and gr
     CHECK(splits.count(2) + splits.count(4) + splits.count(8) >= 2);
     CHECK(several);
     CHECK(streamk);
+    CHECK(sk_groups.count(1) == 1);  // one row tile, or more than a raster group of them
+    CHECK(sk_groups.size() >= 3);     // and row groups of two sizes at least
     CHECK(split_rounds);  // a cluster reuses its partial buffers tile after tile
     CHECK(ragged);
     CHECK(cut);

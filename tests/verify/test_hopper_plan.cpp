@@ -54,3 +54,52 @@ TEST_CASE("the split's combine: every consumer thread's partial is summed by exa
     CHECK(total == kConsumerThreads);
   }
 }
+
+TEST_CASE("stream-K in row groups: every stage of every tile once, a column's row tiles cut alike, side by side") {
+  // Shapes as plan_shape schedules them (its grid, its group): 1..8 row tiles (one group of all
+  // of them) and 9 (groups of 1: the stages end to end), column tiles fewer than, about and many
+  // times the SMs, k ranges of 1, 4, 64 and 172 stages.
+  for (int m_tiles : {1, 2, 3, 5, 8, 9})
+    for (int n_tiles : {1, 3, 48, 86, 224})
+      for (int k_iters : {1, 4, 64, 172}) {
+        const int tiles = m_tiles * n_tiles;
+        const Shape s = plan_shape(m_tiles * 128, n_tiles * kTileN, k_iters * kStageK,
+                                   [](int, int split) { return 132 / split; }, 0, 1);
+        if (s.rows != 128) continue;  // forced stream-K of M's own tiles (128 rows above 64 tokens)
+        CAPTURE(m_tiles);
+        CAPTURE(n_tiles);
+        CAPTURE(k_iters);
+        REQUIRE(s.stream_k);
+        REQUIRE(s.sk_group == stream_k_group(m_tiles));
+        CHECK(s.sk_group == (m_tiles <= kRasterRows ? m_tiles : 1));
+        REQUIRE(s.grid % s.sk_group == 0);
+        REQUIRE(s.grid <= 132);
+        std::vector<int> covered(size_t(tiles) * k_iters, 0);
+        // Per tile, the CTAs holding its pieces in k order.
+        std::vector<std::vector<int>> holders(tiles);
+        std::vector<std::vector<std::pair<int, int>>> cuts(tiles);
+        for (int cta = 0; cta < s.grid; ++cta)
+          stream_k_pieces(tiles, k_iters, s.sk_group, s.grid, cta, [&](int tile, int kb, int ke) {
+            REQUIRE(tile >= 0);
+            REQUIRE(tile < tiles);
+            REQUIRE(kb < ke);
+            REQUIRE(ke <= k_iters);
+            if (s.sk_group > 1) CHECK(tile % m_tiles == cta % s.sk_group);  // the CTA's row tile
+            for (int k = kb; k < ke; ++k) ++covered[size_t(tile) * k_iters + k];
+            holders[tile].push_back(cta);
+            cuts[tile].push_back({kb, ke});
+          });
+        CHECK(std::count(covered.begin(), covered.end(), 1) == (long)covered.size());
+        const int groups = s.grid / s.sk_group, units = (tiles / s.sk_group) * k_iters;
+        for (int t = 0; t < tiles; ++t) {
+          // The pieces come in k order, held by the groups stream_k_cta names, on t's row.
+          for (size_t i = 1; i < cuts[t].size(); ++i) CHECK(cuts[t][i].first == cuts[t][i - 1].second);
+          const int first = (t / s.sk_group) * k_iters;
+          const int g0 = stream_k_cta(units, groups, first), g1 = stream_k_cta(units, groups, first + k_iters - 1);
+          REQUIRE(int(holders[t].size()) == g1 - g0 + 1);
+          for (int g = g0; g <= g1; ++g) CHECK(holders[t][g - g0] == g * s.sk_group + t % s.sk_group);
+          // Row tiles of one column: cut at the same stages (their CTAs stream the same weights).
+          if (s.sk_group > 1 && t % m_tiles) CHECK(cuts[t] == cuts[t - t % m_tiles]);
+        }
+      }
+}
