@@ -48,12 +48,13 @@ constexpr int kRasterRows = 8;
 struct Shape {
   int rows = 0;     // tokens per tile
   int n_tiles = 0;  // 256-column tiles (the last one half when N % 256 == 128)
-  int tiles = 0;    // n_tiles x ceil(M / rows), columns fastest
+  int tiles = 0;    // n_tiles x ceil(M / rows), in tile_coords' order (row tiles fastest, in
+                    // groups of kRasterRows)
   int split = 1;    // CTAs per tile along k (a cluster of 2..8), 1: none
   int grid = 0;     // CTAs launched: clusters x split, each cluster walking tiles (persistent)
-  // Stream-K: the grid's CTAs share the tiles x k_iters stages evenly, each a contiguous run
-  // of them (stream_k_range) that may start and end inside a tile; a tile cut that way is
-  // summed by the CTA holding its first stage from the others' fp32 partials (split is 1).
+  // Stream-K: the grid's CTAs share the tiles' stages evenly, each a contiguous run of them
+  // (stream_k_pieces) that may start and end inside a tile; a tile cut that way is summed from
+  // its pieces' fp32 partials by the last piece to arrive (split is 1).
   bool stream_k = false;
   // Stream-K in row groups (stream_k_group): CTA r of each group of sk_group takes row tile r, and
   // the groups share the column tiles' stages, so a group's CTAs stream the same weights at the
