@@ -345,16 +345,17 @@ int main(int argc, char** argv) {
       auto asym_rt = [&](int M) {
         return tl::cuda::marlin_mm_asymmetric(A, Bi, s_perm, delta, C, workspace, M, L.N, L.K, gsz, stream, rt_opt);
       };
-      auto path_of = [&](int M, const tl::cuda::KernelOptions& o) {
+      // What the launcher plans for these options (kernel "?" where it would not run).
+      auto plan_of = [&](int M, const tl::cuda::KernelOptions& o) {
         tl::cuda::GemmPlan plan;
-        return tl::cuda::marlin_plan(M, L.N, L.K, gsz, true, o, &plan) == 0 ? std::string(plan.kernel) : std::string("?");
+        if (tl::cuda::marlin_plan(M, L.N, L.K, gsz, true, o, &plan) != 0) plan.kernel = "?";
+        return plan;
       };
-      // The Hopper kernel's schedule as planned for these options ("" where another path runs):
-      // tile rows, then split k (cluster of n), stream-K or whole tiles, then the CTAs.
-      auto schedule_of = [&](int M, const tl::cuda::KernelOptions& o) {
-        tl::cuda::GemmPlan plan;
-        if (tl::cuda::marlin_plan(M, L.N, L.K, gsz, true, o, &plan) != 0 || std::string(plan.kernel) != "hopper")
-          return std::string();
+      auto path_of = [&](int M, const tl::cuda::KernelOptions& o) { return std::string(plan_of(M, o).kernel); };
+      // The Hopper kernel's schedule in a plan ("" where another path runs): tile rows, then
+      // split k (cluster of n), stream-K or whole tiles, then the CTAs.
+      auto schedule_of = [](const tl::cuda::GemmPlan& plan) {
+        if (std::string(plan.kernel) != "hopper") return std::string();
         char b[64];
         if (plan.stream_k)
           std::snprintf(b, sizeof b, "%d rows, stream-K in row groups of %d, %d CTAs", plan.rows_per_block,
@@ -421,7 +422,8 @@ int main(int argc, char** argv) {
           into.push_back(t);
           runs.push_back(std::move(run));
         };
-        const bool hop = M > 16 && path_of(M, hop_opt) == "hopper";
+        const tl::cuda::GemmPlan hop_plan = plan_of(M, hop_opt), rt_plan = plan_of(M, rt_opt);
+        const bool hop = M > 16 && std::string(hop_plan.kernel) == "hopper";
         time(&t_cublas, [&] { return cublas(M, w_hat, C_ref); });
         time(&t_marlin, [&] { return marlin(M); });
         time(&t_asym, [&] { return asym(M); });
@@ -437,8 +439,6 @@ int main(int argc, char** argv) {
         for (size_t k = 0; k < us.size(); ++k) *into[k] = us[k];
         const double flop = 2.0 * M * double(L.N) * L.K;
         const double int4_bytes = double(kn) / 2 + 2.0 * gn;
-        const std::string hop_schedule = M > 16 ? schedule_of(M, hop_opt) : std::string();
-        const std::string rt_schedule = M > 16 ? schedule_of(M, rt_opt) : std::string();
         auto add = [&](const char* kernel, double us, double bytes, std::string path = "", std::string sched = "") {
           if (std::isnan(us)) return;
           records.push_back({L.set, L.name, kernel, L.K, L.N, M, g, us, flop / us * 1e-6, bytes / us * 1e-3,
@@ -448,9 +448,9 @@ int main(int argc, char** argv) {
         add("marlin", t_marlin, int4_bytes, path_of(M, {}));
         add("marlin_asym", t_asym, int4_bytes + 2.0 * gn, path_of(M, {}));
         add("marlin_asym_dequant", t_dq, int4_bytes + 2.0 * gn, "dequant");
-        add("marlin_hopper", t_hop, int4_bytes, "hopper", hop_schedule);
-        add("marlin_asym_hopper", t_asym_hop, int4_bytes + 2.0 * gn, "hopper", hop_schedule);
-        add("marlin_asym_runtime", t_rt, int4_bytes + 2.0 * gn, path_of(M, rt_opt), rt_schedule);
+        add("marlin_hopper", t_hop, int4_bytes, "hopper", schedule_of(hop_plan));
+        add("marlin_asym_hopper", t_asym_hop, int4_bytes + 2.0 * gn, "hopper", schedule_of(hop_plan));
+        add("marlin_asym_runtime", t_rt, int4_bytes + 2.0 * gn, rt_plan.kernel, schedule_of(rt_plan));
         add("correction_pair", t_pair, 2.0 * gn);
         add("int4_gemm", t_native, double(kn) / 2 + 4.0 * gn);
         char kxn[24];

@@ -755,7 +755,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         // stages; the tile's are [first, first + k_iters), held by groups c0..c1, whose CTAs on
         // this row tile (group g: CTA g x gs + row) hold its pieces.
         const int gs = p.sk_group, me = int(blockIdx.x), row = me % gs;
-        const int units = (p.tiles / gs) * p.k_iters, first = (tile / gs) * p.k_iters;
+        const int units = int(hopper::stream_k_units(p.tiles, p.k_iters, gs)), first = (tile / gs) * p.k_iters;
         const int groups = int(gridDim.x) / gs;
         int b = 0, e = 0;
         hopper::stream_k_range(units, groups, me / gs, &b, &e);

@@ -86,6 +86,11 @@ TL_HOPPER_HD inline int stream_k_cta(int units, int grid, int u) {
 // Measured on the H200 (docs/perf.md ninth pass): 1.5-4.6 % faster on stream-K layers with 4 or
 // 8 row tiles, 0-3 % with 2.
 TL_HOPPER_HD inline int stream_k_group(int m_tiles) { return m_tiles <= kRasterRows ? m_tiles : 1; }
+// The stages the row groups share out: their column tiles' (tiles / group columns x k_iters;
+// plan_shape keeps it below kMaxStreamKUnits, so the kernel's int is enough).
+TL_HOPPER_HD inline long long stream_k_units(int tiles, int k_iters, int group) {
+  return (long long)(tiles / group) * k_iters;
+}
 
 // The pieces (tile, stages [kb, ke)) of CTA `cta`'s stream-K run, in order: its group's run of the
 // (tiles / group) x k_iters column stages (stream_k_range over grid / group groups), cut at tile
@@ -94,7 +99,7 @@ template <class F>
 TL_HOPPER_HD inline void stream_k_pieces(int tiles, int k_iters, int group, int grid, int cta, F&& f) {
   const int row = cta % group;
   int u = 0, end = 0;
-  stream_k_range((tiles / group) * k_iters, grid / group, cta / group, &u, &end);
+  stream_k_range(int(stream_k_units(tiles, k_iters, group)), grid / group, cta / group, &u, &end);
   while (u < end) {
     const int column = u / k_iters, b = u % k_iters, e = b + (end - u) < k_iters ? b + (end - u) : k_iters;
     f(column * group + row, b, e);
@@ -162,7 +167,7 @@ Shape plan_shape(int M, int N, int K, Fit&& fit, int forced_split = 0, int strea
     s.stream_k = true;
     s.sk_group = stream_k_group(s.tiles / n_tiles);
     const int groups_fit = sms / s.sk_group;
-    const long long units = (long long)(s.tiles / s.sk_group) * k_iters;  // a group's stages, all groups
+    const long long units = stream_k_units(s.tiles, k_iters, s.sk_group);
     if (groups_fit < 1 || units >= kMaxStreamKUnits) continue;
     const int groups = int(std::min<long long>(groups_fit, units));
     s.grid = groups * s.sk_group;
@@ -183,7 +188,7 @@ Shape plan_shape(int M, int N, int K, Fit&& fit, int forced_split = 0, int strea
 inline int tiles_per_cta(const Shape& s, int k_iters) {
   if (s.stream_k) {
     const int groups = s.grid / s.sk_group;
-    const long long units = (long long)(s.tiles / s.sk_group) * k_iters, share = (units + groups - 1) / groups;
+    const long long units = stream_k_units(s.tiles, k_iters, s.sk_group), share = (units + groups - 1) / groups;
     return int(std::min<long long>(s.tiles, (share + k_iters - 1) / k_iters + 1));
   }
   const int clusters = std::max(1, s.grid / s.split);

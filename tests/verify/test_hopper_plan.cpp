@@ -90,7 +90,7 @@ TEST_CASE("stream-K in row groups: every stage of every tile once, a column's ro
             cuts[tile].push_back({kb, ke});
           });
         CHECK(std::count(covered.begin(), covered.end(), 1) == (long)covered.size());
-        const int groups = s.grid / s.sk_group, units = (tiles / s.sk_group) * k_iters;
+        const int groups = s.grid / s.sk_group, units = int(stream_k_units(tiles, k_iters, s.sk_group));
         for (int t = 0; t < tiles; ++t) {
           // The pieces come in k order, held by the groups stream_k_cta names, on t's row.
           for (size_t i = 1; i < cuts[t].size(); ++i) CHECK(cuts[t][i].first == cuts[t][i - 1].second);
