@@ -351,7 +351,6 @@ int main(int argc, char** argv) {
         if (tl::cuda::marlin_plan(M, L.N, L.K, gsz, true, o, &plan) != 0) plan.kernel = "?";
         return plan;
       };
-      auto path_of = [&](int M, const tl::cuda::KernelOptions& o) { return std::string(plan_of(M, o).kernel); };
       // The Hopper kernel's schedule in a plan ("" where another path runs): tile rows, then
       // split k (cluster of n), stream-K or whole tiles, then the CTAs.
       auto schedule_of = [](const tl::cuda::GemmPlan& plan) {
@@ -422,7 +421,8 @@ int main(int argc, char** argv) {
           into.push_back(t);
           runs.push_back(std::move(run));
         };
-        const tl::cuda::GemmPlan hop_plan = plan_of(M, hop_opt), rt_plan = plan_of(M, rt_opt);
+        const tl::cuda::GemmPlan default_plan = plan_of(M, {}), hop_plan = plan_of(M, hop_opt),
+                                 rt_plan = plan_of(M, rt_opt);
         const bool hop = M > 16 && std::string(hop_plan.kernel) == "hopper";
         time(&t_cublas, [&] { return cublas(M, w_hat, C_ref); });
         time(&t_marlin, [&] { return marlin(M); });
@@ -445,8 +445,8 @@ int main(int argc, char** argv) {
                              t_cublas / us, path.empty() ? std::string(kernel) : path, sched});
         };
         add("cublas_fp16", t_cublas, 2.0 * kn);
-        add("marlin", t_marlin, int4_bytes, path_of(M, {}));
-        add("marlin_asym", t_asym, int4_bytes + 2.0 * gn, path_of(M, {}));
+        add("marlin", t_marlin, int4_bytes, default_plan.kernel);
+        add("marlin_asym", t_asym, int4_bytes + 2.0 * gn, default_plan.kernel);
         add("marlin_asym_dequant", t_dq, int4_bytes + 2.0 * gn, "dequant");
         add("marlin_hopper", t_hop, int4_bytes, "hopper", schedule_of(hop_plan));
         add("marlin_asym_hopper", t_asym_hop, int4_bytes + 2.0 * gn, "hopper", schedule_of(hop_plan));
