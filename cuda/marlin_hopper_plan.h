@@ -30,6 +30,16 @@ inline double stream_k_combine_stages(int rows) { return rows <= 64 ? 2.0 : 4.0;
 // is within a few percent the measured result was worse (large M: CTAs on tiles far apart in
 // the raster share less of A and W in L2), and the model does not see that.
 constexpr double kStreamKMinGain = 0.95;
+// Nor stream-K over M's own tiles where those run whole in one round and stream-K would save
+// fewer stages per CTA than this (k_iters - share): its runs then cut nearly every tile, and
+// those combines cost ~17-22 stages of 128 tokens, not the model's 4 -- 7B qkv at M = 256 (96
+// tiles on 132 SMs) and 70B qkv at M = 384 (120 tiles) took ~17.5 us more than the whole tiles'
+// loop x the fill. H200, stream-K forced on and off at M = 128-512 (docs/perf.md eleventh pass):
+// whole tiles ran those two 10 % and 9 % faster (17 and 12 stages saved); every shape where
+// stream-K saves more keeps it (70B down at M = 384: 122 stages). The other variant's stream-K
+// stays a candidate: where it was excluded too (64-token tiles that fill one round, e.g. 70B qkv
+// at M = 192) the plan fell back to splits or tiles the model misjudges, up to 40 % slower.
+constexpr int kStreamKMinSavedStages = 20;
 
 // Tokens per tile for M: 32 (n32 wgmma) up to M = 32, 64 up to 64, else 128.
 inline int tile_rows(int M) { return M <= 32 ? 32 : M <= 64 ? 64 : 128; }
@@ -125,7 +135,8 @@ TL_HOPPER_HD constexpr int split_reader_rank(int thread, int split) { return thr
 // stream_k_group: as many SMs as fit whole groups), whose cost is a CTA's share of its group's
 // stages plus a combine per tile it adds partials of; it replaces the best
 // only when clearly cheaper (kStreamKMinGain; it pays where tiles leave a last round
-// part-empty or a split idles SMs: 80 tiles of 70B qkv at M = 256 on 132 SMs).
+// part-empty or a split idles SMs: 80 tiles of 70B qkv at M = 256 on 132 SMs), and not over M's
+// own tiles where those fill the SMs in one round (kStreamKMinSavedStages).
 // fit(rows, split): how many clusters of `split` CTAs of that variant run at once (the SM count
 // for split 1; 0: cannot run). forced_split (1..8): that split only (tests and tuning runs),
 // 0: any. stream_k: 1 forces stream-K, -1 rules it out, 0: the cost decides.
@@ -172,6 +183,7 @@ Shape plan_shape(int M, int N, int K, Fit&& fit, int forced_split = 0, int strea
     const int groups = int(std::min<long long>(groups_fit, units));
     s.grid = groups * s.sk_group;
     const double share = double((units + groups - 1) / groups);
+    if (stream_k <= 0 && rows == own && s.tiles <= sms && k_iters - share < kStreamKMinSavedStages) continue;
     // A cut tile is summed from the partials of the ~k_iters / share CTAs holding its pieces (at
     // least 2); a schedule that cuts no tile combines nothing.
     const bool cuts = units % groups != 0 || (units / groups) % k_iters != 0;

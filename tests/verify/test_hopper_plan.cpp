@@ -103,3 +103,37 @@ TEST_CASE("stream-K in row groups: every stage of every tile once, a column's ro
         }
       }
 }
+
+TEST_CASE("stream-K never replaces M's own whole tiles that fill the SMs in one round (kStreamKMinSavedStages)") {
+  // Every column-tile count to two rounds, 1-4 row tiles of 128 tokens and the 7B / 70B k ranges:
+  // where the whole tiles fit one round and stream-K's share saves fewer than the bound, the plan
+  // is not stream-K over 128-token tiles; forced, it still is; and the two shapes measured on the
+  // H200 (docs/perf.md eleventh pass) go each way.
+  const auto fit = [](int, int split) { return 132 / split; };
+  int excluded = 0, kept = 0;
+  for (int m_tiles = 1; m_tiles <= 4; ++m_tiles)
+    for (int n_tiles = 1; n_tiles <= 264; ++n_tiles)
+      for (int k_iters : {64, 128, 172, 448}) {
+        const int M = 128 * m_tiles, N = n_tiles * kTileN, K = k_iters * kStageK, tiles = m_tiles * n_tiles;
+        CAPTURE(M);
+        CAPTURE(N);
+        CAPTURE(K);
+        const Shape s = plan_shape(M, N, K, fit);
+        const Shape forced = plan_shape(M, N, K, fit, 0, 1);
+        REQUIRE(forced.stream_k);
+        // Stream-K over the 128-token tiles, as plan_shape would lay it out.
+        const int group = stream_k_group(m_tiles), groups = 132 / group;
+        const long long units = stream_k_units(tiles, k_iters, group);
+        const long long share = (units + std::min<long long>(groups, units) - 1) / std::min<long long>(groups, units);
+        if (tiles <= 132 && k_iters - share < kStreamKMinSavedStages) {
+          CHECK_FALSE((s.stream_k && s.rows == 128));
+          ++excluded;
+        } else if (s.stream_k) {
+          ++kept;
+        }
+      }
+  CHECK(excluded > 0);
+  CHECK(kept > 0);
+  CHECK_FALSE(plan_shape(256, 12288, 4096, fit).stream_k);  // 7B qkv, M = 256: 96 whole tiles
+  CHECK(plan_shape(384, 8192, 28672, fit).stream_k);        // 70B down, M = 384: 96 tiles, 448 stages
+}
