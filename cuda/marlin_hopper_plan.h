@@ -37,8 +37,8 @@ constexpr double kStreamKMinGain = 0.95;
 // loop x the fill. H200, stream-K forced on and off at M = 128-512 (docs/perf.md eleventh pass):
 // whole tiles ran those two 10 % and 9 % faster (17 and 12 stages saved); every shape where
 // stream-K saves more keeps it (70B down at M = 384: 122 stages). The other variant's stream-K
-// stays a candidate: where it was excluded too (64-token tiles that fill one round, e.g. 70B qkv
-// at M = 192) the plan fell back to splits or tiles the model misjudges, up to 40 % slower.
+// stays a candidate: excluded too (64-token tiles that fill one round), the plan would move 7B
+// qkv at M = 192 and 70B down at M = 256 to schedules measured 39-40 % and 17-28 % slower.
 constexpr int kStreamKMinSavedStages = 20;
 
 // Tokens per tile for M: 32 (n32 wgmma) up to M = 32, 64 up to 64, else 128.
