@@ -101,6 +101,8 @@ TL_HOPPER_HD inline int stream_k_group(int m_tiles) { return m_tiles <= kRasterR
 TL_HOPPER_HD inline long long stream_k_units(int tiles, int k_iters, int group) {
   return (long long)(tiles / group) * k_iters;
 }
+// The longest run of `units` stages over `groups` groups (stream_k_range's lengths differ by one).
+TL_HOPPER_HD inline long long stream_k_share(long long units, int groups) { return (units + groups - 1) / groups; }
 
 // The pieces (tile, stages [kb, ke)) of CTA `cta`'s stream-K run, in order: its group's run of the
 // (tiles / group) x k_iters column stages (stream_k_range over grid / group groups), cut at tile
@@ -182,7 +184,7 @@ Shape plan_shape(int M, int N, int K, Fit&& fit, int forced_split = 0, int strea
     if (groups_fit < 1 || units >= kMaxStreamKUnits) continue;
     const int groups = int(std::min<long long>(groups_fit, units));
     s.grid = groups * s.sk_group;
-    const double share = double((units + groups - 1) / groups);
+    const double share = double(stream_k_share(units, groups));
     if (stream_k <= 0 && rows == own && s.tiles <= sms && k_iters - share < kStreamKMinSavedStages) continue;
     // A cut tile is summed from the partials of the ~k_iters / share CTAs holding its pieces (at
     // least 2); a schedule that cuts no tile combines nothing.
@@ -200,7 +202,7 @@ Shape plan_shape(int M, int N, int K, Fit&& fit, int forced_split = 0, int strea
 inline int tiles_per_cta(const Shape& s, int k_iters) {
   if (s.stream_k) {
     const int groups = s.grid / s.sk_group;
-    const long long units = stream_k_units(s.tiles, k_iters, s.sk_group), share = (units + groups - 1) / groups;
+    const long long units = stream_k_units(s.tiles, k_iters, s.sk_group), share = stream_k_share(units, groups);
     return int(std::min<long long>(s.tiles, (share + k_iters - 1) / k_iters + 1));
   }
   const int clusters = std::max(1, s.grid / s.split);

@@ -122,9 +122,9 @@ TEST_CASE("stream-K never replaces M's own whole tiles that fill the SMs in one 
         const Shape forced = plan_shape(M, N, K, fit, 0, 1);
         REQUIRE(forced.stream_k);
         // Stream-K over the 128-token tiles, as plan_shape would lay it out.
-        const int group = stream_k_group(m_tiles), groups = 132 / group;
+        const int group = stream_k_group(m_tiles);
         const long long units = stream_k_units(tiles, k_iters, group);
-        const long long share = (units + std::min<long long>(groups, units) - 1) / std::min<long long>(groups, units);
+        const long long share = stream_k_share(units, int(std::min<long long>(132 / group, units)));
         if (tiles <= 132 && k_iters - share < kStreamKMinSavedStages) {
           CHECK_FALSE((s.stream_k && s.rows == 128));
           ++excluded;
