@@ -102,9 +102,10 @@ KernelOptions kernel_options_from_env() {
   env_int("TL_MARLIN_HOPPER_MAX_M", 0, INT_MAX, &o.hopper_max_m);
   env_int("TL_MARLIN_DEQUANT_MIN_M", 0, INT_MAX, &o.dequant_min_m);
   // Tuning runs: the Hopper kernel's k split forced (1..kMaxSplit), stream-K forced (1) or ruled
-  // out (-1).
+  // out (-1), stream-K's hand-over cost in stages (0: equal runs).
   env_int("TL_MARLIN_HOPPER_SPLIT", 0, hopper::kMaxSplit, &o.hopper_split);
   env_int("TL_MARLIN_HOPPER_STREAM_K", -1, 1, &o.hopper_stream_k);
+  env_int("TL_MARLIN_HOPPER_SK_HANDOVER", 0, 64, &o.hopper_sk_handover);
   return o;
 }
 

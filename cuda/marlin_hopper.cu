@@ -172,7 +172,8 @@ struct Params {
   // Stream-K (hopper::Shape::stream_k; split 1): each CTA a run of stages (stream_k_pieces: in
   // row groups of sk_group CTAs, one per row tile, sharing the column tiles' stages); a tile cut
   // between CTAs is summed from fp32 partials in slots of 2 per (CTA, consumer) -- the run's
-  // first and its last piece -- by the last piece to arrive on the tile's counter.
+  // first and its last piece -- by the last piece to arrive on the tile's counter. The runs
+  // themselves are the kernel's third parameter.
   int stream_k;
   int sk_group;
   float4* partials;     // [grid][2][kSlotConsumers] slots of Cfg::kSlotQuads float4
@@ -427,9 +428,10 @@ __host__ __device__ inline void k_range(int k_iters, int split, int rank, int* k
 // walk the same: its tiles (one of every `tile_step`) with its split's k range, or under
 // stream-K its run of stages cut at tile boundaries.
 template <class F>
-__device__ __forceinline__ void for_each_piece(const Params& p, int tile_first, int tile_step, int kb, int ke, F&& f) {
+__device__ __forceinline__ void for_each_piece(const Params& p, const hopper::StreamKRuns& runs, int tile_first,
+                                               int tile_step, int kb, int ke, F&& f) {
   if (p.stream_k) {
-    hopper::stream_k_pieces(p.tiles, p.k_iters, p.sk_group, int(gridDim.x), int(blockIdx.x), f);
+    hopper::stream_k_pieces(p.k_iters, p.sk_group, runs, int(blockIdx.x), f);
   } else {
     for (int tile = tile_first; tile < p.tiles; tile += tile_step) f(tile, kb, ke);
   }
@@ -441,7 +443,11 @@ __device__ __forceinline__ void for_each_piece(const Params& p, int tile_first, 
 
 template <int BM, int NW, int CONSUMERS, bool KI>
 __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
-    marlin_hopper_kernel(const __grid_constant__ Maps maps, const Params p) {
+    marlin_hopper_kernel(const __grid_constant__ Maps maps, const Params p,
+                         const __grid_constant__ hopper::StreamKRuns runs) {
+  // runs: stream-K's cut (hopper::stream_k_cut), read in place from the parameter space by index
+  // (a parameter of its own: as a member of Params, grid-constant, the 32- and 64-token main loops
+  // took 4-6 instructions per stage more, nvdisasm).
 #ifdef TL_HOPPER_DEVICE
   using T = Cfg<BM, NW, CONSUMERS, KI>;
   constexpr int S = T::kStages;
@@ -503,7 +509,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
     const uint32_t tx = uint32_t(T::kABytes) + kWStageBytes + (grouped ? kTileN * 2 * (asym ? 2 : 1) : 0);
     int stage = 0;
     uint32_t phase = 0;
-    for_each_piece(p, tile_first, tile_step, split_kb, split_ke, [&](int tile, int kb, int ke) {
+    for_each_piece(p, runs, tile_first, tile_step, split_kb, split_ke, [&](int tile, int kb, int ke) {
       int mt = 0, nt = 0;
       tile_coords(tile, p.n_tiles, p.m_tiles, &mt, &nt);
       for (int it = kb; it < ke; ++it) {
@@ -576,7 +582,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
     const uint32_t s_off = T::kABytes + kWStageBytes + 2 * (tl * 64 + 8 * (lane / 4) + 2 * wb);
     const uint32_t d_off = T::kABytes + kWStageBytes + 2 * (kTileN + tl * 64 + 16 * wb + lane / 4);
 
-    for_each_piece(p, tile_first, tile_step, split_kb, split_ke, [&](int tile, int kb, int ke) {
+    for_each_piece(p, runs, tile_first, tile_step, split_kb, split_ke, [&](int tile, int kb, int ke) {
       int mt = 0, nt = 0;
       tile_coords(tile, p.n_tiles, p.m_tiles, &mt, &nt);
       const int t64 = nt * 4 + tl;
@@ -755,17 +761,13 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         // stages; the tile's are [first, first + k_iters), held by groups c0..c1, whose CTAs on
         // this row tile (group g: CTA g x gs + row) hold its pieces.
         const int gs = p.sk_group, me = int(blockIdx.x), row = me % gs;
-        const int units = int(hopper::stream_k_units(p.tiles, p.k_iters, gs)), first = (tile / gs) * p.k_iters;
-        const int groups = int(gridDim.x) / gs;
-        int b = 0, e = 0;
-        hopper::stream_k_range(units, groups, me / gs, &b, &e);
+        const int first = (tile / gs) * p.k_iters;
         // Slot 0 of a CTA: its run's first piece; 1: its last (a run's middle tiles are whole).
         auto slot = [&](int cta, int pos) {
           return p.partials + (size_t(cta * 2 + pos) * T::kSlotConsumers + (KI ? 0 : c)) * T::kSlotQuads;
         };
-        park(slot(me, b == first + kb ? 0 : 1), owned);
-        const int c0 = hopper::stream_k_cta(units, groups, first);
-        const int c1 = hopper::stream_k_cta(units, groups, first + p.k_iters - 1);
+        park(slot(me, runs.begin[me / gs] == first + kb ? 0 : 1), owned);
+        const int c0 = runs.holder(first), c1 = runs.holder(first + p.k_iters - 1);
         int* counter = &p.counters[tile * T::kCountersPerTile + c];
         consumer_barrier(c);
         if (tid == 0) s_last[c] = arrive_is_last(counter, c1 - c0);
@@ -789,8 +791,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
 #pragma unroll
             for (int u = 0; u < kQuadsPerBlock; ++u) sum[i][u] = make_float4(0.f, 0.f, 0.f, 0.f);
           for (int g = c0; g <= c1; ++g) {
-            hopper::stream_k_range(units, groups, g, &b, &e);
-            const float4* part = slot(g * gs + row, b >= first ? 0 : 1) + i0 * kQuadsPerBlock * 128 + tid;
+            const float4* part = slot(g * gs + row, runs.begin[g] >= first ? 0 : 1) + i0 * kQuadsPerBlock * 128 + tid;
             float4 v[kChunk][kQuadsPerBlock];
 #pragma unroll
             for (int i = 0; i < kChunk; ++i)
@@ -922,7 +923,7 @@ struct Variant {
   int rows, threads, smem_bytes;
   int slot_consumers, slot_bytes;  // stream-K: partial slots per (CTA, run end), bytes per slot
   int counters_per_tile;           // stream-K: arrival counters per tile
-  void (*kernel)(const Maps, const Params);
+  void (*kernel)(const Maps, const Params, const hopper::StreamKRuns);
 };
 template <int BM, int NW, int CONSUMERS, bool KI>
 Variant make_variant() {
@@ -1003,7 +1004,7 @@ bool hopper_device(int device) {
 
 struct HopperGrid {
   Variant v{};
-  hopper::Shape shape{};
+  hopper::Schedule plan{};
 };
 
 // How many clusters of `split` CTAs of each variant run at once on a device (split 1: the SM
@@ -1041,12 +1042,12 @@ int device_fits(int device, int sms, const Fits** out) {
 int plan_grid(int M, int N, int K, int device, int sms, const KernelOptions& options, HopperGrid* g) {
   const Fits* fits = nullptr;
   if (int rc = device_fits(device, sms, &fits)) return rc;
-  g->shape = hopper::plan_shape(M, N, K, [&](int rows, int split) {
+  g->plan = hopper::plan_schedule(M, N, K, [&](int rows, int split) {
     const int v = int(std::find(std::begin(kVariantRows), std::end(kVariantRows), rows) - std::begin(kVariantRows));
     return fits->clusters[v][split];
-  }, options.hopper_split, options.hopper_stream_k);
-  if (g->shape.grid < 1) return kNoConfig;
-  g->v = variant_for(g->shape.rows);
+  }, options.hopper_split, options.hopper_stream_k, options.hopper_sk_handover);
+  if (g->plan.shape.grid < 1) return kNoConfig;
+  g->v = variant_for(g->plan.shape.rows);
   return kOk;
 }
 
@@ -1059,13 +1060,13 @@ int marlin_hopper_plan(int M, int N, int K, const KernelOptions& options, GemmPl
   HopperGrid g;
   if (int rc = plan_grid(M, N, K, device, sms, options, &g)) return rc;
   plan->kernel = "hopper";
-  plan->blocks = g.shape.grid;
+  plan->blocks = g.plan.shape.grid;
   plan->warps_per_block = g.v.threads / 32;
-  plan->cluster = g.shape.split > 1 ? g.shape.split : 0;
-  plan->k_splits = g.shape.split;
-  plan->tiles_per_block = hopper::tiles_per_cta(g.shape, K / kStageK);
-  plan->stream_k = g.shape.stream_k;
-  plan->stream_k_group = g.shape.stream_k ? g.shape.sk_group : 0;
+  plan->cluster = g.plan.shape.split > 1 ? g.plan.shape.split : 0;
+  plan->k_splits = g.plan.shape.split;
+  plan->tiles_per_block = g.plan.tiles_per_cta;
+  plan->stream_k = g.plan.shape.stream_k;
+  plan->stream_k_group = g.plan.shape.stream_k ? g.plan.shape.sk_group : 0;
   plan->last_slice_rows = M % g.v.rows ? M % g.v.rows : g.v.rows;
   plan->rows_per_block = g.v.rows;
   plan->ragged_n = N % kTileN != 0;
@@ -1090,35 +1091,35 @@ int marlin_hopper(const __half* A, const int32_t* B, const __half* s, const __ha
   p.N = N;
   p.K = K;
   p.grouped = group_size != K;
-  p.n_tiles = g.shape.n_tiles;
-  p.m_tiles = g.shape.tiles / g.shape.n_tiles;
-  p.tiles = g.shape.tiles;
+  p.n_tiles = g.plan.shape.n_tiles;
+  p.m_tiles = g.plan.shape.tiles / g.plan.shape.n_tiles;
+  p.tiles = g.plan.shape.tiles;
   p.k_iters = K / kStageK;
-  p.split = g.shape.split;
-  p.stream_k = g.shape.stream_k ? 1 : 0;
-  p.sk_group = g.shape.sk_group;
+  p.split = g.plan.shape.split;
+  p.stream_k = g.plan.shape.stream_k ? 1 : 0;
+  p.sk_group = g.plan.shape.sk_group;
   p.partials = nullptr;
   p.counters = nullptr;
-  if (g.shape.stream_k) {
+  if (g.plan.shape.stream_k) {
     void* scratch = nullptr;
-    const size_t slots = size_t(g.shape.grid) * 2 * size_t(g.v.slot_consumers);
+    const size_t slots = size_t(g.plan.shape.grid) * 2 * size_t(g.v.slot_consumers);
     if (int rc = stream_scratch(device, stream, slots * size_t(g.v.slot_bytes), &scratch)) return rc;
-    if (int rc = stream_flags(device, stream, size_t(g.shape.tiles) * size_t(g.v.counters_per_tile), &p.counters))
+    if (int rc = stream_flags(device, stream, size_t(g.plan.shape.tiles) * size_t(g.v.counters_per_tile), &p.counters))
       return rc;
     p.partials = static_cast<float4*>(scratch);
   }
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = unsigned(g.shape.split);
+  attr.val.clusterDim.x = unsigned(g.plan.shape.split);
   attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(g.shape.grid));
+  config.gridDim = dim3(unsigned(g.plan.shape.grid));
   config.blockDim = dim3(unsigned(g.v.threads));
   config.dynamicSmemBytes = size_t(g.v.smem_bytes);
   config.stream = stream;
   config.attrs = &attr;
   config.numAttrs = 1;
-  TL_CUDA_CHECK(cudaLaunchKernelEx(&config, g.v.kernel, maps, p));
+  TL_CUDA_CHECK(cudaLaunchKernelEx(&config, g.v.kernel, maps, p, g.plan.runs));
   return kOk;
 }
 

@@ -26,6 +26,14 @@ constexpr double kSplitCostStages = 2.0;
 // stream-K off at M = 128-512, where A/B runs of 4.0 gained 1-19 % on 6 of the 7 layer shapes
 // it switches and lost 4 % on the seventh, 7B qkv at M = 256.)
 inline double stream_k_combine_stages(int rows) { return rows <= 64 ? 2.0 : 4.0; }
+// The hand-over between two pieces of a stream-K run, in stages, that the runs are cut by
+// (stream_k_cut; 0: equal runs). The timeline of 7B qkv at M = 32 (docs/perf.md twelfth pass) put
+// a cut first piece's hand-over at 3.4 us against 0.37 us per stage (~9 stages), and the CTAs
+// with two pieces ending ~5.5 us after the median one (~15). H200 A/B over 0-48 (thirteenth
+// pass, the runtime's asymmetric path): 14 was best or within 1 % of it at every M and set for
+// all three variants -- 0 -> 14: 7B M = 32 / 64 +3-6 %, 70B +3-7 %, M = 256 +0-1 %, M = 1024
+// flat; 22-48 lose again at M <= 64 (runs that avoid every cut idle SMs).
+constexpr int kStreamKHandoverStages = 14;
 // Stream-K replaces the whole-tile grid only when the model has it this much cheaper: where it
 // is within a few percent the measured result was worse (large M: CTAs on tiles far apart in
 // the raster share less of A and W in L2), and the model does not see that.
@@ -83,11 +91,6 @@ TL_HOPPER_HD inline void stream_k_range(int units, int grid, int cta, int* begin
   *begin = cta * q + (cta < r ? cta : r);
   *end = *begin + q + (cta < r ? 1 : 0);
 }
-// The CTA whose run holds stage u.
-TL_HOPPER_HD inline int stream_k_cta(int units, int grid, int u) {
-  const int q = units / grid, r = units % grid;
-  return u < r * (q + 1) ? u / (q + 1) : r + (u - r * (q + 1)) / q;
-}
 
 // Stream-K's row group for m_tiles row tiles: all of them where they fit in one raster group
 // (tile t = column tile x m_tiles + row tile, tile_coords' order), else 1. The row tiles of one
@@ -104,14 +107,110 @@ TL_HOPPER_HD inline long long stream_k_units(int tiles, int k_iters, int group) 
 // The longest run of `units` stages over `groups` groups (stream_k_range's lengths differ by one).
 TL_HOPPER_HD inline long long stream_k_share(long long units, int groups) { return (units + groups - 1) / groups; }
 
+// The groups' runs of a stream-K schedule: group g takes the column stages [begin[g],
+// begin[g + 1]), every run non-empty, in order. Cut once per launch on the host (stream_k_cut)
+// and passed in the kernel's parameters, so that the producer, the consumers and the combine
+// walk the same runs without re-deriving them.
+constexpr int kMaxStreamKGroups = 256;
+struct StreamKRuns {
+  int groups = 0;
+  int begin[kMaxStreamKGroups + 1] = {};
+  TL_HOPPER_HD void range(int g, int* b, int* e) const {
+    *b = begin[g];
+    *e = begin[g + 1];
+  }
+  // The group whose run holds stage u (0 <= u < begin[groups]).
+  TL_HOPPER_HD int holder(int u) const {
+    int lo = 0, hi = groups - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (begin[mid] <= u)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    return lo;
+  }
+};
+
+// A run's cost in stages: its stages plus `handover` per tile boundary inside it. Between two
+// pieces of a run the consumers stop before the next piece's first MMA: a cut first piece parks
+// its fp32 sums and arrives on its tile's counter, a whole tile is stored.
+inline long long stream_k_run_cost(long long b, long long e, int k_iters, int handover) {
+  return (e - b) + (long long)handover * ((e - 1) / k_iters - b / k_iters);
+}
+// Runs from stage 0, each as long as a cost of at most `cap` (>= 1) allows -- the fewest runs
+// under that cap. Their begins (and the end) into `begin` when it is not null; the number of
+// runs, or max_runs + 1 as soon as more would be needed.
+inline int stream_k_fill(long long units, int k_iters, int handover, long long cap, int max_runs, int* begin) {
+  long long u = 0;
+  int runs = 0;
+  while (u < units) {
+    if (runs == max_runs) return max_runs + 1;
+    if (begin) begin[runs] = int(u);
+    ++runs;
+    long long left = cap;
+    for (;;) {
+      const long long tile_end = std::min((u / k_iters + 1) * k_iters, units);
+      const long long piece = std::min(left, tile_end - u);
+      u += piece;
+      left -= piece;
+      // The cap ran out inside the tile, or the stages did: the run ends. At a tile boundary it
+      // goes on only if the hand-over and at least one more stage fit.
+      if (u < tile_end || u == units || left <= handover) break;
+      left -= handover;
+    }
+  }
+  if (begin) begin[runs] = int(u);
+  return runs;
+}
+// Stream-K's cut of `units` column stages (tiles of k_iters stages) into at most `groups` runs.
+// handover 0: equal runs (stream_k_range, lengths within one). Otherwise the least cap on a run's
+// cost (stream_k_run_cost) that `groups` runs meet, by bisection, and the fewest runs under it
+// (the grid shrinks to them): a run that crosses a tile boundary is shorter by the hand-over, one
+// that does not is longer, so that the CTAs end together instead of those with two pieces last;
+// and a run whose cap runs out near a boundary ends on it, so fewer tiles are cut.
+inline void stream_k_cut(long long units, int k_iters, int groups, int handover, StreamKRuns* runs) {
+  groups = int(std::min<long long>(std::min(groups, kMaxStreamKGroups), units));
+  if (handover <= 0) {
+    for (int g = 0; g < groups; ++g) {
+      int b = 0, e = 0;
+      stream_k_range(int(units), groups, g, &b, &e);
+      runs->begin[g] = b;
+    }
+    runs->begin[groups] = int(units);
+    runs->groups = groups;
+    return;
+  }
+  long long lo = (units + groups - 1) / groups;
+  // The equal runs' largest cost is at most this (a run of lo stages crosses at most lo / k_iters
+  // + 1 boundaries), so this cap is met.
+  long long hi = lo + (long long)handover * (lo / k_iters + 1);
+  while (lo < hi) {
+    const long long mid = lo + (hi - lo) / 2;
+    if (stream_k_fill(units, k_iters, handover, mid, groups, nullptr) <= groups)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  runs->groups = stream_k_fill(units, k_iters, handover, lo, groups, runs->begin);
+}
+// Tiles one run touches at most (cut ones included).
+inline int stream_k_tiles_per_run(const StreamKRuns& runs, int k_iters) {
+  int most = 0;
+  for (int g = 0; g < runs.groups; ++g)
+    most = std::max(most, (runs.begin[g + 1] - 1) / k_iters - runs.begin[g] / k_iters + 1);
+  return most;
+}
+
 // The pieces (tile, stages [kb, ke)) of CTA `cta`'s stream-K run, in order: its group's run of the
-// (tiles / group) x k_iters column stages (stream_k_range over grid / group groups), cut at tile
+// (tiles / group) x k_iters column stages (`runs`, over grid / group groups), cut at tile
 // boundaries, on its row tile. The kernel's producer and consumers walk it (for_each_piece).
 template <class F>
-TL_HOPPER_HD inline void stream_k_pieces(int tiles, int k_iters, int group, int grid, int cta, F&& f) {
+TL_HOPPER_HD inline void stream_k_pieces(int k_iters, int group, const StreamKRuns& runs, int cta, F&& f) {
   const int row = cta % group;
   int u = 0, end = 0;
-  stream_k_range(int(stream_k_units(tiles, k_iters, group)), grid / group, cta / group, &u, &end);
+  runs.range(cta / group, &u, &end);
   while (u < end) {
     const int column = u / k_iters, b = u % k_iters, e = b + (end - u) < k_iters ? b + (end - u) : k_iters;
     f(column * group + row, b, e);
@@ -182,7 +281,7 @@ Shape plan_shape(int M, int N, int K, Fit&& fit, int forced_split = 0, int strea
     const int groups_fit = sms / s.sk_group;
     const long long units = stream_k_units(s.tiles, k_iters, s.sk_group);
     if (groups_fit < 1 || units >= kMaxStreamKUnits) continue;
-    const int groups = int(std::min<long long>(groups_fit, units));
+    const int groups = int(std::min<long long>(std::min(groups_fit, kMaxStreamKGroups), units));
     s.grid = groups * s.sk_group;
     const double share = double(stream_k_share(units, groups));
     if (stream_k <= 0 && rows == own && s.tiles <= sms && k_iters - share < kStreamKMinSavedStages) continue;
@@ -198,15 +297,30 @@ Shape plan_shape(int M, int N, int K, Fit&& fit, int forced_split = 0, int strea
   return best;
 }
 
-// Tiles one CTA walks at most (stream-K: tiles its run touches, cut ones included).
-inline int tiles_per_cta(const Shape& s, int k_iters) {
-  if (s.stream_k) {
-    const int groups = s.grid / s.sk_group;
-    const long long units = stream_k_units(s.tiles, k_iters, s.sk_group), share = stream_k_share(units, groups);
-    return int(std::min<long long>(s.tiles, (share + k_iters - 1) / k_iters + 1));
+// A launch's schedule: plan_shape's, and under stream-K the groups' runs cut by the hand-over
+// (stream_k_cut; handover < 0: kStreamKHandoverStages), the grid shrunk to them.
+struct Schedule {
+  Shape shape;
+  StreamKRuns runs;   // stream-K only
+  int tiles_per_cta = 0;  // tiles one CTA walks at most (cut ones included)
+};
+template <class Fit>
+Schedule plan_schedule(int M, int N, int K, Fit&& fit, int forced_split = 0, int stream_k = 0, int handover = -1) {
+  Schedule s;
+  s.shape = plan_shape(M, N, K, fit, forced_split, stream_k);
+  Shape& h = s.shape;
+  const int k_iters = K / kStageK;
+  if (h.grid < 1) return s;
+  if (!h.stream_k) {
+    const int clusters = std::max(1, h.grid / h.split);
+    s.tiles_per_cta = (h.tiles + clusters - 1) / clusters;
+    return s;
   }
-  const int clusters = std::max(1, s.grid / s.split);
-  return (s.tiles + clusters - 1) / clusters;
+  stream_k_cut(stream_k_units(h.tiles, k_iters, h.sk_group), k_iters, h.grid / h.sk_group,
+               handover >= 0 ? handover : kStreamKHandoverStages, &s.runs);
+  h.grid = s.runs.groups * h.sk_group;
+  s.tiles_per_cta = stream_k_tiles_per_run(s.runs, k_iters);
+  return s;
 }
 
 }  // namespace tl::cuda::hopper

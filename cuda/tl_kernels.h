@@ -49,6 +49,9 @@ struct KernelOptions {
   int hopper_max_m = 0;
   int hopper_split = 0;  // Hopper kernel: 1..8 forces the k split (tests, tuning), 0: the plan's
   int hopper_stream_k = 0;  // Hopper kernel: 1 forces stream-K, -1 rules it out, 0: the plan's
+  // Hopper kernel, stream-K: the hand-over cost in stages its runs are cut by (tuning; 0: equal
+  // runs), -1: the plan's (hopper::kStreamKHandoverStages).
+  int hopper_sk_handover = -1;
   // Crossovers measured per layer shape on this GPU (bench_kernels --tune; install with
   // use_crossovers): where a layer's (K, N, group size) has an entry, its hopper_max_m and
   // dequant_min_m replace the two above; other shapes keep them.

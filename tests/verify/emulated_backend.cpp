@@ -135,13 +135,14 @@ KernelPlan EmulatedBackend::plan(PlanKernel kernel, int M, int N, int K, int gro
   }
   if (!marlin_gate(K, N, group_size).ok || M < 1) return p;
   if (hopper_ && M > 16) {
-    const tl::cuda::hopper::Shape h =
-        tl::cuda::hopper::plan_shape(M, N, K, [](int, int split) { return kSms / split; });
+    const tl::cuda::hopper::Schedule sched =
+        tl::cuda::hopper::plan_schedule(M, N, K, [](int, int split) { return kSms / split; });
+    const tl::cuda::hopper::Shape& h = sched.shape;
     p.kernel = "hopper";
     p.blocks = h.grid;
     p.cluster = h.split > 1 ? h.split : 0;
     p.k_splits = h.split;
-    p.tiles_per_block = tl::cuda::hopper::tiles_per_cta(h, int(K / tl::cuda::hopper::kStageK));
+    p.tiles_per_block = sched.tiles_per_cta;
     p.stream_k = h.stream_k;
     p.rows_per_block = h.rows;
     p.last_slice_rows = M % h.rows ? M % h.rows : h.rows;

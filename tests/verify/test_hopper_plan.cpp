@@ -10,32 +10,80 @@
 
 using namespace tl::cuda::hopper;
 
-TEST_CASE("stream-K runs partition the stages in order, lengths within one, and stream_k_cta inverts them") {
+TEST_CASE("stream-K runs partition the stages in order, and holder() inverts them") {
   // Units: fewer than, equal to, one past and many times the grid, a 7B / 70B layer's count, and
-  // the largest the plan allows.
+  // the largest the plan allows; tiles of 1 to 448 stages; equal runs (hand-over 0) and runs cut
+  // by a hand-over cost.
   const std::vector<int> unit_counts = {1, 7, 131, 132, 133, 264, 1000, 3072, 5504, 28672, kMaxStreamKUnits - 1};
   for (int grid : {1, 2, 3, 7, 96, 128, 131, 132, 133, 264})
-    for (int units : unit_counts) {
-      if (units < grid) continue;  // the plan launches min(SMs, units) CTAs
-      CAPTURE(grid);
-      CAPTURE(units);
-      int expect_begin = 0, shortest = units, longest = 0;
-      bool inverse_ok = true;
-      for (int cta = 0; cta < grid; ++cta) {
-        int b = -1, e = -1;
-        stream_k_range(units, grid, cta, &b, &e);
-        REQUIRE(b == expect_begin);  // contiguous, in CTA order, nothing skipped
-        REQUIRE(e > b);              // every CTA has work
-        shortest = std::min(shortest, e - b);
-        longest = std::max(longest, e - b);
-        // The CTA holding a stage: its run's ends (all stages where the range is small).
-        for (int u : {b, e - 1, b + (e - b) / 2}) inverse_ok = inverse_ok && stream_k_cta(units, grid, u) == cta;
-        expect_begin = e;
-      }
-      CHECK(expect_begin == units);
-      CHECK(longest - shortest <= 1);
-      CHECK(inverse_ok);
-    }
+    for (int units : unit_counts)
+      for (int k_iters : {1, 4, 64, 172, 448})
+        for (int handover : {0, 1, 5, 9, 30}) {
+          if (units < grid) continue;  // the plan launches min(SMs, units) CTAs
+          if (handover > 0 && units / k_iters > (1 << 20)) continue;  // the cut walks every tile
+          CAPTURE(grid);
+          CAPTURE(units);
+          CAPTURE(k_iters);
+          CAPTURE(handover);
+          StreamKRuns runs;
+          stream_k_cut(units, k_iters, grid, handover, &runs);
+          const int groups = std::min(grid, kMaxStreamKGroups);
+          REQUIRE(runs.groups >= 1);
+          REQUIRE(runs.groups <= groups);
+          REQUIRE(runs.begin[0] == 0);
+          REQUIRE(runs.begin[runs.groups] == units);  // contiguous, in order, nothing skipped
+          int shortest = units, longest = 0;
+          long long worst = 0;
+          bool inverse_ok = true;
+          for (int g = 0; g < runs.groups; ++g) {
+            int b = -1, e = -1;
+            runs.range(g, &b, &e);
+            REQUIRE(e > b);  // every run has work
+            shortest = std::min(shortest, e - b);
+            longest = std::max(longest, e - b);
+            worst = std::max(worst, stream_k_run_cost(b, e, k_iters, handover));
+            // The group holding a stage: its run's ends and middle.
+            for (int u : {b, e - 1, b + (e - b) / 2}) inverse_ok = inverse_ok && runs.holder(u) == g;
+          }
+          CHECK(inverse_ok);
+          // The equal runs' largest cost under the same model: a cut is never worse than them, and
+          // no smaller cap is met by `groups` runs (the cut's cap is the least).
+          long long equal_worst = 0;
+          for (int g = 0; g < groups; ++g) {
+            int b = 0, e = 0;
+            stream_k_range(units, groups, g, &b, &e);
+            equal_worst = std::max(equal_worst, stream_k_run_cost(b, e, k_iters, handover));
+          }
+          if (handover == 0) {
+            CHECK(runs.groups == groups);
+            CHECK(longest - shortest <= 1);
+          } else {
+            CHECK(worst <= equal_worst);
+            if (worst > 1) CHECK(stream_k_fill(units, k_iters, handover, worst - 1, groups, nullptr) > groups);
+          }
+        }
+}
+
+TEST_CASE("stream-K cut by the hand-over: the 7B qkv runs at M = 32 / 64 end together, fewer tiles cut") {
+  // 48 tiles of 64 stages on 132 SMs: equal runs of 23-24 stages leave 36 runs crossing a tile
+  // boundary, each with a hand-over more than the others; cut by it, the largest cost falls.
+  const int units = 48 * 64, k_iters = 64, handover = 14;
+  StreamKRuns equal, cut;
+  stream_k_cut(units, k_iters, 132, 0, &equal);
+  stream_k_cut(units, k_iters, 132, handover, &cut);
+  auto worst = [&](const StreamKRuns& r) {
+    long long w = 0;
+    for (int g = 0; g < r.groups; ++g) w = std::max(w, stream_k_run_cost(r.begin[g], r.begin[g + 1], k_iters, handover));
+    return w;
+  };
+  auto cut_tiles = [&](const StreamKRuns& r) {  // tiles with a run boundary strictly inside
+    int n = 0;
+    for (int g = 1; g < r.groups; ++g) n += r.begin[g] % k_iters != 0;
+    return n;
+  };
+  CHECK(worst(equal) == 24 + handover);
+  CHECK(worst(cut) == 28);  // the least cap that 132 runs meet (128 of them are used)
+  CHECK(cut_tiles(cut) < cut_tiles(equal));
 }
 
 TEST_CASE("the split's combine: every consumer thread's partial is summed by exactly the rank that owns it") {
@@ -61,10 +109,13 @@ TEST_CASE("stream-K in row groups: every stage of every tile once, a column's ro
   // times the SMs, k ranges of 1, 4, 64 and 172 stages.
   for (int m_tiles : {1, 2, 3, 5, 8, 9})
     for (int n_tiles : {1, 3, 48, 86, 224})
-      for (int k_iters : {1, 4, 64, 172}) {
+      for (int k_iters : {1, 4, 64, 172})
+        for (int handover : {0, 9}) {
         const int tiles = m_tiles * n_tiles;
-        const Shape s = plan_shape(m_tiles * 128, n_tiles * kTileN, k_iters * kStageK,
-                                   [](int, int split) { return 132 / split; }, 0, 1);
+        const Schedule sched = plan_schedule(m_tiles * 128, n_tiles * kTileN, k_iters * kStageK,
+                                             [](int, int split) { return 132 / split; }, 0, 1, handover);
+        const Shape& s = sched.shape;
+        const StreamKRuns& runs = sched.runs;
         if (s.rows != 128) continue;  // forced stream-K of M's own tiles (128 rows above 64 tokens)
         CAPTURE(m_tiles);
         CAPTURE(n_tiles);
@@ -74,12 +125,14 @@ TEST_CASE("stream-K in row groups: every stage of every tile once, a column's ro
         CHECK(s.sk_group == (m_tiles <= kRasterRows ? m_tiles : 1));
         REQUIRE(s.grid % s.sk_group == 0);
         REQUIRE(s.grid <= 132);
+        CAPTURE(handover);
+        REQUIRE(s.grid == runs.groups * s.sk_group);
         std::vector<int> covered(size_t(tiles) * k_iters, 0);
         // Per tile, the CTAs holding its pieces in k order.
         std::vector<std::vector<int>> holders(tiles);
         std::vector<std::vector<std::pair<int, int>>> cuts(tiles);
         for (int cta = 0; cta < s.grid; ++cta)
-          stream_k_pieces(tiles, k_iters, s.sk_group, s.grid, cta, [&](int tile, int kb, int ke) {
+          stream_k_pieces(k_iters, s.sk_group, runs, cta, [&](int tile, int kb, int ke) {
             REQUIRE(tile >= 0);
             REQUIRE(tile < tiles);
             REQUIRE(kb < ke);
@@ -90,12 +143,11 @@ TEST_CASE("stream-K in row groups: every stage of every tile once, a column's ro
             cuts[tile].push_back({kb, ke});
           });
         CHECK(std::count(covered.begin(), covered.end(), 1) == (long)covered.size());
-        const int groups = s.grid / s.sk_group, units = int(stream_k_units(tiles, k_iters, s.sk_group));
         for (int t = 0; t < tiles; ++t) {
-          // The pieces come in k order, held by the groups stream_k_cta names, on t's row.
+          // The pieces come in k order, held by the groups holder() names, on t's row.
           for (size_t i = 1; i < cuts[t].size(); ++i) CHECK(cuts[t][i].first == cuts[t][i - 1].second);
           const int first = (t / s.sk_group) * k_iters;
-          const int g0 = stream_k_cta(units, groups, first), g1 = stream_k_cta(units, groups, first + k_iters - 1);
+          const int g0 = runs.holder(first), g1 = runs.holder(first + k_iters - 1);
           REQUIRE(int(holders[t].size()) == g1 - g0 + 1);
           for (int g = g0; g <= g1; ++g) CHECK(holders[t][g - g0] == g * s.sk_group + t % s.sk_group);
           // Row tiles of one column: cut at the same stages (their CTAs stream the same weights).
