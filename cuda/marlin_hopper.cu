@@ -64,6 +64,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <array>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -1038,14 +1039,31 @@ int device_fits(int device, int sms, const Fits** out) {
   return kOk;
 }
 
-// The shape of cuda/marlin_hopper_plan.h on this device, and its variant.
+// The schedule of cuda/marlin_hopper_plan.h on this device, and its variant. Kept per (device,
+// shape, options): stream-K's cut bisects over its runs, 3-12 us of host time per launch on the
+// 7B / 70B layers (more than the launch itself), paid once per shape instead. Bounded: a runtime
+// sees a few layer shapes times the prompt lengths' row-tile counts.
 int plan_grid(int M, int N, int K, int device, int sms, const KernelOptions& options, HopperGrid* g) {
-  const Fits* fits = nullptr;
-  if (int rc = device_fits(device, sms, &fits)) return rc;
-  g->plan = hopper::plan_schedule(M, N, K, [&](int rows, int split) {
-    const int v = int(std::find(std::begin(kVariantRows), std::end(kVariantRows), rows) - std::begin(kVariantRows));
-    return fits->clusters[v][split];
-  }, options.hopper_split, options.hopper_stream_k, options.hopper_sk_handover);
+  static std::mutex mutex;
+  static std::map<std::array<int, 7>, hopper::Schedule> known;
+  const std::array<int, 7> key = {device, M, N, K, options.hopper_split, options.hopper_stream_k,
+                                  options.hopper_sk_handover};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = known.find(key);
+    if (it != known.end()) g->plan = it->second;
+  }
+  if (g->plan.shape.grid < 1) {
+    const Fits* fits = nullptr;
+    if (int rc = device_fits(device, sms, &fits)) return rc;
+    g->plan = hopper::plan_schedule(M, N, K, [&](int rows, int split) {
+      const int v = int(std::find(std::begin(kVariantRows), std::end(kVariantRows), rows) - std::begin(kVariantRows));
+      return fits->clusters[v][split];
+    }, options.hopper_split, options.hopper_stream_k, options.hopper_sk_handover);
+    std::lock_guard<std::mutex> lock(mutex);
+    if (known.size() >= 4096) known.clear();
+    known.emplace(key, g->plan);
+  }
   if (g->plan.shape.grid < 1) return kNoConfig;
   g->v = variant_for(g->plan.shape.rows);
   return kOk;

@@ -139,6 +139,20 @@ struct StreamKRuns {
 inline long long stream_k_run_cost(long long b, long long e, int k_iters, int handover) {
   return (e - b) + (long long)handover * ((e - 1) / k_iters - b / k_iters);
 }
+// Where a run from stage u ends when its cost may be at most `cap` (>= 1): as far as the cap
+// allows. O(1): the first (maybe partial) tile, then whole tiles each followed by a hand-over
+// into the next while at least one more stage fits, then the last piece.
+inline long long stream_k_run_end(long long u, long long units, int k_iters, int handover, long long cap) {
+  const long long k = k_iters, step = k + handover;
+  const long long tile_end = std::min((u / k + 1) * k, units);
+  if (cap <= tile_end - u) return u + cap;  // the cap runs out inside the first tile
+  long long left = cap - (tile_end - u);
+  if (tile_end == units || left <= handover) return tile_end;  // no hand-over and a stage more fit
+  left -= handover;  // on into the next tile, from its start
+  const long long n = std::min((left - 1) / step, (units - tile_end - 1) / k);  // whole tiles, each handed over
+  const long long a = tile_end + n * k;
+  return std::min(a + left - n * step, std::min(a + k, units));
+}
 // Runs from stage 0, each as long as a cost of at most `cap` (>= 1) allows -- the fewest runs
 // under that cap. Their begins (and the end) into `begin` when it is not null; the number of
 // runs, or max_runs + 1 as soon as more would be needed.
@@ -149,17 +163,7 @@ inline int stream_k_fill(long long units, int k_iters, int handover, long long c
     if (runs == max_runs) return max_runs + 1;
     if (begin) begin[runs] = int(u);
     ++runs;
-    long long left = cap;
-    for (;;) {
-      const long long tile_end = std::min((u / k_iters + 1) * k_iters, units);
-      const long long piece = std::min(left, tile_end - u);
-      u += piece;
-      left -= piece;
-      // The cap ran out inside the tile, or the stages did: the run ends. At a tile boundary it
-      // goes on only if the hand-over and at least one more stage fit.
-      if (u < tile_end || u == units || left <= handover) break;
-      left -= handover;
-    }
+    u = stream_k_run_end(u, units, k_iters, handover, cap);
   }
   if (begin) begin[runs] = int(u);
   return runs;
