@@ -108,7 +108,7 @@ TL_HOPPER_HD inline long long stream_k_units(int tiles, int k_iters, int group) 
 TL_HOPPER_HD inline long long stream_k_share(long long units, int groups) { return (units + groups - 1) / groups; }
 
 // The groups' runs of a stream-K schedule: group g takes the column stages [begin[g],
-// begin[g + 1]), every run non-empty, in order. Cut once per launch on the host (stream_k_cut)
+// begin[g + 1]), every run non-empty, in order. Cut on the host (stream_k_cut, once per shape)
 // and passed in the kernel's parameters, so that the producer, the consumers and the combine
 // walk the same runs without re-deriving them.
 constexpr int kMaxStreamKGroups = 256;
