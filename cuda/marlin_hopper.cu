@@ -421,8 +421,10 @@ __host__ __device__ inline void tile_coords(int t, int n_tiles, int m_tiles, int
 // The k-iterations [k_begin, k_end) of rank `rank` of `split` CTAs sharing a tile: balanced to
 // within one stage.
 __host__ __device__ inline void k_range(int k_iters, int split, int rank, int* k_begin, int* k_end) {
-  *k_begin = int((long long)k_iters * rank / split);
-  *k_end = int((long long)k_iters * (rank + 1) / split);
+  // In int (k_iters = K / 64, split <= kMaxSplit): in 64 bits it was a ~60-instruction division
+  // call at every CTA's start, before the tensor-map prefetch.
+  *k_begin = k_iters * rank / split;
+  *k_end = k_iters * (rank + 1) / split;
 }
 
 // The pieces (tile, stages [kb, ke)) a CTA works on, in order -- the producer and the consumers
@@ -460,6 +462,17 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   // 1024-aligned.
   unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
 
+  // The descriptors of the two copies every stage makes, first: the first copy's issue waits for
+  // its descriptor, and a launch's first reads of each constant line (the parameters, the
+  // parameter space's address) miss, ~0.5 us each after the L2 flush (timeline probe,
+  // docs/perf.md, fourteenth pass). ptxas still schedules the set-up's parameter reads and
+  // divisions first; the prefetches now follow them instead of the barriers' set-up and a 64-bit
+  // division (k_range).
+  if (threadIdx.x == 0) {
+    prefetch_map(&maps.a);
+    prefetch_map(&maps.w);
+  }
+
   // The warpgroup, broadcast from lane 0 (a hint that it is the same in a warp: the 128-token
   // loop had 13 instructions per stage fewer with it; the consumer index is a vote, see consume).
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
@@ -474,11 +487,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   k_range(p.k_iters, split, rank, &split_kb, &split_ke);
 
   if (threadIdx.x == 0) {
-    // The descriptors first: their fetch (a DRAM round trip when the L2 is cold) overlaps the
-    // set-up instead of delaying the first copies.
-    prefetch_map(&maps.a);
-    prefetch_map(&maps.w);
-    if (grouped) prefetch_map(&maps.s);
+    if (grouped) prefetch_map(&maps.s);  // the descriptors the parameters say are used
     if (grouped && asym) prefetch_map(&maps.delta);
     for (int i = 0; i < S; ++i) {
       mbar_init(&full[i], 1);                  // the producer's expect_tx arrival
