@@ -1057,12 +1057,13 @@ int plan_grid(int M, int N, int K, int device, int sms, const KernelOptions& opt
   static std::map<std::array<int, 7>, hopper::Schedule> known;
   const std::array<int, 7> key = {device, M, N, K, options.hopper_split, options.hopper_stream_k,
                                   options.hopper_sk_handover};
+  bool found = false;
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = known.find(key);
-    if (it != known.end()) g->plan = it->second;
+    if ((found = it != known.end())) g->plan = it->second;
   }
-  if (g->plan.shape.grid < 1) {
+  if (!found) {
     const Fits* fits = nullptr;
     if (int rc = device_fits(device, sms, &fits)) return rc;
     g->plan = hopper::plan_schedule(M, N, K, [&](int rows, int split) {

@@ -133,11 +133,15 @@ struct StreamKRuns {
   }
 };
 
+// The tiles (of k_iters stages) that the stages [b, e) touch, b < e.
+inline long long stream_k_run_tiles(long long b, long long e, int k_iters) {
+  return (e - 1) / k_iters - b / k_iters + 1;
+}
 // A run's cost in stages: its stages plus `handover` per tile boundary inside it. Between two
 // pieces of a run the consumers stop before the next piece's first MMA: a cut first piece parks
 // its fp32 sums and arrives on its tile's counter, a whole tile is stored.
 inline long long stream_k_run_cost(long long b, long long e, int k_iters, int handover) {
-  return (e - b) + (long long)handover * ((e - 1) / k_iters - b / k_iters);
+  return (e - b) + (long long)handover * (stream_k_run_tiles(b, e, k_iters) - 1);
 }
 // Where a run from stage u ends when its cost may be at most `cap` (>= 1): as far as the cap
 // allows. O(1): the first (maybe partial) tile, then whole tiles each followed by a hand-over
@@ -201,10 +205,10 @@ inline void stream_k_cut(long long units, int k_iters, int groups, int handover,
 }
 // Tiles one run touches at most (cut ones included).
 inline int stream_k_tiles_per_run(const StreamKRuns& runs, int k_iters) {
-  int most = 0;
+  long long most = 0;
   for (int g = 0; g < runs.groups; ++g)
-    most = std::max(most, (runs.begin[g + 1] - 1) / k_iters - runs.begin[g] / k_iters + 1);
-  return most;
+    most = std::max(most, stream_k_run_tiles(runs.begin[g], runs.begin[g + 1], k_iters));
+  return int(most);
 }
 
 // The pieces (tile, stages [kb, ke)) of CTA `cta`'s stream-K run, in order: its group's run of the
