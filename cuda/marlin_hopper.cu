@@ -49,10 +49,12 @@
 // of `split` CTAs (persistent: cluster c takes tiles c, c + #clusters, ...; the producer runs
 // into the next tile while the consumers finish the last). split = 1: one CTA per tile. split
 // 2..8 (the KI variants, when tiles are too few to fill the GPU): the tile's k range is cut over
-// the cluster; each CTA parks its fp32 partial in a buffer of its own, and every CTA sums a
-// 1/split share of the tile over all ranks in rank order (deterministic) through distributed
-// shared memory, synchronized by two cluster-scope mbarriers (red_full, red_free) instead of
-// cluster barriers, so the producers never stop. No global scratch, no arrival counters.
+// the cluster; every CTA sums a 1/split share of the tile over all ranks in rank order
+// (deterministic), the other ranks' fp32 partials of it pushed into its shared memory by
+// asynchronous remote stores (st.async, distributed shared memory) that complete on its
+// mbarrier red_full; red_free says a receive buffer may be pushed to again. No cluster
+// barrier (the producers never stop, no CTA waits at its exit), no global scratch, no arrival
+// counters.
 //
 // Numerics are the other Marlin kernels': each weight is (q - 8) * s (+ delta) rounded once to
 // fp16 (one fp16 fma; per-column scales folded in the same way), products accumulate in fp32
@@ -141,13 +143,22 @@ struct Cfg {
   static constexpr int kCountersPerTile = CONSUMERS;
   static constexpr int kStages =
       std::min(kMaxStages, (kSmemBudget - kAlignSlack - kPartialBytes) / kStageBytes);
-  static constexpr int kSmemBytes = kAlignSlack + kStages * kStageBytes + kPartialBytes;
+  // The split's receive buffer: the quads of this rank's share of threads from every rank,
+  // [rank][quad j of a thread's park][thread of the share], a share padded to ceil(128 / split)
+  // threads (split x that is at most 128 + kMaxSplit - 1). Under a split the ring is shorter by
+  // what it takes (a rank's k range is a few stages: 10-11 for 7B o at M = 32, split 6).
+  static constexpr int kThreadQuads = NW * (BM / 8);  // the quads one thread parks (both consumers')
+  static constexpr int kRecvBytes = kSplit ? kThreadQuads * (hopper::kConsumerThreads + hopper::kMaxSplit - 1) * 16 : 0;
+  static constexpr int kSplitStages =
+      std::min(kStages, (kSmemBudget - kAlignSlack - kPartialBytes - kRecvBytes) / kStageBytes);
+  static constexpr int kSmemBytes =
+      kAlignSlack + kPartialBytes + std::max(kStages * kStageBytes, kSplitStages * kStageBytes + kRecvBytes);
   // Registers: the producer gives back what the consumers take (setmaxnreg).
   static constexpr int kProducerRegs = KI ? 56 : 72;
   static constexpr int kConsumerRegs = KI ? 224 : 216;
   static_assert(KI ? CONSUMERS == 2 && NW * 64 == kTileN : CONSUMERS * NW * 64 == kTileN, "a tile is 256 columns");
   static_assert(kStageBytes % 1024 == 0, "every stage's A tile stays 1024-aligned");
-  static_assert(kStages >= 3 && kSmemBytes <= kSmemBudget, "shared memory");
+  static_assert(kSplitStages >= 3 && kSmemBytes <= kSmemBudget, "shared memory");
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * CONSUMERS <= 65536, "register file");
 };
 
@@ -245,18 +256,20 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank
 __device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {  // whole warps
   mbar_wait_warp<true>(smem_u32(bar), parity);
 }
-// 16 bytes at shared address `addr` of CTA `rank` of the cluster (distributed shared memory).
-// Volatile: the address is mapped where it is used, not hoisted into the main loop's registers.
-__device__ __forceinline__ float4 ld_cluster_f4(uint32_t addr, uint32_t rank) {
-  float4 v;
+// 16 bytes into shared address `addr` of CTA `rank` of the cluster (distributed shared memory),
+// completing 16 bytes on that CTA's mbarrier at shared address `bar` (whose expect_tx counts
+// them): an asynchronous remote store, the value taken from registers at issue. (A plain remote
+// store released by an arrival there was no faster, and compute-sanitizer's racecheck then reports
+// every such store as a write to a block that "might have already exited": it takes only a
+// cluster barrier as proof that the target is alive. docs/perf.md, fifteenth pass.)
+__device__ __forceinline__ void st_async_cluster_f4(uint32_t addr, uint32_t bar, uint32_t rank, float4 v) {
   asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %4, %5;\n"
-      "ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [remote];\n}\n"
-      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-      : "r"(addr), "r"(rank)
+      "{\n.reg .b32 ra, rb;\n"
+      "mapa.shared::cluster.u32 ra, %0, %2;\n"
+      "mapa.shared::cluster.u32 rb, %1, %2;\n"
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [ra], {%3, %4, %5, %6}, [rb];\n}\n" ::"r"(addr),
+      "r"(bar), "r"(rank), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
       : "memory");
-  return v;
 }
 
 // The box of a tensor map at coordinates {c0, c1(, c2)} into shared memory, completing on `bar`
@@ -317,9 +330,10 @@ __device__ __forceinline__ void fence_regs(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// Every thread of every CTA of the cluster (release / acquire at cluster scope).
-__device__ __forceinline__ void cluster_barrier() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+// A cluster barrier under `split > 1`, which the variant that calls it never runs with: see the
+// kernel's last line.
+__device__ __forceinline__ void unreached_exit_barrier(int split) {
+  if (split > 1) asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
 
 // Named barrier kId (0 is __syncthreads) over kThreads consumer threads: 1 and 2 for the
@@ -453,13 +467,14 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   // took 4-6 instructions per stage more, nvdisasm).
 #ifdef TL_HOPPER_DEVICE
   using T = Cfg<BM, NW, CONSUMERS, KI>;
-  constexpr int S = T::kStages;
+  // The ring's stages: under a split the receive buffer takes the last ones (Cfg::kRecvBytes).
+  const int S = T::kSplit && p.split > 1 ? T::kSplitStages : T::kStages;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  __shared__ __align__(8) uint64_t full[S], empty[S];
+  __shared__ __align__(8) uint64_t full[T::kStages], empty[T::kStages];
   __shared__ __align__(8) uint64_t red_full, red_free;  // the split's combine (cluster scope)
   __shared__ int s_last[2];  // stream-K: per consumer, whether its piece arrived last on the tile
-  // [stage 0 .. S-1: A kRows x 128 B | W 4 x 2 KB | scales 512 B | deltas 512 B][partial tile],
-  // 1024-aligned.
+  // [stage 0 .. S-1: A kRows x 128 B | W 4 x 2 KB | scales 512 B | deltas 512 B][partial tile]
+  // [split: receive buffer], 1024-aligned.
   unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
 
   // The descriptors of the two copies every stage makes, first: the first copy's issue waits for
@@ -485,6 +500,12 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   const int tile_first = int(blockIdx.x) / split, tile_step = int(gridDim.x) / split;
   int split_kb = 0, split_ke = p.k_iters;  // this rank's k range of every tile (no split: all)
   k_range(p.k_iters, split, rank, &split_kb, &split_ke);
+  // The bytes the peers push to this rank per tile of a split: each of the other ranks the
+  // kThreadQuads float4 of every thread whose quads this rank sums (hopper::split_reader_rank).
+  auto recv_tx = [&]() {
+    const int share_threads = hopper::split_threads_begin(rank + 1, split) - hopper::split_threads_begin(rank, split);
+    return uint32_t((split - 1) * share_threads * T::kThreadQuads * 16);
+  };
 
   if (threadIdx.x == 0) {
     if (grouped) prefetch_map(&maps.s);  // the descriptors the parameters say are used
@@ -495,11 +516,12 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
       // its own thread only, and the copy engine must not refill a stage any lane still reads.
       mbar_init(&empty[i], KI ? 128 : 128 * CONSUMERS);
     }
-    // The split's combine (both consumers' threads take part, T::kCombineConsumers): one arrival
-    // per consumer thread of every rank whose quads this rank sums; every consumer thread of
-    // every rank releases its reads.
-    mbar_init(&red_full, split * T::kCombineConsumers *
-                             (hopper::split_threads_begin(rank + 1, split) - hopper::split_threads_begin(rank, split)));
+    // The split's combine: red_full completes when the peers' pushes of a tile have landed (this
+    // thread's expect_tx arrival per tile, the first one here); red_free takes one arrival per
+    // consumer thread of every rank (both consumers': T::kCombineConsumers) after its sum (then
+    // every receive buffer this rank pushes to has been read).
+    mbar_init(&red_full, 1);
+    if (split > 1) mbar_expect_tx(&red_full, recv_tx());
     mbar_init(&red_free, split * 128 * T::kCombineConsumers);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -546,7 +568,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
     // ---- Producer warpgroup. ----
     setmaxnreg_dec<T::kProducerRegs>();
     if (threadIdx.x == 0) produce();
-    if (split > 1) cluster_barrier();  // see the consumers' last line
+    if constexpr (!T::kSplit) unreached_exit_barrier(split);  // see the consumers' last line
     return;
   }
 
@@ -826,10 +848,8 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         finish();
       } else {
         // The two consumers' sums, half each: each parks the blocks the other owns and adds the
-        // other's parked half of its own (each thread its own slots). Under a split the buffer is
-        // also the cluster's: wait until every rank has read this rank's last partial.
+        // other's parked half of its own (each thread its own slots).
         float4* part = reinterpret_cast<float4*>(smem + S * T::kStageBytes);
-        if (split > 1 && round > 0) mbar_wait_cluster(&red_free, (round - 1) & 1);
         park(part, [&](int i) { return !owned(i); });
         named_barrier<1, 256>();  // both halves are parked
 #pragma unroll
@@ -848,61 +868,63 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
           finish();
           return;
         }
-        // The split: every rank parks its partial in its own buffer (each consumer its blocks, in
-        // the slots it has just read: no other thread touches them), then sums a 1/split share of
-        // the tile's quads over all ranks in rank order (deterministic), reading the peers'
-        // buffers through distributed shared memory. Two cluster-scope barriers per tile, and
-        // no rank waits for the producers: red_full says every partial is parked, red_free that
-        // every rank has read this rank's (the buffer is rewritten next tile, and no CTA leaves
-        // while a peer may read it).
-        park(part, owned);
-        // Each thread's quads are summed by one rank (hopper::split_reader_rank), so each thread
-        // releases its own stores with one arrival, on that rank: 256 remote arrivals per rank and
-        // tile. (Every thread on every rank, 128 x split, kept the combine of a 7B o layer at
-        // M = 32 near 6 us with the loads below one at a time: timeline probe, docs/perf.md.)
-        mbar_arrive_cluster(&red_full, uint32_t(hopper::split_reader_rank(tid, split)));
-        mbar_wait_cluster(&red_full, round & 1);
-        constexpr int kThreadQuads = NW * (T::kAcc / 4);  // quads one thread parks
-        const int t_begin = hopper::split_threads_begin(rank, split);
-        const int n_threads = hopper::split_threads_begin(rank + 1, split) - t_begin;
-        // The ranks' quads are loaded all at once before any of them is added (not one
-        // distributed-shared-memory round trip per rank), into the parked accumulators: at 64
-        // tokens those are the only registers free -- two float4 more spilled in the main loop
-        // (ptxas -v). The sum stays in rank order. Both consumers' threads take the share's quads
-        // in turn.
-        static_assert(hopper::kMaxSplit * 4 <= NW * T::kAcc, "the accumulators hold a quad of every rank");
-        auto peer_quad = [&](int r, int k) -> float& { return acc[(4 * r + k) / T::kAcc][(4 * r + k) % T::kAcc]; };
-        const uint32_t part_s = smem_u32(part);
-#pragma unroll 1
-        for (int item = tid + 128 * c; item < n_threads * kThreadQuads; item += 256) {
-          const int j = item / n_threads;                 // the quad's index in its thread's park
-          const int q = j * 128 + t_begin + (item - j * n_threads);
+        // The split: every thread pushes its quads to the rank that sums them
+        // (hopper::split_reader_rank: one rank per thread) -- asynchronous remote stores into that
+        // rank's receive buffer (Cfg::kRecvBytes; its own rank's, local ones) that complete on the
+        // rank's red_full. Every rank then sums its share over all ranks in rank order
+        // (deterministic) from its own memory and stores it. No rank reads a peer's memory, so a
+        // push waits for nothing and no rank waits for the others to leave. (Parked locally and
+        // read by the summing rank, the sum took one or two distributed-shared-memory round trips
+        // per thread and the exit a cluster barrier: 1.5 and 0.8 us of a 14 us 7B o launch at
+        // M = 32, docs/perf.md fourteenth pass.) red_free: a receive buffer is pushed to again
+        // only after its rank has summed it (the tile before); the hand-over buffer is this CTA's
+        // alone (barrier 2 below).
+        if (round > 0) mbar_wait_cluster(&red_free, (round - 1) & 1);
+        float4* recv = reinterpret_cast<float4*>(smem + S * T::kStageBytes + T::kPartialBytes);
+        const int stride = hopper::split_threads_begin(1, split);  // a share's threads, padded
+        const int share_begin = hopper::split_threads_begin(rank, split);
+        const int share_threads = hopper::split_threads_begin(rank + 1, split) - share_begin;
+        {
+          const int reader = hopper::split_reader_rank(tid, split);
+          const int lt = tid - hopper::split_threads_begin(reader, split);
+          const uint32_t red_full_s = smem_u32(&red_full);
 #pragma unroll
-          for (int r = 0; r < hopper::kMaxSplit; ++r)
-            if (r < split) {
-              const float4 v = ld_cluster_f4(part_s + 16 * q, uint32_t(r));
-              peer_quad(r, 0) = v.x;
-              peer_quad(r, 1) = v.y;
-              peer_quad(r, 2) = v.z;
-              peer_quad(r, 3) = v.w;
-            }
+          for (int i = 0; i < NW; ++i)
+            if (owned(i))
+#pragma unroll
+              for (int u = 0; u < T::kAcc / 4; ++u) {
+                const int slot = (rank * T::kThreadQuads + i * (T::kAcc / 4) + u) * stride + lt;
+                const float4 v = make_float4(acc[i][4 * u], acc[i][4 * u + 1], acc[i][4 * u + 2], acc[i][4 * u + 3]);
+                if (reader == rank)
+                  recv[slot] = v;
+                else
+                  st_async_cluster_f4(smem_u32(recv + slot), red_full_s, uint32_t(reader), v);
+              }
+        }
+        named_barrier<2, 256>();  // the local share is stored; the hand-over's reads are done
+        mbar_wait_cluster(&red_full, round & 1);
+        // The next tile's pushes land in the barrier's next phase: they wait for red_free, which
+        // no rank releases before it has passed this wait.
+        if (tid == 0 && c == 0 && tile + tile_step < p.tiles) mbar_expect_tx(&red_full, recv_tx());
+        // Both consumers' threads take the share's quads in turn: item = (quad j, thread lt).
+#pragma unroll 1
+        for (int item = tid + 128 * c; item < share_threads * T::kThreadQuads; item += 256) {
+          const int j = item / share_threads, lt = item - j * share_threads;
           float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
           for (int r = 0; r < hopper::kMaxSplit; ++r)
-            if (r < split) add4(sum, make_float4(peer_quad(r, 0), peer_quad(r, 1), peer_quad(r, 2), peer_quad(r, 3)));
-          // Quad q was thread q % 128's acc[qi][4 qu ..]: recover its column and tokens.
-          const int q_tid = q % 128, qu = (q / 128) % (T::kAcc / 4), qi = q / 128 / (T::kAcc / 4);
+            if (r < split) add4(sum, recv[(r * T::kThreadQuads + j) * stride + lt]);
+          // Quad j of thread q_tid was its acc[qi][4 qu ..]: recover its column and tokens.
+          const int q_tid = share_begin + lt, qu = j % (T::kAcc / 4), qi = j / (T::kAcc / 4);
           const int q_w = q_tid / 32, q_lane = q_tid % 32;
           const int q_t64 = nt * 4 + (q_w * NW) / 4, q_wb = (q_w * NW) % 4;
           if (q_t64 < n_valid64)
             store(q_t64 * 64 + 16 * (q_wb + qi) + q_lane / 4, qu, q_lane, sum.x, sum.y, sum.z, sum.w);
         }
-        // Every thread releases its own reads, to every rank (they span all ranks): one arrival per
-        // rank after a consumer barrier, releasing the others' accesses cumulatively, is valid
-        // PTX, but compute-sanitizer's racecheck reported those reads against the parking stores.
-        // Only where the cluster has a tile to come (red_free is waited for then): after its last
-        // one the exit's cluster barrier keeps the buffers alive, and the 256 x split remote
-        // arrivals would only delay it (7B o and down at M <= 64: one tile per cluster).
+        // Every thread releases its own reads, to every rank (its items' quads came from all of
+        // them): one arrival per rank after a consumer barrier, releasing the others' accesses
+        // cumulatively, is valid PTX, but compute-sanitizer's racecheck reported such reads
+        // against the writes that followed. Only where the cluster has a tile to come.
         if (tile + tile_step < p.tiles)
           for (int r = 0; r < split; ++r) mbar_arrive_cluster(&red_free, uint32_t(r));
         ++round;
@@ -910,11 +932,13 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
     });
   };
   consume(warp_uniform(wg == 2) ? 1 : 0);  // consumer warpgroups 1 and 2
-  // Under a split no CTA leaves while a peer may still read its partial buffer: red_free keeps
-  // the buffer until every rank has read it before the next tile rewrites it, and at the exit
-  // every thread of the cluster (the producers too) meets at a cluster barrier -- an mbarrier
-  // wait would do as well, but the memory checkers only model the barrier.
-  if (split > 1) cluster_barrier();
+  // No exit barrier under a split: a CTA leaves after its last red_full wait, when every push to
+  // it has landed, and no peer arrives on its red_free after the peer's last tile. The variant
+  // that never splits keeps the one it had, never executed: without it ptxas laid that kernel out
+  // differently (128-token main loops 205 / 211 instructions per stage against 205 / 205 with it,
+  // nvdisasm) and it ran 1-3.6 % slower with per-column scales at M = 256-1024 (H200, docs/perf.md
+  // fifteenth pass).
+  if constexpr (!T::kSplit) unreached_exit_barrier(split);
 #endif  // TL_HOPPER_DEVICE
 }
 

@@ -226,11 +226,11 @@ TL_HOPPER_HD inline void stream_k_pieces(int k_iters, int group, const StreamKRu
   }
 }
 
-// The split's combine: rank r of `split` sums the quads parked by consumer threads
-// [split_threads_begin(r), split_threads_begin(r + 1)) of every rank, so thread t's partial is
-// read by one rank, split_reader_rank(t), and released to it with one arrival (per consumer
-// warpgroup: the two k-interleaved consumers each park half of the tile's blocks, thread t of
-// both in thread t's slots).
+// The split's combine: rank r of `split` sums the quads of consumer threads
+// [split_threads_begin(r), split_threads_begin(r + 1)) of every rank, so thread t pushes its
+// partial to one rank, split_reader_rank(t) (per consumer warpgroup: the two k-interleaved
+// consumers each hold half of the tile's blocks, thread t of both the same quads' slots); a
+// share is at most split_threads_begin(1) threads.
 constexpr int kConsumerThreads = 128;
 TL_HOPPER_HD constexpr int split_threads_begin(int rank, int split) {
   return (kConsumerThreads * rank + split - 1) / split;
