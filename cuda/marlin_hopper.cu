@@ -127,14 +127,15 @@ struct Cfg {
   // consumers overlap each other's waits.
   static constexpr int kFragBufs = 2;
   static_assert(kK16PerStage % kFragBufs == 0, "a stage's k16 steps map onto the buffers");
+  // A consumer thread's accumulators as float4 quads (NW wgmma x BM/8).
+  static constexpr int kThreadQuads = NW * (BM / 8);
   // The k split over a cluster, and the k-interleaved consumers' sum, need a partial tile of
   // their own in shared memory (the stages keep streaming the next tile meanwhile): one
-  // consumer's NW x BM/8 float4 per thread.
+  // consumer's quads.
   static constexpr bool kSplit = KI;
-  static constexpr int kPartialBytes = kSplit ? NW * (BM / 8) * 128 * 16 : 0;
-  // Stream-K: a consumer's accumulators as float4 quads, one slot; KI: only consumer 0 holds
-  // the tile's sum.
-  static constexpr int kSlotQuads = NW * (BM / 8) * 128;
+  static constexpr int kPartialBytes = kSplit ? kThreadQuads * 128 * 16 : 0;
+  // Stream-K: a consumer's accumulators, one slot; KI: only consumer 0 holds the tile's sum.
+  static constexpr int kSlotQuads = kThreadQuads * 128;
   static constexpr int kSlotConsumers = KI ? 1 : CONSUMERS;
   // The epilogue of a KI tile is both consumers' (each owns half its 64-column blocks: sums,
   // stores and combines them), so the split's combine counts both; stream-K keeps a counter per
@@ -143,12 +144,12 @@ struct Cfg {
   static constexpr int kCountersPerTile = CONSUMERS;
   static constexpr int kStages =
       std::min(kMaxStages, (kSmemBudget - kAlignSlack - kPartialBytes) / kStageBytes);
-  // The split's receive buffer: the quads of this rank's share of threads from every rank,
-  // [rank][quad j of a thread's park][thread of the share], a share padded to ceil(128 / split)
-  // threads (split x that is at most 128 + kMaxSplit - 1). Under a split the ring is shorter by
-  // what it takes (a rank's k range is a few stages: 10-11 for 7B o at M = 32, split 6).
-  static constexpr int kThreadQuads = NW * (BM / 8);  // the quads one thread parks (both consumers')
-  static constexpr int kRecvBytes = kSplit ? kThreadQuads * (hopper::kConsumerThreads + hopper::kMaxSplit - 1) * 16 : 0;
+  // The split's receive buffer: the quads of this rank's share of threads from every rank
+  // (both consumers' halves), [rank][quad j][thread of the share], a share padded to
+  // hopper::split_threads_begin(1, split) threads (hopper::kMaxSplitShareSlots in all). Under a
+  // split the ring is shorter by what it takes (a rank's k range is a few stages: 10-11 for 7B o
+  // at M = 32, split 6).
+  static constexpr int kRecvBytes = kSplit ? kThreadQuads * hopper::kMaxSplitShareSlots * 16 : 0;
   static constexpr int kSplitStages =
       std::min(kStages, (kSmemBudget - kAlignSlack - kPartialBytes - kRecvBytes) / kStageBytes);
   static constexpr int kSmemBytes =

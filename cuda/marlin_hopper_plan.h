@@ -236,6 +236,15 @@ TL_HOPPER_HD constexpr int split_threads_begin(int rank, int split) {
   return (kConsumerThreads * rank + split - 1) / split;
 }
 TL_HOPPER_HD constexpr int split_reader_rank(int thread, int split) { return thread * split / kConsumerThreads; }
+// The thread slots of a split's receive buffer: `split` shares padded to the largest one, at
+// most kConsumerThreads + kMaxSplit - 1 for every split.
+constexpr int kMaxSplitShareSlots = kConsumerThreads + kMaxSplit - 1;
+constexpr bool split_shares_fit() {
+  for (int split = 1; split <= kMaxSplit; ++split)
+    if (split * split_threads_begin(1, split) > kMaxSplitShareSlots) return false;
+  return true;
+}
+static_assert(split_shares_fit(), "every split's padded shares fit the receive buffer");
 
 // Of M's own tile size (and for M > 64 also 64-token tiles, which can split), and splits 1 to 8
 // (each CTA >= 4 stages; any cluster size, so 16 tiles can take 7 x 16 CTAs when 8 x 16 do not
