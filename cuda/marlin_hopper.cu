@@ -468,7 +468,8 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   // took 4-6 instructions per stage more, nvdisasm).
 #ifdef TL_HOPPER_DEVICE
   using T = Cfg<BM, NW, CONSUMERS, KI>;
-  // The ring's stages: under a split the receive buffer takes the last ones (Cfg::kRecvBytes).
+  // The ring's stages: under a split fewer, the partial tile and the receive buffer after them
+  // (Cfg::kSplitStages, kRecvBytes).
   const int S = T::kSplit && p.split > 1 ? T::kSplitStages : T::kStages;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full[T::kStages], empty[T::kStages];
