@@ -146,7 +146,7 @@ struct Cfg {
       std::min(kMaxStages, (kSmemBudget - kAlignSlack - kPartialBytes) / kStageBytes);
   // The split's receive buffer: the quads of this rank's share of threads from every rank
   // (both consumers' halves), [rank][quad j][thread of the share], a share padded to
-  // hopper::split_threads_begin(1, split) threads (hopper::kMaxSplitShareSlots in all). Under a
+  // hopper::split_max_share(split) threads (hopper::kMaxSplitShareSlots in all). Under a
   // split the ring is shorter by what it takes (a rank's k range is a few stages: 10-11 for 7B o
   // at M = 32, split 6).
   static constexpr int kRecvBytes = kSplit ? kThreadQuads * hopper::kMaxSplitShareSlots * 16 : 0;
@@ -883,7 +883,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         // alone (barrier 2 below).
         if (round > 0) mbar_wait_cluster(&red_free, (round - 1) & 1);
         float4* recv = reinterpret_cast<float4*>(smem + S * T::kStageBytes + T::kPartialBytes);
-        const int stride = hopper::split_threads_begin(1, split);  // a share's threads, padded
+        const int stride = hopper::split_max_share(split);  // a share's threads, padded
         const int share_begin = hopper::split_threads_begin(rank, split);
         const int share_threads = hopper::split_threads_begin(rank + 1, split) - share_begin;
         {

@@ -230,18 +230,19 @@ TL_HOPPER_HD inline void stream_k_pieces(int k_iters, int group, const StreamKRu
 // [split_threads_begin(r), split_threads_begin(r + 1)) of every rank, so thread t pushes its
 // partial to one rank, split_reader_rank(t) (per consumer warpgroup: the two k-interleaved
 // consumers each hold half of the tile's blocks, thread t of both the same quads' slots); a
-// share is at most split_threads_begin(1) threads.
+// share is at most split_max_share(split) threads.
 constexpr int kConsumerThreads = 128;
 TL_HOPPER_HD constexpr int split_threads_begin(int rank, int split) {
   return (kConsumerThreads * rank + split - 1) / split;
 }
 TL_HOPPER_HD constexpr int split_reader_rank(int thread, int split) { return thread * split / kConsumerThreads; }
+TL_HOPPER_HD constexpr int split_max_share(int split) { return split_threads_begin(1, split); }
 // The thread slots of a split's receive buffer: `split` shares padded to the largest one, at
 // most kConsumerThreads + kMaxSplit - 1 for every split.
 constexpr int kMaxSplitShareSlots = kConsumerThreads + kMaxSplit - 1;
 constexpr bool split_shares_fit() {
   for (int split = 1; split <= kMaxSplit; ++split)
-    if (split * split_threads_begin(1, split) > kMaxSplitShareSlots) return false;
+    if (split * split_max_share(split) > kMaxSplitShareSlots) return false;
   return true;
 }
 static_assert(split_shares_fit(), "every split's padded shares fit the receive buffer");
