@@ -70,6 +70,7 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "core/group_size.h"
 #include "cuda/cuda_check.h"
@@ -152,8 +153,13 @@ struct Cfg {
   static constexpr int kRecvBytes = kSplit ? kThreadQuads * hopper::kMaxSplitShareSlots * 16 : 0;
   static constexpr int kSplitStages =
       std::min(kStages, (kSmemBudget - kAlignSlack - kPartialBytes - kRecvBytes) / kStageBytes);
-  static constexpr int kSmemBytes =
-      kAlignSlack + kPartialBytes + std::max(kStages * kStageBytes, kSplitStages * kStageBytes + kRecvBytes);
+  // The ring's length and the dynamic shared memory of the kernel that runs whole tiles and
+  // stream-K (split_run false) or the split (true): marlin_hopper_kernel's SPLIT.
+  static constexpr int ring(bool split_run) { return split_run ? kSplitStages : kStages; }
+  static constexpr int smem_bytes(bool split_run) {
+    return kAlignSlack + kPartialBytes + ring(split_run) * kStageBytes + (split_run ? kRecvBytes : 0);
+  }
+  static constexpr int kSmemBytes = std::max(smem_bytes(false), smem_bytes(true));
   // Registers: the producer gives back what the consumers take (setmaxnreg).
   static constexpr int kProducerRegs = KI ? 56 : 72;
   static constexpr int kConsumerRegs = KI ? 224 : 216;
@@ -444,11 +450,11 @@ __host__ __device__ inline void k_range(int k_iters, int split, int rank, int* k
 
 // The pieces (tile, stages [kb, ke)) a CTA works on, in order -- the producer and the consumers
 // walk the same: its tiles (one of every `tile_step`) with its split's k range, or under
-// stream-K its run of stages cut at tile boundaries.
+// stream-K (`stream_k`: the kernel's view of p.stream_k) its run of stages cut at tile boundaries.
 template <class F>
-__device__ __forceinline__ void for_each_piece(const Params& p, const hopper::StreamKRuns& runs, int tile_first,
-                                               int tile_step, int kb, int ke, F&& f) {
-  if (p.stream_k) {
+__device__ __forceinline__ void for_each_piece(const Params& p, bool stream_k, const hopper::StreamKRuns& runs,
+                                               int tile_first, int tile_step, int kb, int ke, F&& f) {
+  if (stream_k) {
     hopper::stream_k_pieces(p.k_iters, p.sk_group, runs, int(blockIdx.x), f);
   } else {
     for (int tile = tile_first; tile < p.tiles; tile += tile_step) f(tile, kb, ke);
@@ -459,7 +465,13 @@ __device__ __forceinline__ void for_each_piece(const Params& p, const hopper::St
 // The kernel.
 // ---------------------------------------------------------------------------------------------
 
-template <int BM, int NW, int CONSUMERS, bool KI>
+// SPLIT: the kernel of the KI variants that runs clusters (p.split 2..8); false: the one that
+// runs whole tiles and stream-K (p.split 1). Each walks a ring of a constant length (Cfg::ring)
+// and holds only its own end of a tile (the cluster's push and sum, or stream-K's park and
+// combine): 3.2-6.6 k instructions against 5.8-8.1 k for one kernel of both, whose ring's length
+// was a runtime value (docs/perf.md, sixteenth pass: with the stage loop below, 7B M = 32 4-5 %
+// faster).
+template <int BM, int NW, int CONSUMERS, bool KI, bool SPLIT>
 __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
     marlin_hopper_kernel(const __grid_constant__ Maps maps, const Params p,
                          const __grid_constant__ hopper::StreamKRuns runs) {
@@ -468,9 +480,10 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   // took 4-6 instructions per stage more, nvdisasm).
 #ifdef TL_HOPPER_DEVICE
   using T = Cfg<BM, NW, CONSUMERS, KI>;
+  static_assert(KI || !SPLIT, "only the k-interleaved variants split");
   // The ring's stages: under a split fewer, the partial tile and the receive buffer after them
   // (Cfg::kSplitStages, kRecvBytes).
-  const int S = T::kSplit && p.split > 1 ? T::kSplitStages : T::kStages;
+  constexpr int S = T::ring(SPLIT);
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full[T::kStages], empty[T::kStages];
   __shared__ __align__(8) uint64_t red_full, red_free;  // the split's combine (cluster scope)
@@ -495,7 +508,12 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
   const bool grouped = p.grouped != 0;
   const bool asym = p.delta != nullptr;
-  const int split = p.split;
+  // The k-interleaved kernels know their split's kind; the 128-token variant, which never
+  // splits, reads p.split (1) as before -- see its last line.
+  const int split = !KI || SPLIT ? p.split : 1;
+  // Stream-K runs only without a split. (Read where it is used: held in a register from here the
+  // 128-token kernel came out of ptxas differently.)
+  auto stream_k = [&]() { return !SPLIT && p.stream_k != 0; };
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = split > 1 ? int(cluster.block_rank()) : 0;
   // Clusters (of `split` CTAs; 1 without a split) walk the tiles: cluster c takes c, c + #clusters, ...
@@ -504,10 +522,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   k_range(p.k_iters, split, rank, &split_kb, &split_ke);
   // The bytes the peers push to this rank per tile of a split: each of the other ranks the
   // kThreadQuads float4 of every thread whose quads this rank sums (hopper::split_reader_rank).
-  auto recv_tx = [&]() {
-    const int share_threads = hopper::split_threads_begin(rank + 1, split) - hopper::split_threads_begin(rank, split);
-    return uint32_t((split - 1) * share_threads * T::kThreadQuads * 16);
-  };
+  auto recv_tx = [&]() { return uint32_t((split - 1) * hopper::split_share(rank, split) * T::kThreadQuads * 16); };
 
   if (threadIdx.x == 0) {
     if (grouped) prefetch_map(&maps.s);  // the descriptors the parameters say are used
@@ -543,7 +558,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
     const uint32_t tx = uint32_t(T::kABytes) + kWStageBytes + (grouped ? kTileN * 2 * (asym ? 2 : 1) : 0);
     int stage = 0;
     uint32_t phase = 0;
-    for_each_piece(p, runs, tile_first, tile_step, split_kb, split_ke, [&](int tile, int kb, int ke) {
+    for_each_piece(p, stream_k(), runs, tile_first, tile_step, split_kb, split_ke, [&](int tile, int kb, int ke) {
       int mt = 0, nt = 0;
       tile_coords(tile, p.n_tiles, p.m_tiles, &mt, &nt);
       for (int it = kb; it < ke; ++it) {
@@ -616,7 +631,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
     const uint32_t s_off = T::kABytes + kWStageBytes + 2 * (tl * 64 + 8 * (lane / 4) + 2 * wb);
     const uint32_t d_off = T::kABytes + kWStageBytes + 2 * (kTileN + tl * 64 + 16 * wb + lane / 4);
 
-    for_each_piece(p, runs, tile_first, tile_step, split_kb, split_ke, [&](int tile, int kb, int ke) {
+    for_each_piece(p, stream_k(), runs, tile_first, tile_step, split_kb, split_ke, [&](int tile, int kb, int ke) {
       int mt = 0, nt = 0;
       tile_coords(tile, p.n_tiles, p.m_tiles, &mt, &nt);
       const int t64 = nt * 4 + tl;
@@ -645,60 +660,75 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
       int prev_stage = -1;
       int loaded_group = -1;  // the group whose scales and deltas fs, fd hold
       constexpr int kStep = KI ? 2 : 1;  // this consumer's stages: every one, or every other one
-      for (int it = kb + (KI ? c : 0); it < ke; it += kStep) {
-        mbar_wait_warp(full_s + 8 * stage, phase);
-        const uint32_t st = smem_s + stage * T::kStageBytes;
-        // Every stage holds its group's scales and deltas. A consumer that takes every stage keeps
-        // the last group's in registers while the group lasts (2 stages of 64 k): read every
-        // stage, the deltas' 2-byte loads cost the 128-token tiles up to 6 % (H200, asymmetric,
-        // M >= 256); the k-interleaved consumers see a new group every stage.
-        const int group = stage_group(it);
-        if (grouped && (KI || group != loaded_group)) {
-          // The 64-column permutation of the Marlin scales puts lane/4's 8 column scales in one
-          // 16-byte word, word i's two (n, n + 8) in its 32-bit part wb + i; deltas are in
-          // natural order.
-          loaded_group = group;
-          load_words<NW>(fs, st + s_off);
+      // The stage loop, once per scale form in the k-interleaved kernels, unswitched here: ptxas
+      // did it by itself in some kernels and not in others (the split kernel: one loop of 313
+      // instructions per stage), and its own copies kept the scale form's tests; these take
+      // 274-279 instructions per stage per column, 294-304 with groups, against 300-308
+      // (nvdisasm). The 128-token kernel's loop as it was (a runtime test; its main loops unchanged).
+      auto stages = [&](auto grouped_v) {
+        for (int it = kb + (KI ? c : 0); it < ke; it += kStep) {
+          mbar_wait_warp(full_s + 8 * stage, phase);
+          const uint32_t st = smem_s + stage * T::kStageBytes;
+          // Every stage holds its group's scales and deltas. A consumer that takes every stage keeps
+          // the last group's in registers while the group lasts (2 stages of 64 k): read every
+          // stage, the deltas' 2-byte loads cost the 128-token tiles up to 6 % (H200, asymmetric,
+          // M >= 256); the k-interleaved consumers see a new group every stage.
+          const int group = stage_group(it);
+          if (bool(grouped_v) && (KI || group != loaded_group)) {
+            // The 64-column permutation of the Marlin scales puts lane/4's 8 column scales in one
+            // 16-byte word, word i's two (n, n + 8) in its 32-bit part wb + i; deltas are in
+            // natural order.
+            loaded_group = group;
+            load_words<NW>(fs, st + s_off);
 #pragma unroll
-          for (int i = 0; i < NW; ++i) fd[i] = asym ? load_half_pair(st + d_off + 32 * i) : 0u;
-        }
-        // The stage's words for all its k16 steps at once: the wgmma bookkeeping below orders
-        // memory, so a load placed in a step would wait there, its latency exposed every step.
-        uint32_t words[kK16PerStage][NW];
-#pragma unroll
-        for (int r = 0; r < kK16PerStage; ++r) load_words<NW>(words[r], st + w_off + r * kWRowBytes);
-        const uint32_t desc_lo = smem_desc_sw128_lo(st);  // the stage's A tile
-#pragma unroll
-        for (int r = 0; r < kK16PerStage; ++r) {
-          uint32_t(&fr)[NW][4] = frag[r % FB];  // 4 k16 steps per stage: r % FB is the step's buffer
-#pragma unroll
-          for (int i = 0; i < NW; ++i) {
-            half2 d[4];
-            dequant_word(words[r][i], d);
-            // wgmma's A registers {a01, a23, a45, a67} = rows (n, n + 8) x k-halves (k, k + 8):
-            // the word's (k, frag 0), (k, frag 1), (k + 8, frag 0), (k + 8, frag 1).
-            const half2 s0 = bcast(fs[i], 0), s1 = bcast(fs[i], 1);
-            const half2 d0 = bcast(fd[i], 0), d1 = bcast(fd[i], 1);
-            fr[i][0] = as_u32(__hfma2(d[0], s0, d0));
-            fr[i][1] = as_u32(__hfma2(d[2], s1, d1));
-            fr[i][2] = as_u32(__hfma2(d[1], s0, d0));
-            fr[i][3] = as_u32(__hfma2(d[3], s1, d1));
+            for (int i = 0; i < NW; ++i) fd[i] = asym ? load_half_pair(st + d_off + 32 * i) : 0u;
           }
-          const uint64_t desc = smem_desc(desc_lo + 2 * r);  // k16 step r: 32 bytes into the rows
-          wgmma_fence();
+          // The stage's words for all its k16 steps at once: the wgmma bookkeeping below orders
+          // memory, so a load placed in a step would wait there, its latency exposed every step.
+          uint32_t words[kK16PerStage][NW];
 #pragma unroll
-          for (int i = 0; i < NW; ++i) wgmma_rs<BM>(acc[i], fr[i], desc);
-          wgmma_commit();
-          // At most FB - 1 groups in flight: the group FB - 1 steps back has retired, so its
-          // fragment buffer (this step's + 1) can be rewritten, and at step FB - 2 of a stage the
-          // previous stage's last group has retired: its shared memory is free.
-          wgmma_wait<FB - 1>();
+          for (int r = 0; r < kK16PerStage; ++r) load_words<NW>(words[r], st + w_off + r * kWRowBytes);
+          const uint32_t desc_lo = smem_desc_sw128_lo(st);  // the stage's A tile
 #pragma unroll
-          for (int i = 0; i < NW; ++i) fence_regs(acc[i]);
-          if (r == FB - 2 && prev_stage >= 0) mbar_arrive(empty_s + 8 * prev_stage);
+          for (int r = 0; r < kK16PerStage; ++r) {
+            uint32_t(&fr)[NW][4] = frag[r % FB];  // 4 k16 steps per stage: r % FB is the step's buffer
+#pragma unroll
+            for (int i = 0; i < NW; ++i) {
+              half2 d[4];
+              dequant_word(words[r][i], d);
+              // wgmma's A registers {a01, a23, a45, a67} = rows (n, n + 8) x k-halves (k, k + 8):
+              // the word's (k, frag 0), (k, frag 1), (k + 8, frag 0), (k + 8, frag 1).
+              const half2 s0 = bcast(fs[i], 0), s1 = bcast(fs[i], 1);
+              const half2 d0 = bcast(fd[i], 0), d1 = bcast(fd[i], 1);
+              fr[i][0] = as_u32(__hfma2(d[0], s0, d0));
+              fr[i][1] = as_u32(__hfma2(d[2], s1, d1));
+              fr[i][2] = as_u32(__hfma2(d[1], s0, d0));
+              fr[i][3] = as_u32(__hfma2(d[3], s1, d1));
+            }
+            const uint64_t desc = smem_desc(desc_lo + 2 * r);  // k16 step r: 32 bytes into the rows
+            wgmma_fence();
+#pragma unroll
+            for (int i = 0; i < NW; ++i) wgmma_rs<BM>(acc[i], fr[i], desc);
+            wgmma_commit();
+            // At most FB - 1 groups in flight: the group FB - 1 steps back has retired, so its
+            // fragment buffer (this step's + 1) can be rewritten, and at step FB - 2 of a stage the
+            // previous stage's last group has retired: its shared memory is free.
+            wgmma_wait<FB - 1>();
+#pragma unroll
+            for (int i = 0; i < NW; ++i) fence_regs(acc[i]);
+            if (r == FB - 2 && prev_stage >= 0) mbar_arrive(empty_s + 8 * prev_stage);
+          }
+          prev_stage = stage;
+          advance(kStep);
         }
-        prev_stage = stage;
-        advance(kStep);
+      };
+      if constexpr (KI) {
+        if (grouped)
+          stages(std::true_type{});
+        else
+          stages(std::false_type{});
+      } else {
+        stages(grouped);
       }
       // KI: the loop left (stage, phase) at the piece's first stage + c + 2 n, n = the iterations
       // it ran; the next piece starts at its first stage + ke - kb + c: one further back (c = 0)
@@ -787,7 +817,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
       // barrier), over this consumer warpgroup. No CTA waits for another. KI: each consumer its
       // half of the slot, with a counter of its own.
       auto finish = [&]() {
-        if (!p.stream_k || (kb == 0 && ke == p.k_iters)) {
+        if (!stream_k() || (kb == 0 && ke == p.k_iters)) {
           store_all();
           return;
         }
@@ -885,7 +915,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         float4* recv = reinterpret_cast<float4*>(smem + S * T::kStageBytes + T::kPartialBytes);
         const int stride = hopper::split_max_share(split);  // a share's threads, padded
         const int share_begin = hopper::split_threads_begin(rank, split);
-        const int share_threads = hopper::split_threads_begin(rank + 1, split) - share_begin;
+        const int share_threads = hopper::split_share(rank, split);
         {
           const int reader = hopper::split_reader_rank(tid, split);
           const int lt = tid - hopper::split_threads_begin(reader, split);
@@ -961,18 +991,20 @@ struct Variant {
   int counters_per_tile;           // stream-K: arrival counters per tile
   void (*kernel)(const Maps, const Params, const hopper::StreamKRuns);
 };
-template <int BM, int NW, int CONSUMERS, bool KI>
+template <int BM, int NW, int CONSUMERS, bool KI, bool SPLIT>
 Variant make_variant() {
   using T = Cfg<BM, NW, CONSUMERS, KI>;
   static_assert(T::kSplit == hopper::tile_splits(BM), "the plan knows which variants split");
-  return Variant{BM, T::kThreads, T::kSmemBytes, T::kSlotConsumers, T::kSlotQuads * 16, T::kCountersPerTile,
-                 marlin_hopper_kernel<BM, NW, CONSUMERS, KI>};
+  return Variant{BM, T::kThreads, T::smem_bytes(SPLIT), T::kSlotConsumers, T::kSlotQuads * 16, T::kCountersPerTile,
+                 marlin_hopper_kernel<BM, NW, CONSUMERS, KI, SPLIT>};
 }
-Variant variant_for(int rows) {
+// The kernel for `rows`-token tiles and `split` CTAs per tile (the k-interleaved variants: one
+// kernel for split 1, one for clusters).
+Variant variant_for(int rows, int split) {
   switch (rows) {
-    case 32: return make_variant<32, 4, 2, true>();
-    case 64: return make_variant<64, 4, 2, true>();
-    default: return make_variant<128, 2, 2, false>();
+    case 32: return split > 1 ? make_variant<32, 4, 2, true, true>() : make_variant<32, 4, 2, true, false>();
+    case 64: return split > 1 ? make_variant<64, 4, 2, true, true>() : make_variant<64, 4, 2, true, false>();
+    default: return make_variant<128, 2, 2, false, false>();
   }
 }
 
@@ -1057,17 +1089,19 @@ int device_fits(int device, int sms, const Fits** out) {
   auto it = known.find(device);
   if (it == known.end()) {
     Fits f;
-    for (int v = 0; v < 3; ++v) {
-      const Variant var = variant_for(kVariantRows[v]);
-      const void* kernel = reinterpret_cast<const void*>(var.kernel);
-      int resident = 0;
-      if (int rc = open_kernel(kernel, device, var.smem_bytes, var.threads, 1, &resident)) return rc;
-      if (resident < 1) continue;
-      f.clusters[v][1] = sms;
-      for (int split = 2; split <= hopper::kMaxSplit; ++split)
-        if (int rc = max_active_clusters(kernel, device, var.smem_bytes, var.threads, split, &f.clusters[v][split]))
+    for (int v = 0; v < 3; ++v)
+      for (int split = 1; split <= hopper::kMaxSplit; ++split) {
+        const Variant var = variant_for(kVariantRows[v], split);
+        const void* kernel = reinterpret_cast<const void*>(var.kernel);
+        int resident = 0;
+        if (int rc = open_kernel(kernel, device, var.smem_bytes, var.threads, 1, &resident)) return rc;
+        if (resident < 1) continue;
+        int& clusters = f.clusters[v][split];
+        if (split == 1)
+          clusters = sms;
+        else if (int rc = max_active_clusters(kernel, device, var.smem_bytes, var.threads, split, &clusters))
           return rc;
-    }
+      }
     it = known.emplace(device, f).first;
   }
   *out = &it->second;  // std::map: stable under later insertions
@@ -1101,7 +1135,7 @@ int plan_grid(int M, int N, int K, int device, int sms, const KernelOptions& opt
     known.emplace(key, g->plan);
   }
   if (g->plan.shape.grid < 1) return kNoConfig;
-  g->v = variant_for(g->plan.shape.rows);
+  g->v = variant_for(g->plan.shape.rows, g->plan.shape.split);
   return kOk;
 }
 

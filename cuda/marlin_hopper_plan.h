@@ -237,6 +237,10 @@ TL_HOPPER_HD constexpr int split_threads_begin(int rank, int split) {
 }
 TL_HOPPER_HD constexpr int split_reader_rank(int thread, int split) { return thread * split / kConsumerThreads; }
 TL_HOPPER_HD constexpr int split_max_share(int split) { return split_threads_begin(1, split); }
+// The threads of rank r's share.
+TL_HOPPER_HD constexpr int split_share(int rank, int split) {
+  return split_threads_begin(rank + 1, split) - split_threads_begin(rank, split);
+}
 // The thread slots of a split's receive buffer: `split` shares padded to the largest one, at
 // most kConsumerThreads + kMaxSplit - 1 for every split.
 constexpr int kMaxSplitShareSlots = kConsumerThreads + kMaxSplit - 1;

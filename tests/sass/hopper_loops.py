@@ -10,9 +10,10 @@ per stage, uniform registers"; docs/perf.md, fourth and sixth passes):
     descriptors come from uniform registers. A branch it takes for divergent before a loop
     (the epilogue's shuffles under a per-thread condition in the sixth pass) moves the
     descriptors to vector registers: 32 R2UR per stage at 32 tokens, 299 -> 337 instructions.
-  * at most MAX_PER_STAGE instructions per loop: 298-304 at 32 and 64 tokens and 204-205 at 128
-    with nvcc 13.0 (eighth pass); the bounds leave ~4 % for another compiler's scheduling and
-    stay below the 330-337 of the regression above.
+  * at most MAX_PER_STAGE instructions per loop: 274-279 per column and 294-304 with groups at
+    32 and 64 tokens (sixteenth pass: a loop per scale form, a kernel per split kind) and 205 at
+    128 with nvcc 13.0; the bounds leave ~4 % above the largest for another compiler's
+    scheduling and stay below the 330-337 of the regression above.
 
 Exit 0: all hold; 1: one fails (the loops are printed); 2: bad input.
 Usage: hopper_loops.py NVDISASM CUBIN
