@@ -5,8 +5,9 @@
 // asymmetric), what the runtime's options dispatch to, the correction pair (a_group_sum +
 // correction_accum), native int4_gemm and cuBLAS
 // (cublasGemmEx, fp16 in/out, fp32 accumulation). Each time is the median of many runs timed
-// with CUDA events, a point's kernels in interleaved rounds (every kernel once per round, so
-// none is timed on a GPU the others warmed), the L2 flushed before every run so weights come
+// with CUDA events, a point's kernels in interleaved rounds (every kernel once per round, each
+// round's order rotated, so none is timed on a GPU the others warmed or slowed to its power
+// cap more often than another), the L2 flushed before every run so weights come
 // from HBM. The flush READS a
 // 2 x L2 buffer: a memset would leave the L2 full of dirty lines whose write-back (up to 60 MB)
 // is then billed to the kernel being timed.
@@ -18,7 +19,10 @@
 // names, if any.
 //
 //   bench_kernels [--quick] [--sets 7b,70b] [--layers qkv,o,gate_up,down] [--m 1,16]
-//                 [--g 128,-1] [--json FILE] [--reps N] [--native-max-m M] [--tune FILE]
+//                 [--g 128,-1] [--json FILE] [--reps N] [--min-reps N] [--native-max-m M] [--tune FILE]
+// --reps / --min-reps: the most / fewest timed runs per kernel and point (100 / 5; a point
+// takes as many as fit ~30 ms per kernel between them). Where the GPU runs under its power cap
+// (70B at M = 4096) medians of few runs differ by up to 12 % for the same kernel: --min-reps 32.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -27,6 +31,8 @@
 #include <ctime>
 #include <functional>
 #include <map>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -88,6 +94,7 @@ struct Options {
   std::string json = "bench_kernels.json";
   std::string tune;  // crossover table to write ("": none)
   int max_reps = 100;
+  int min_reps = kMinReps;
   int native_max_m = 256;  // the CUDA-core kernel takes seconds at M = 4096 on 70B layers
 };
 
@@ -131,6 +138,8 @@ Options parse(int argc, char** argv) {
       o.json = value();
     } else if (a == "--reps") {
       o.max_reps = std::max(kMinReps, std::atoi(value().c_str()));
+    } else if (a == "--min-reps") {
+      o.min_reps = std::max(kMinReps, std::atoi(value().c_str()));
     } else if (a == "--tune") {
       o.tune = value();
     } else if (a == "--native-max-m") {
@@ -166,23 +175,38 @@ struct Timer {
   void* flush;
   size_t flush_bytes;
   cudaEvent_t start, stop;
-  int max_reps;
+  int min_reps, max_reps;
 
   // Median time in microseconds of each of `launches`, timed in rounds: one run of every launch
   // per round, the L2 flushed before each run, so that all of them see the GPU in the same
   // state. (Timed one kernel after another, the later rows of a point ran on a GPU warmed by the
   // earlier ones: on the H200 at M >= 1024 the floor's launcher came out 5-9 % slower as the
-  // runtime row, timed last, than as its own row, docs/perf.md.) Each timed run follows an
-  // untimed one of the same launch (then the flush), so its code is in the SMs' instruction
-  // caches as in a run of repeats: cold, the Hopper kernel's first run after the others took
-  // up to 4.5 us longer at M <= 64. Rounds: as many as fit the time budget of all the points
-  // (kTargetMsPerPoint each), within [kMinReps, max_reps].
+  // runtime row, timed last, than as its own row, docs/perf.md.) The rounds come in blocks of
+  // n: in block b the launches run in an order of their own (a shuffle seeded by b), rotated by
+  // one place per round, so that within a block every launch is timed once at every place of a
+  // round and across blocks after different ones. Where the GPU runs under its power cap (70B
+  // at M = 4096: the SM clock 1.47-1.98 GHz, "SW power cap") the clock a launch gets depends on
+  // what ran before it: in one fixed order the two asymmetric Hopper rows (one kernel, the same
+  // data) came out 1-13 % slower than the symmetric row and than each other; at a fixed clock,
+  // under ncu, the three were within 0.3 % (docs/perf.md sixteenth pass). Each timed run
+  // follows an untimed one of the same launch (then the flush), so its code is in the SMs'
+  // instruction caches as in a run of repeats: cold, the Hopper kernel's first run after the
+  // others took up to 4.5 us longer at M <= 64. Rounds: as many as fit the
+  // time budget of all the points (kTargetMsPerPoint each), within [min_reps, max_reps] and then
+  // up to a multiple of n (--min-reps 4n: four blocks).
   std::vector<double> medians_us(const std::vector<std::function<int()>>& launches) {
+    const int n = int(launches.size());
     std::vector<std::vector<float>> ms(launches.size());
     int reps = max_reps;
+    std::vector<int> order(launches.size());
     for (int r = 0; r < reps; ++r) {
+      if (r % n == 0) {  // a block's order
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), std::mt19937(uint32_t(r / n)));
+      }
       float round_ms = 0;
-      for (size_t k = 0; k < launches.size(); ++k) {
+      for (int i = 0; i < n; ++i) {
+        const int k = order[size_t((i + r) % n)];
         CHECK_RC(launches[k]());  // untimed: module load, handles, scratch; the code into the caches
         l2_flush_read<<<1024, 256, 0, stream>>>(static_cast<const int4*>(flush), flush_bytes / 16,
                                                 static_cast<int*>(flush));
@@ -195,9 +219,11 @@ struct Timer {
         ms[k].push_back(t);
         round_ms += t;
       }
-      if (r == 0)
-        reps = std::clamp(int(kTargetMsPerPoint * double(launches.size()) / std::max(round_ms, 1e-3f)), kMinReps,
-                          max_reps);
+      if (r == 0) {
+        reps = std::clamp(int(kTargetMsPerPoint * double(n) / std::max(round_ms, 1e-3f)), min_reps,
+                          std::max(min_reps, max_reps));
+        reps = (reps + n - 1) / n * n;
+      }
     }
     std::vector<double> us;
     for (auto& m : ms) {
@@ -278,7 +304,7 @@ int main(int argc, char** argv) {
 
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreate(&stream));
-  Timer timer{stream, nullptr, size_t(2) * prop.l2CacheSize, nullptr, nullptr, opt.max_reps};
+  Timer timer{stream, nullptr, size_t(2) * prop.l2CacheSize, nullptr, nullptr, opt.min_reps, opt.max_reps};
   timer.flush = dalloc<char>(timer.flush_bytes);
   CHECK_CUDA(cudaMemset(timer.flush, 1, timer.flush_bytes));
   CHECK_CUDA(cudaEventCreate(&timer.start));
