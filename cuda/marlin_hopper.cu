@@ -978,12 +978,15 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
 // Host side.
 // ---------------------------------------------------------------------------------------------
 
-// The instantiated configurations (cuda/marlin_hopper_plan.h picks by M and grid):
-//   <32, 4, 1>:  32-token tiles, one consumer of 4 n32 wgmma per k16 (M <= 32);
-//   <64, 4, 1>:  64-token tiles, 4 n64 wgmma (M <= 64, and larger M whose 128-token tiles are
-//                too few to fill the GPU: this one can split k);
-//   <128, 2, 2>: 128-token tiles, two consumers of 2 n128 wgmma each: every decoded weight
-//                feeds 128 tokens (half the dequantization per MMA of 64) and the wgmma is wide.
+// The instantiated configurations <BM, NW, CONSUMERS, KI, SPLIT> (cuda/marlin_hopper_plan.h
+// picks the tile by M and grid, variant_for the kernel by the split):
+//   <32, 4, 2, KI, split 1 | clusters>:  32-token tiles, two k-interleaved consumers of 4 n32
+//                wgmma per k16 (M <= 32);
+//   <64, 4, 2, KI, split 1 | clusters>:  64-token tiles, 4 n64 wgmma (M <= 64, and larger M
+//                whose 128-token tiles are too few to fill the GPU);
+//   <128, 2, 2, -, split 1>: 128-token tiles, two consumers of 2 n128 wgmma each: every decoded
+//                weight feeds 128 tokens (half the dequantization per MMA of 64) and the wgmma
+//                is wide; it never splits (no shared memory left for a partial tile).
 // 64 x 4 or 128 x 2 accumulators per thread are what the register file holds.
 struct Variant {
   int rows, threads, smem_bytes;
