@@ -159,13 +159,13 @@ struct Cfg {
   static constexpr int smem_bytes(bool split_run) {
     return kAlignSlack + kPartialBytes + ring(split_run) * kStageBytes + (split_run ? kRecvBytes : 0);
   }
-  static constexpr int kSmemBytes = std::max(smem_bytes(false), smem_bytes(true));
   // Registers: the producer gives back what the consumers take (setmaxnreg).
   static constexpr int kProducerRegs = KI ? 56 : 72;
   static constexpr int kConsumerRegs = KI ? 224 : 216;
   static_assert(KI ? CONSUMERS == 2 && NW * 64 == kTileN : CONSUMERS * NW * 64 == kTileN, "a tile is 256 columns");
   static_assert(kStageBytes % 1024 == 0, "every stage's A tile stays 1024-aligned");
-  static_assert(kSplitStages >= 3 && kSmemBytes <= kSmemBudget, "shared memory");
+  static_assert(kSplitStages >= 3 && smem_bytes(false) <= kSmemBudget && smem_bytes(true) <= kSmemBudget,
+                "shared memory");
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * CONSUMERS <= 65536, "register file");
 };
 
@@ -485,7 +485,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   // (Cfg::kSplitStages, kRecvBytes).
   constexpr int S = T::ring(SPLIT);
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  __shared__ __align__(8) uint64_t full[T::kStages], empty[T::kStages];
+  __shared__ __align__(8) uint64_t full[S], empty[S];
   __shared__ __align__(8) uint64_t red_full, red_free;  // the split's combine (cluster scope)
   __shared__ int s_last[2];  // stream-K: per consumer, whether its piece arrived last on the tile
   // [stage 0 .. S-1: A kRows x 128 B | W 4 x 2 KB | scales 512 B | deltas 512 B][partial tile]
