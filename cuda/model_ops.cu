@@ -120,9 +120,38 @@ constexpr size_t attention_smem_bytes(int dpl) {
   return sizeof(float) * (size_t(kKeyTile) * (32 * dpl + 1) + size_t(kKeyTile) * 32 * dpl + size_t(kAttnWarps) * 32 * dpl);
 }
 
+// ---- q/k head norms (Qwen3) ----
+
+// One warp per (row, head) of the H + Hkv q and k heads: the sum of squares in fp32 over dh,
+// then each element scaled and multiplied by its gain, written back in place.
+__global__ void head_rms_norm_kernel(__half* qkv, const float* q_gain, const float* k_gain, int H, int Hkv,
+                                     int dh, float eps, int64_t heads_total) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
+  for (int64_t w = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; w < heads_total; w += warps) {
+    const int64_t row = w / (H + Hkv);  // w is uniform per warp, so is the loop
+    const int head = int(w % (H + Hkv));
+    __half* v = qkv + row * int64_t(H + 2 * Hkv) * dh + int64_t(head) * dh;
+    const float* g = head < H ? q_gain : k_gain;
+    float ss = 0.f;
+    for (int d = lane; d < dh; d += 32) {
+      const float x = __half2float(v[d]);
+      ss += x * x;
+    }
+    ss = warp_sum(ss);
+    const float inv = rsqrtf(ss / float(dh) + eps);
+    for (int d = lane; d < dh; d += 32) v[d] = __float2half_rn(g[d] * (__half2float(v[d]) * inv));
+  }
+}
+
+__global__ void add_bias_kernel(__half* y, const float* bias, int64_t N, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = __float2half_rn(__half2float(y[i]) + bias[i % N]);
+}
+
 template <int DPL, bool kFull>  // dims per lane: dh <= 32 * DPL (== when kFull)
 __global__ void attention_kernel(const __half* q, const __half* k, const __half* v, __half* out,
-                                 int T, int H, int Hkv, int dh_runtime) {
+                                 int T, int H, int Hkv, int dh_runtime, int window) {
   constexpr int DH = 32 * DPL;  // the tiles' row length
   const int dh = kFull ? DH : dh_runtime;
   extern __shared__ float attn_smem[];
@@ -148,7 +177,11 @@ __global__ void attention_kernel(const __half* q, const __half* k, const __half*
 #pragma unroll
   for (int u = 0; u < DPL; ++u) acc[u] = 0.f;
   const int last = min(T - 1, q0 + kAttnWarps - 1);  // the last key any query of the block sees
-  for (int t0 = 0; t0 <= last; t0 += kKeyTile) {
+  // With a window, the block's first query sees keys from q0 - window + 1: earlier tiles are
+  // skipped whole (a window of W costs O(W) per query instead of O(T)).
+  const int first = window > 0 ? max(0, q0 - window + 1) / kKeyTile * kKeyTile : 0;
+  const int lo = window > 0 ? i - window + 1 : 0;  // this warp's first visible key
+  for (int t0 = first; t0 <= last; t0 += kKeyTile) {
     __syncthreads();  // the previous tile is consumed (and qs is written before its first use)
     for (int idx = threadIdx.x; idx < kKeyTile * DH; idx += blockDim.x) {
       const int r = idx / DH, d = idx % DH, key = t0 + r;
@@ -157,18 +190,21 @@ __global__ void attention_kernel(const __half* q, const __half* k, const __half*
       vs[r][d] = in ? __half2float(vb[int64_t(key) * dh + d]) : 0.f;
     }
     __syncthreads();
-    if (!active || t0 > i) continue;  // uniform per warp; every thread still reaches the syncs
+    // Uniform per warp; every thread still reaches the syncs. A tile wholly before the window
+    // is skipped, so every tile processed holds a visible key and m stays finite.
+    if (!active || t0 > i || t0 + kKeyTile <= lo) continue;
     const int key = t0 + lane;
+    const bool visible = key <= i && key >= lo;
     float sc = -INFINITY;
-    if (key <= i) {
+    if (visible) {
       float d = 0.f;
 #pragma unroll 16
       for (int e = 0; e < dh; ++e) d += qs[warp][e] * ks[lane][e];
       sc = d;
     }
-    const float m_new = fmaxf(m, warp_max(sc));  // finite: key t0 <= i is always in range
+    const float m_new = fmaxf(m, warp_max(sc));  // finite: the tile holds a visible key
     const float corr = expf(m - m_new);          // 0 on the first tile (m = -inf)
-    const float p = key <= i ? expf(sc - m_new) : 0.f;
+    const float p = visible ? expf(sc - m_new) : 0.f;
     l = l * corr + warp_sum(p);
 #pragma unroll
     for (int u = 0; u < DPL; ++u) acc[u] *= corr;
@@ -191,14 +227,14 @@ __global__ void attention_kernel(const __half* q, const __half* k, const __half*
 
 template <int DPL>
 int launch_attention(const __half* q, const __half* k, const __half* v, __half* out, int n_seq, int T, int H,
-                     int Hkv, int dh, cudaStream_t stream) {
+                     int Hkv, int dh, int window, cudaStream_t stream) {
   const dim3 grid((T + kAttnWarps - 1) / kAttnWarps, H, n_seq);
   constexpr size_t smem = attention_smem_bytes(DPL);
   const bool full = dh == 32 * DPL;
   auto kernel = full ? attention_kernel<DPL, true> : attention_kernel<DPL, false>;
   if (smem > 48 * 1024)  // above the default dynamic limit: opt in
     TL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  kernel<<<grid, kAttnWarps * 32, smem, stream>>>(q, k, v, out, T, H, Hkv, dh);
+  kernel<<<grid, kAttnWarps * 32, smem, stream>>>(q, k, v, out, T, H, Hkv, dh, window);
   TL_CHECK_LAUNCH("attention_kernel");
   return kOk;
 }
@@ -296,19 +332,38 @@ int qkv_split_rope(const __half* qkv, const float* cos_tab, const float* sin_tab
   return kOk;
 }
 
+int head_rms_norm(__half* qkv, const float* q_gain, const float* k_gain, int rows, int H, int Hkv,
+                  int dh, float eps, cudaStream_t stream) {
+  if (rows < 0 || H <= 0 || Hkv <= 0 || dh <= 0) return kShapeUnsupported;
+  const int64_t heads = int64_t(rows) * (H + Hkv);
+  if (heads == 0) return kOk;
+  head_rms_norm_kernel<<<grid_for(heads * 32, 256), 256, 0, stream>>>(qkv, q_gain, k_gain, H, Hkv, dh, eps, heads);
+  TL_CHECK_LAUNCH("head_rms_norm_kernel");
+  return kOk;
+}
+
+int add_bias_rows(__half* y, const float* bias, int64_t rows, int64_t N, cudaStream_t stream) {
+  if (rows < 0 || N <= 0) return kShapeUnsupported;
+  if (rows == 0) return kOk;
+  add_bias_kernel<<<grid_for(rows * N, 256), 256, 0, stream>>>(y, bias, N, rows * N);
+  TL_CHECK_LAUNCH("add_bias_kernel");
+  return kOk;
+}
+
 int causal_attention(const __half* q, const __half* k, const __half* v, __half* out, int n_seq,
-                     int T, int H, int Hkv, int dh, cudaStream_t stream) {
-  if (H <= 0 || Hkv <= 0 || H % Hkv != 0 || T <= 0 || n_seq <= 0 || n_seq > 65535) return kShapeUnsupported;
+                     int T, int H, int Hkv, int dh, int window, cudaStream_t stream) {
+  if (H <= 0 || Hkv <= 0 || H % Hkv != 0 || T <= 0 || n_seq <= 0 || n_seq > 65535 || window < 0)
+    return kShapeUnsupported;
   if (dh < 2 || dh % 2 != 0 || dh > 32 * kAttnMaxDpl) return kShapeUnsupported;
   switch ((dh + 31) / 32) {
-    case 1: return launch_attention<1>(q, k, v, out, n_seq, T, H, Hkv, dh, stream);
-    case 2: return launch_attention<2>(q, k, v, out, n_seq, T, H, Hkv, dh, stream);
-    case 3: return launch_attention<3>(q, k, v, out, n_seq, T, H, Hkv, dh, stream);
-    case 4: return launch_attention<4>(q, k, v, out, n_seq, T, H, Hkv, dh, stream);
-    case 5: return launch_attention<5>(q, k, v, out, n_seq, T, H, Hkv, dh, stream);
-    case 6: return launch_attention<6>(q, k, v, out, n_seq, T, H, Hkv, dh, stream);
-    case 7: return launch_attention<7>(q, k, v, out, n_seq, T, H, Hkv, dh, stream);
-    default: return launch_attention<8>(q, k, v, out, n_seq, T, H, Hkv, dh, stream);
+    case 1: return launch_attention<1>(q, k, v, out, n_seq, T, H, Hkv, dh, window, stream);
+    case 2: return launch_attention<2>(q, k, v, out, n_seq, T, H, Hkv, dh, window, stream);
+    case 3: return launch_attention<3>(q, k, v, out, n_seq, T, H, Hkv, dh, window, stream);
+    case 4: return launch_attention<4>(q, k, v, out, n_seq, T, H, Hkv, dh, window, stream);
+    case 5: return launch_attention<5>(q, k, v, out, n_seq, T, H, Hkv, dh, window, stream);
+    case 6: return launch_attention<6>(q, k, v, out, n_seq, T, H, Hkv, dh, window, stream);
+    case 7: return launch_attention<7>(q, k, v, out, n_seq, T, H, Hkv, dh, window, stream);
+    default: return launch_attention<8>(q, k, v, out, n_seq, T, H, Hkv, dh, window, stream);
   }
 }
 

@@ -31,10 +31,22 @@ int qkv_split_rope(const __half* qkv, const float* cos_tab, const float* sin_tab
                    __half* k, __half* v, int n_seq, int T, int H, int Hkv, int dh,
                    cudaStream_t stream);
 
+// Qwen3's q_norm / k_norm, in place on the fused projection qkv [rows, (H + 2 Hkv) dh]: each of
+// the H query heads and Hkv key heads of a row becomes rms(head) * q_gain / k_gain (fp32 [dh],
+// fp32 math, one warp per head); v is untouched. Runs before qkv_split_rope.
+int head_rms_norm(__half* qkv, const float* q_gain, const float* k_gain, int rows, int H, int Hkv,
+                  int dh, float eps, cudaStream_t stream);
+
 // out [n_seq * T, H dh] = softmax(q k^T / sqrt(dh), causal) v per (sequence, head); query head
-// h reads kv head h / (H / Hkv). Any even dh from 2 to 256 (else kShapeUnsupported).
+// h reads kv head h / (H / Hkv). window > 0: query i sees only keys i - window < j <= i (the
+// sliding window of Mistral / Qwen2); 0: the whole causal prefix. Any even dh from 2 to 256
+// (else kShapeUnsupported).
 int causal_attention(const __half* q, const __half* k, const __half* v, __half* out, int n_seq,
-                     int T, int H, int Hkv, int dh, cudaStream_t stream);
+                     int T, int H, int Hkv, int dh, int window, cudaStream_t stream);
+
+// y[r, n] = half(float(y[r, n]) + bias[n]) over rows x N (a linear's bias, fp32 [N], added once
+// after the GEMM and, on the Marlin path, after its delta correction).
+int add_bias_rows(__half* y, const float* bias, int64_t rows, int64_t N, cudaStream_t stream);
 
 // gate[i] = half(silu(gate[i]) * up[i]), in place over n elements.
 int swiglu_inplace(__half* gate, const __half* up, int64_t n, cudaStream_t stream);

@@ -41,6 +41,25 @@ void ModelConfig::validate(const std::string& file) const {
   need(std::isfinite(norm_eps) && norm_eps > 0, "norm_eps", "a finite norm_eps > 0");
   need(std::isfinite(rope_theta) && rope_theta > 0, "rope_theta", "a finite rope_theta > 0");
   need(max_seq > 0, "max_seq", "max_seq > 0");
+  need(rope_type == "default" || rope_type == "linear" || rope_type == "llama3", "rope_type",
+       "rope_type default, linear or llama3, got \"" + rope_type + "\"");
+  need(std::isfinite(rope_factor) && rope_factor > 0 && (rope_type != "default" || rope_factor == 1.0), "rope_factor",
+       "a finite rope_factor > 0 (1 for rope_type default)");
+  if (rope_type == "llama3") {
+    need(std::isfinite(rope_low_freq_factor) && std::isfinite(rope_high_freq_factor) && rope_low_freq_factor > 0 &&
+             rope_high_freq_factor > rope_low_freq_factor,
+         "rope_high_freq_factor", "0 < rope_low_freq_factor < rope_high_freq_factor (llama3 RoPE)");
+    at_most(rope_original_max_seq, kMaxDim, "rope_original_max_seq");
+    need(rope_original_max_seq > 0, "rope_original_max_seq", "rope_original_max_seq > 0 (llama3 RoPE)");
+  }
+  at_most(sliding_window, kMaxDim, "sliding_window");
+  need(sliding_window >= 0, "sliding_window", "sliding_window >= 0 (0: no window)");
+  need(window_first_block >= 0, "window_first_block", "window_first_block >= 0");
+  need(sliding_window == 0 || n_loop == 0, "sliding_window", "no sliding window in a model with loop blocks");
+}
+
+bool ModelConfig::uses_family_features() const {
+  return rope_type != "default" || qkv_bias || out_bias || mlp_bias || qk_norm || sliding_window > 0;
 }
 
 void to_json(nlohmann::json& j, const ModelConfig& c) {
@@ -57,7 +76,18 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
                      {"norm_eps", c.norm_eps},
                      {"rope_theta", c.rope_theta},
                      {"max_seq", c.max_seq},
-                     {"tie_embeddings", c.tie_embeddings}};
+                     {"tie_embeddings", c.tie_embeddings},
+                     {"rope_type", c.rope_type},
+                     {"rope_factor", c.rope_factor},
+                     {"rope_low_freq_factor", c.rope_low_freq_factor},
+                     {"rope_high_freq_factor", c.rope_high_freq_factor},
+                     {"rope_original_max_seq", c.rope_original_max_seq},
+                     {"qkv_bias", c.qkv_bias},
+                     {"out_bias", c.out_bias},
+                     {"mlp_bias", c.mlp_bias},
+                     {"qk_norm", c.qk_norm},
+                     {"sliding_window", c.sliding_window},
+                     {"window_first_block", c.window_first_block}};
 }
 
 template <class T>
@@ -108,6 +138,18 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
   field(j, "rope_theta", &c.rope_theta, false);
   field(j, "max_seq", &c.max_seq, false);
   field(j, "tie_embeddings", &c.tie_embeddings, false);
+  // The family features (format_version 3); absent in older files, which had none of them.
+  field(j, "rope_type", &c.rope_type, false);
+  field(j, "rope_factor", &c.rope_factor, false);
+  field(j, "rope_low_freq_factor", &c.rope_low_freq_factor, false);
+  field(j, "rope_high_freq_factor", &c.rope_high_freq_factor, false);
+  field(j, "rope_original_max_seq", &c.rope_original_max_seq, false);
+  field(j, "qkv_bias", &c.qkv_bias, false);
+  field(j, "out_bias", &c.out_bias, false);
+  field(j, "mlp_bias", &c.mlp_bias, false);
+  field(j, "qk_norm", &c.qk_norm, false);
+  field(j, "sliding_window", &c.sliding_window, false);
+  field(j, "window_first_block", &c.window_first_block, false);
 }
 
 }  // namespace tl

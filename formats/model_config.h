@@ -1,5 +1,7 @@
 // TinyLoop model hyper-parameters (the /config group of a .tinyloop file). A plain HF
-// Llama-family checkpoint is the case n_loop == 0.
+// Llama-family checkpoint (llama, mistral, qwen2, qwen3) is the case n_loop == 0; the fields
+// after tie_embeddings are the family features (docs/model.md "Families"), each computed as
+// transformers computes it: RoPE scaling, linear biases, per-head q/k norms, a sliding window.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,36 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   int64_t max_seq = 2048;
   bool tie_embeddings = false;
+
+  // RoPE frequencies (transformers' rope_type): "default" theta^(-2i/dh); "linear" those / factor;
+  // "llama3" (Llama 3.1+) low frequencies / factor, high ones kept, a smooth blend between,
+  // set by low/high_freq_factor and the original context length.
+  std::string rope_type = "default";
+  double rope_factor = 1.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int64_t rope_original_max_seq = 0;
+  // Biases (float, added after the product): q|k|v (Qwen2, Llama attention_bias), o (Llama
+  // attention_bias), gate / up / down (Llama mlp_bias). Entries "<block>.<linear>.bias" [N].
+  bool qkv_bias = false;
+  bool out_bias = false;
+  bool mlp_bias = false;
+  // Qwen3: RMSNorm over each q and k head (gains "<block>.q_norm" / "<block>.k_norm" [dh],
+  // epsilon norm_eps) before RoPE.
+  bool qk_norm = false;
+  // Sliding-window attention: a query at position i sees keys j with i - W < j <= i, in the
+  // distinct blocks with index >= window_first_block (Mistral: 0; Qwen2: max_window_layers).
+  // 0: every block attends to the whole causal prefix.
+  int64_t sliding_window = 0;
+  int64_t window_first_block = 0;
+
+  // The attention window of distinct block `index` (loop blocks never have one); 0 = none.
+  int64_t window_of_block(bool loop, int64_t index) const {
+    return !loop && sliding_window > 0 && index >= window_first_block ? sliding_window : 0;
+  }
+  // True when the model uses a feature format_version 3 introduced (any of the fields above
+  // away from its default): readers older than it must refuse the file, not drop the feature.
+  bool uses_family_features() const;
 
   // Throws tl::Error when a field is missing or inconsistent (names the field).
   void validate(const std::string& file = "") const;

@@ -18,7 +18,9 @@
 //   once: zero + marlin/{B, s}, no q, scale or delta. The reader rebuilds q and scale from the
 //   section (the exact inverse of the packer) and delta from scale and zero (marlin_delta), so
 //   every consumer sees the same QuantWeight as from the native form. A file holding a compact
-//   weight has format_version 2; this build reads 1 and 2.
+//   weight has format_version 2. A file whose /config uses a family feature (RoPE scaling,
+//   biases, q/k norms, a sliding window: ModelConfig::uses_family_features) has version 3, so
+//   a reader that would drop the feature refuses the file instead. This build reads 1, 2 and 3.
 //
 // Every dataset is chunked with the Fletcher32 checksum filter. Readers check the version,
 // dtypes and shapes and throw tl::Error naming the file, the dataset and what was expected.
@@ -43,6 +45,7 @@ namespace tl {
 
 constexpr int kTinyloopFormatVersion = 1;         // written when every weight is native
 constexpr int kTinyloopCompactFormatVersion = 2;  // written when some weight is compact
+constexpr int kTinyloopFamilyFormatVersion = 3;   // written when the config uses family features
 constexpr const char* kMarlinLayoutTag = "ist-daslab-marlin-v1";
 
 struct MarlinSection {

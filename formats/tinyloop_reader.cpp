@@ -44,9 +44,10 @@ TinyloopReader::TinyloopReader(const std::string& path) : impl_(std::make_unique
   if (!h5::has_attr(f, "/", "format_version"))
     throw Error("root attribute 'format_version' is missing (expected " + std::to_string(kTinyloopFormatVersion) + ")", path);
   const int64_t v = h5::attr_int(f, "/", "format_version", path);
-  if (v != kTinyloopFormatVersion && v != kTinyloopCompactFormatVersion)
+  if (v != kTinyloopFormatVersion && v != kTinyloopCompactFormatVersion && v != kTinyloopFamilyFormatVersion)
     throw Error("unsupported format_version " + std::to_string(v) + ": this build reads versions " +
-                    std::to_string(kTinyloopFormatVersion) + " and " + std::to_string(kTinyloopCompactFormatVersion) +
+                    std::to_string(kTinyloopFormatVersion) + ", " + std::to_string(kTinyloopCompactFormatVersion) +
+                    " and " + std::to_string(kTinyloopFamilyFormatVersion) +
                     " (use a tinyloop-tools release that matches the file)",
                 path);
 }

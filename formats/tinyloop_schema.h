@@ -60,6 +60,7 @@ struct TinyloopWriter::Impl {
   std::string producer;
   bool config_written = false;
   bool compact_written = false;  // some weight is compact: commit() marks format_version 2
+  bool family_written = false;   // the config uses family features: format_version 3
   bool committed = false;
   const std::string& target() const { return out.target(); }
 };

@@ -55,6 +55,7 @@ void TinyloopWriter::write_config(const ModelConfig& config) {
     for (auto it = j.begin(); it != j.end(); ++it) h5::write_attr(g, it.key(), it.value(), path);
   });
   impl_->config_written = true;
+  impl_->family_written = config.uses_family_features();
 }
 
 void TinyloopWriter::write_dense(const Tensor& t) {
@@ -193,6 +194,7 @@ void TinyloopWriter::copy_config_and_attributes(const TinyloopReader& src) {
     if (src.has_config() && !impl_->config_written && !h5::exists(f, schema::kConfig)) {
       h5::copy_object(s.file, schema::kConfig, f, schema::kConfig, path);
       impl_->config_written = true;
+      impl_->family_written = src.config().uses_family_features();
     }
     h5::Handle sroot = h5::open_group(s.file, "/", src.path());
     h5::Handle droot = h5::open_group(f, "/", path);
@@ -214,10 +216,14 @@ void TinyloopWriter::copy_config_and_attributes(const TinyloopReader& src) {
 
 void TinyloopWriter::commit() {
   require_open(*impl_);
-  if (impl_->compact_written)  // a reader older than the compact form refuses the file by its version
+  // A reader older than a feature the file uses refuses it by its version.
+  const int version = impl_->family_written    ? kTinyloopFamilyFormatVersion
+                      : impl_->compact_written ? kTinyloopCompactFormatVersion
+                                               : kTinyloopFormatVersion;
+  if (version != kTinyloopFormatVersion)
     impl_->file.run([&] {
       h5::Handle root = h5::open_group(impl_->file.id(), "/", impl_->target());
-      h5::write_attr(root, "format_version", kTinyloopCompactFormatVersion, impl_->target());
+      h5::write_attr(root, "format_version", version, impl_->target());
     });
   impl_->file.close();
   impl_->out.commit();

@@ -70,20 +70,38 @@ std::string hf_to_tinyloop_name(const std::string& hf, int* part) {
   if (auto it = top.find(hf); it != top.end()) return it->second;
   // model.layers.<i> are the distinct blocks (all of them for a plain HF Llama);
   // model.loop_layers.<j> are TinyLoop's shared loop blocks (tools/train_tinyloop.py).
-  static const std::regex layer(R"(^model\.(layers|loop_layers)\.([0-9]+)\.(.+)\.weight$)");
+  static const std::regex layer(R"(^model\.(layers|loop_layers)\.([0-9]+)\.(.+)\.(weight|bias)$)");
   std::smatch m;
   if (!std::regex_match(hf, m, layer)) return "";
   const std::string pre = (m[1].str() == "layers" ? "pre." : "loop.") + m[2].str() + ".", rest = m[3].str();
+  if (m[4].str() == "bias") {  // a linear's bias: "<entry>.bias", q|k|v concatenated like the weight
+    static const std::map<std::string, std::pair<std::string, int>> bias = {
+        {"self_attn.q_proj", {"attn_qkv", 0}}, {"self_attn.k_proj", {"attn_qkv", 1}},
+        {"self_attn.v_proj", {"attn_qkv", 2}}, {"self_attn.o_proj", {"attn_out", -1}},
+        {"mlp.gate_proj", {"mlp_gate", -1}},   {"mlp.up_proj", {"mlp_up", -1}},
+        {"mlp.down_proj", {"mlp_down", -1}}};
+    auto it = bias.find(rest);
+    if (it == bias.end()) return "";
+    *part = it->second.second;
+    return pre + it->second.first + ".bias";
+  }
   static const std::map<std::string, std::pair<std::string, int>> block = {
       {"input_layernorm", {"attn_norm", -1}},       {"post_attention_layernorm", {"mlp_norm", -1}},
       {"self_attn.q_proj", {"attn_qkv", 0}},        {"self_attn.k_proj", {"attn_qkv", 1}},
       {"self_attn.v_proj", {"attn_qkv", 2}},        {"self_attn.o_proj", {"attn_out", -1}},
       {"mlp.gate_proj", {"mlp_gate", -1}},          {"mlp.up_proj", {"mlp_up", -1}},
-      {"mlp.down_proj", {"mlp_down", -1}}};
+      {"mlp.down_proj", {"mlp_down", -1}},         {"self_attn.q_norm", {"q_norm", -1}},
+      {"self_attn.k_norm", {"k_norm", -1}}};
   auto it = block.find(rest);
   if (it == block.end()) return "";
   *part = it->second.second;
   return pre + it->second.first;
+}
+
+bool is_ignorable_hf_tensor(const std::string& hf_name) {
+  // Rotary caches some checkpoints still carry (transformers recomputes them from the config).
+  static const std::regex re(R"(^model\.(layers|loop_layers)\.[0-9]+\.self_attn\.rotary_emb\.inv_freq$)");
+  return std::regex_match(hf_name, re);
 }
 
 bool is_tinyloop_linear_name(const std::string& name) {
@@ -98,11 +116,13 @@ struct CheckpointImport::Impl {
   std::vector<ImportEntry> entries;
   std::unique_ptr<SafetensorsReader> st;
   std::unique_ptr<TinyloopReader> tl;
+  std::string tied_head;  // HF lm_head.weight of a tied model (equal to the embedding, not read)
 
   bool linear_entry(const ImportEntry& e) const {
     return e.kind == ImportEntry::Kind::kLinear || e.kind == ImportEntry::Kind::kDenseLinear;
   }
   void open_hf(const std::regex& sel);
+  void check_tied_head(const std::string& head) const;
   void open_safetensors(const std::regex& sel, bool has_only);
   void open_tinyloop(const std::regex& sel);
 };
@@ -115,8 +135,18 @@ void CheckpointImport::Impl::open_hf(const std::regex& sel) {
     const SafetensorsEntry& se = st->entry(src);
     int part = -1;
     std::string name = hf_to_tinyloop_name(src, &part);
-    const bool linear = !name.empty() && is_tinyloop_linear_name(name);
-    if (name.empty()) name = src;
+    if (name.empty() && is_ignorable_hf_tensor(src)) continue;
+    if (name.empty())  // strict consumption: no tensor of a model input is skipped silently
+      throw Error("tensor not modelled by tinyloop-tools (no entry of the " + config->architecture +
+                      " model maps to it); refused rather than ignored (docs/model.md lists what is modelled)",
+                  path, src);
+    check_model_entry(*config, name, path);  // before its parts are gathered: the clearer error
+    if (name == "head" && config->tie_embeddings) {
+      tied_head = src;  // transformers ties it to the embedding: checked equal below, not read
+      continue;
+    }
+    const bool linear = is_tinyloop_linear_name(name);
+    const bool fused_bias = part >= 0 && !linear;  // attn_qkv.bias from q/k/v parts
     if (linear && (se.shape.size() != 2 || !dtype_is_float(se.dtype))) {
       throw Error("expected a 2-D float weight [N, K], got " + std::string(dtype_name(se.dtype)) + " " + shape_str(se.shape), path, src);
     }
@@ -129,6 +159,9 @@ void CheckpointImport::Impl::open_hf(const std::regex& sel) {
         e.kind = std::regex_search(name, sel) ? ImportEntry::Kind::kLinear : ImportEntry::Kind::kDenseLinear;
         e.sources.assign(part >= 0 ? 3 : 1, "");
         e.shape = {se.shape[1], 0};
+      } else if (fused_bias) {
+        e.sources.assign(3, "");
+        e.shape = {0};
       } else {
         e.shape = se.shape;
         e.sources = {src};
@@ -138,6 +171,15 @@ void CheckpointImport::Impl::open_hf(const std::regex& sel) {
       it = index.find(name);
     }
     ImportEntry& e = entries[it->second];
+    if (fused_bias) {
+      if (se.shape.size() != 1 || !dtype_is_float(se.dtype))
+        throw Error("expected a 1-D float bias, got " + std::string(dtype_name(se.dtype)) + " " + shape_str(se.shape), path, src);
+      std::string& slot = e.sources[size_t(part)];
+      if (!slot.empty()) throw Error("duplicate tensor for " + name, path, src);
+      slot = src;
+      e.shape[0] += se.shape[0];
+      continue;
+    }
     if (!linear) {
       if (e.sources.front() != src) throw Error("two tensors map to the same name " + name, path, src);
       continue;
@@ -154,10 +196,25 @@ void CheckpointImport::Impl::open_hf(const std::regex& sel) {
   for (const ImportEntry& e : entries) {
     for (size_t i = 0; i < e.sources.size(); ++i) {
       if (e.sources[i].empty()) {
-        throw Error("missing " + std::string(i == 0 ? "q" : i == 1 ? "k" : "v") + "_proj weight for " + e.name, path);
+        throw Error("missing " + std::string(i == 0 ? "q" : i == 1 ? "k" : "v") + "_proj " +
+                        (is_tinyloop_linear_name(e.name) ? "weight" : "bias") + " for " + e.name, path);
       }
     }
   }
+  if (!tied_head.empty()) check_tied_head(tied_head);
+}
+
+// With tie_word_embeddings transformers uses the embedding as the head; a stored lm_head is only
+// consistent when it holds the same values (else refused: which one would be meant is unclear).
+void CheckpointImport::Impl::check_tied_head(const std::string& head) const {
+  const std::string embed = "model.embed_tokens.weight";
+  const bool same = st->contains(embed) && st->entry(embed).shape == st->entry(head).shape &&
+                    st->entry(embed).dtype == st->entry(head).dtype &&
+                    std::memcmp(st->data(embed), st->data(head), size_t(st->entry(head).nbytes)) == 0;
+  if (!same)
+    throw Error("tie_word_embeddings is true but this head differs from model.embed_tokens.weight; transformers "
+                "would use the embedding: fix the config or drop the tensor",
+                path, head);
 }
 
 void CheckpointImport::Impl::open_safetensors(const std::regex& sel, bool has_only) {
@@ -245,6 +302,7 @@ CheckpointImport::CheckpointImport(const std::string& path, const std::string& o
       } catch (const Error& err) {
         throw Error(err.what(), path);
       }
+      check_model_entry(*m.config, e.name, path);
       if (!want.empty() && e.shape != want) {
         std::string from;
         for (const std::string& src : e.sources)
@@ -304,9 +362,23 @@ Tensor CheckpointImport::read_dense(const ImportEntry& e) const {
     t.name = e.name;
     return t;
   }
-  if (e.kind == ImportEntry::Kind::kDense) {
+  if (e.kind == ImportEntry::Kind::kDense && e.sources.size() == 1) {
     Tensor t = m.st->read(e.sources.front());
     t.name = e.name;
+    return t;
+  }
+  if (e.kind == ImportEntry::Kind::kDense) {  // q | k | v biases, concatenated
+    Tensor t;
+    t.name = e.name;
+    t.dtype = e.dtype;
+    t.shape = e.shape;
+    for (const std::string& src : e.sources) {
+      const SafetensorsEntry& se = m.st->entry(src);
+      if (se.dtype != e.dtype)
+        throw Error("dtype " + std::string(dtype_name(se.dtype)) + " differs from the other parts of " + e.name, m.path, src);
+      const uint8_t* p = m.st->data(src);
+      t.data.insert(t.data.end(), p, p + se.shape[0] * int64_t(dtype_size(se.dtype)));
+    }
     return t;
   }
   // A linear weight left dense: [K, N] in the source dtype (parts must agree on it).

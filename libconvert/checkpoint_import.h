@@ -16,8 +16,13 @@
 //        model.layers.<i>.mlp.{gate,up,down}_proj.weight  -> pre.<i>.mlp_{gate,up,down}
 //        model.norm.weight                          -> final_norm
 //        lm_head.weight                             -> head         [D, vocab]
-//    Linear weights are transposed from PyTorch's [N, K] to [K, N]. Any other tensor (biases,
-//    rotary caches, ...) is carried over unchanged under its HF name.
+//        model.layers.<i>.self_attn.{q,k,v}_proj.bias -> pre.<i>.attn_qkv.bias (q | k | v)
+//        model.layers.<i>.{self_attn.o_proj,mlp.*_proj}.bias -> pre.<i>.<linear>.bias
+//        model.layers.<i>.self_attn.{q,k}_norm.weight -> pre.<i>.{q,k}_norm (Qwen3)
+//    Linear weights are transposed from PyTorch's [N, K] to [K, N]. Strict consumption: any
+//    other tensor is refused by name (model_weights.h check_model_entry decides what the
+//    config uses), except rotary caches (self_attn.rotary_emb.inv_freq, recomputed from the
+//    config) and, with tie_word_embeddings, an lm_head.weight equal to the embedding.
 //  * A bare .safetensors file: every 2-D float tensor whose name matches --only (default: all
 //    of them) is a linear weight stored [N, K]; names are kept; the rest is carried over.
 //  * A .tinyloop: 2-D float tensors named like TinyLoop linears are linear weights already

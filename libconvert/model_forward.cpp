@@ -1,5 +1,6 @@
 #include "libconvert/model_forward.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -10,31 +11,43 @@ namespace {
 
 using ConstWeightMap = Eigen::Map<const ActMatrix>;
 
-// Y = X W with the hook told about X first.
+// Y = X W (+ bias) with the hook told about X first.
 void linear(const LinearWeight& l, const ActMatrix& X, ActMatrix& Y, const LinearInputHook& hook) {
   if (X.cols() != l.K)
     throw Error("input has " + std::to_string(X.cols()) + " columns, expected K = " + std::to_string(l.K), "", l.name);
   if (hook) hook(l.name, X.data(), X.rows(), X.cols());
   pin_eigen_blocking();  // the same summation order on every CPU
   Y.noalias() = X * ConstWeightMap(l.W.data(), l.K, l.N);
+  if (!l.bias.empty()) Y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(l.bias.data(), l.N);
 }
 
-// Causal multi-head attention with GQA on one block's fused q|k|v projection (RoPE applied here).
+// Qwen3's q_norm / k_norm: RMSNorm over each head vector (dh values at v) with gain g.
+void head_rms_norm(float* v, const std::vector<float>& g, int64_t dh, double eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < dh; ++i) ss += double(v[i]) * double(v[i]);
+  const float inv = float(1.0 / std::sqrt(ss / double(dh) + eps));
+  for (int64_t i = 0; i < dh; ++i) v[i] = g[size_t(i)] * (v[i] * inv);
+}
+
+// Causal multi-head attention with GQA on one block's fused q|k|v projection (q/k norms and
+// RoPE applied here); `window` > 0: query i sees keys i - window < j <= i.
 // qkv: [rows, (H + 2 Hkv) dh]; out: [rows, H dh].
-void attention(const ModelConfig& c, ActMatrix& qkv, int64_t seq_len, ActMatrix& out) {
+void attention(const ModelConfig& c, const BlockWeights& b, ActMatrix& qkv, int64_t seq_len, int64_t window,
+               ActMatrix& out) {
   const int64_t H = c.n_heads, Hkv = c.n_kv_heads, dh = c.d_head;
   const int64_t rows = qkv.rows(), n_seq = rows / seq_len, group = H / Hkv;
   const int64_t k_off = H * dh, v_off = (H + Hkv) * dh;
-  // cos/sin per (position, pair), the same values apply_rope computes, built once per call.
+  // cos/sin per (position, pair), built once per call.
   const int64_t half = dh / 2;
   std::vector<float> cs, sn;
-  rope_tables(seq_len, dh, c.rope_theta, &cs, &sn);
+  rope_tables(seq_len, rope_inv_freqs(c), &cs, &sn);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t pos = r % seq_len;
     const float* cp = &cs[size_t(pos * half)];
     const float* sp = &sn[size_t(pos * half)];
     for (int64_t h = 0; h < H + Hkv; ++h) {
       float* v = &qkv(r, h * dh);
+      if (c.qk_norm) head_rms_norm(v, h < H ? b.q_norm : b.k_norm, dh, c.norm_eps);
       for (int64_t i = 0; i < half; ++i) {
         const float a = v[i], b = v[i + half];
         v[i] = a * cp[i] - b * sp[i];
@@ -54,16 +67,18 @@ void attention(const ModelConfig& c, ActMatrix& qkv, int64_t seq_len, ActMatrix&
         q = qkv.block(r0, h * dh, seq_len, dh);
         s.noalias() = (q * k.transpose()) * scale;
         for (int64_t i = 0; i < seq_len; ++i) {
-          // Row i sees keys 0..i; the rest get probability 0.
-          const float m = s.row(i).head(i + 1).maxCoeff();
+          // Row i sees keys j0..i (j0 = 0 without a window); the rest get probability 0.
+          const int64_t j0 = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
+          const float m = s.row(i).segment(j0, i - j0 + 1).maxCoeff();
           double sum = 0;
-          for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t j = j0; j <= i; ++j) {
             const float e = std::exp(s(i, j) - m);
             s(i, j) = e;
             sum += e;
           }
           const float inv = float(1.0 / sum);
-          for (int64_t j = 0; j <= i; ++j) s(i, j) *= inv;
+          for (int64_t j = 0; j < j0; ++j) s(i, j) = 0.f;
+          for (int64_t j = j0; j <= i; ++j) s(i, j) *= inv;
           for (int64_t j = i + 1; j < seq_len; ++j) s(i, j) = 0.f;
         }
         out.block(r0, h * dh, seq_len, dh).noalias() = s * v;
@@ -81,28 +96,44 @@ float rope_inv_freq(int64_t i, int64_t dh, double theta) {
   return 1.0f / p;
 }
 
-void rope_tables(int64_t T, int64_t dh, double theta, std::vector<float>* cos_tab,
+std::vector<float> rope_inv_freqs(const ModelConfig& c) {
+  const int64_t half = c.d_head / 2;
+  std::vector<float> f(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) f[size_t(i)] = rope_inv_freq(i, c.d_head, c.rope_theta);
+  const float factor = float(c.rope_factor);
+  if (c.rope_type == "linear") {
+    for (float& x : f) x = x / factor;
+  } else if (c.rope_type == "llama3") {
+    // transformers' _compute_llama3_parameters, step by step in float32 (a Python scalar over a
+    // tensor is the tensor's reciprocal times the scalar): wavelengths above the original
+    // context / low_freq_factor are slowed by `factor`, those below context / high_freq_factor
+    // kept, the band between blended linearly in context / wavelength.
+    const double old_ctx = double(c.rope_original_max_seq);
+    const float low_wl = float(old_ctx / c.rope_low_freq_factor), high_wl = float(old_ctx / c.rope_high_freq_factor);
+    const float lo = float(c.rope_low_freq_factor), span = float(c.rope_high_freq_factor - c.rope_low_freq_factor);
+    for (float& x : f) {
+      const float wavelen = (1.0f / x) * float(2.0 * M_PI);
+      const float scaled = wavelen > low_wl ? x / factor : x;
+      const float smooth = ((1.0f / wavelen) * float(old_ctx) - lo) / span;
+      const float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
+      const bool medium = !(wavelen < high_wl) && !(wavelen > low_wl);
+      x = medium ? smoothed : scaled;
+    }
+  }
+  return f;
+}
+
+void rope_tables(int64_t T, const std::vector<float>& inv_freq, std::vector<float>* cos_tab,
                  std::vector<float>* sin_tab) {
-  const int64_t half = dh / 2;
+  const int64_t half = int64_t(inv_freq.size());
   cos_tab->resize(size_t(T * half));
   sin_tab->resize(size_t(T * half));
   for (int64_t p = 0; p < T; ++p)
     for (int64_t i = 0; i < half; ++i) {
-      const float ang = float(p) * rope_inv_freq(i, dh, theta);
+      const float ang = float(p) * inv_freq[size_t(i)];
       (*cos_tab)[size_t(p * half + i)] = std::cos(ang);
       (*sin_tab)[size_t(p * half + i)] = std::sin(ang);
     }
-}
-
-void apply_rope(float* v, int64_t dh, int64_t pos, double theta) {
-  const int64_t half = dh / 2;
-  for (int64_t i = 0; i < half; ++i) {
-    const float ang = float(pos) * rope_inv_freq(i, dh, theta);
-    const float cs = std::cos(ang), sn = std::sin(ang);
-    const float a = v[i], b = v[i + half];
-    v[i] = a * cs - b * sn;
-    v[i + half] = b * cs + a * sn;
-  }
 }
 
 void rms_norm_rows(const ActMatrix& x, const std::vector<float>& gain, double eps, ActMatrix& out) {
@@ -149,7 +180,7 @@ void run_block(const ModelConfig& c, const BlockWeights& b, ActMatrix& x, int64_
   ActMatrix h, qkv, attn, y, gate, up;
   rms_norm_rows(x, b.attn_norm, c.norm_eps, h);
   linear(b.attn_qkv, h, qkv, hook);
-  attention(c, qkv, seq_len, attn);
+  attention(c, b, qkv, seq_len, block_window(c, b.prefix), attn);
   linear(b.attn_out, attn, y, hook);
   x += y;
   rms_norm_rows(x, b.mlp_norm, c.norm_eps, h);

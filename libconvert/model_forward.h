@@ -4,12 +4,15 @@
 //   x = embed[tokens]                                         [rows, D], rows = n_seq * seq_len
 //   for each block (n_pre distinct, then n_loop shared blocks `loops` times):
 //     h = rms(x) * attn_norm
-//     q | k | v = h attn_qkv                                  (H + 2 Hkv) * dh columns
-//     RoPE on q and k (HF Llama rotate_half: pairs (i, i + dh/2), angle pos * theta^(-2i/dh))
-//     a = softmax(q k^T / sqrt(dh), causal) v                 query head h reads kv head h / (H/Hkv)
-//     x += a attn_out
+//     q | k | v = h attn_qkv (+ bias)                         (H + 2 Hkv) * dh columns
+//     qk_norm: each q and k head = rms(head) * q_norm / k_norm  (Qwen3)
+//     RoPE on q and k (HF Llama rotate_half: pairs (i, i + dh/2), angle pos * inv_freq[i],
+//       inv_freq = rope_inv_freqs(config): theta^(-2i/dh), rescaled by rope_type)
+//     a = softmax(q k^T / sqrt(dh), causal) v                 query head h reads kv head h / (H/Hkv);
+//       a block with a sliding window W: query i sees keys i - W < j <= i
+//     x += a attn_out (+ bias)
 //     h = rms(x) * mlp_norm
-//     x += (silu(h mlp_gate) * (h mlp_up)) mlp_down
+//     x += (silu(h mlp_gate + b) * (h mlp_up + b)) mlp_down (+ bias)
 //   logits = (rms(x) * final_norm) head                       [rows, vocab]
 //
 // rms(x) = x / sqrt(mean(x^2) + eps). Positions restart at 0 in every sequence.
@@ -55,7 +58,8 @@ const BlockWeights& block_weights(const ModelWeights& w, const BlockStep& s);
 // x = embed[tokens] (throws tl::Error on an id outside [0, vocab)).
 ActMatrix embed_tokens(const ModelWeights& w, const int32_t* tokens, int64_t rows);
 
-// x <- block(x); rows = n_seq * seq_len, sequences contiguous.
+// x <- block(x); rows = n_seq * seq_len, sequences contiguous (the block's attention window:
+// block_window(c, b.prefix)).
 void run_block(const ModelConfig& c, const BlockWeights& b, ActMatrix& x, int64_t seq_len,
                const LinearInputHook& hook = {});
 
@@ -68,12 +72,13 @@ ActMatrix forward_logits(const ModelWeights& w, const int32_t* tokens, int64_t n
 
 // Pieces, exposed for tests and for the GPU runner's CPU references.
 void rms_norm_rows(const ActMatrix& x, const std::vector<float>& gain, double eps, ActMatrix& out);
-// In place on one head vector of length dh at position pos (HF rotate_half convention).
-void apply_rope(float* v, int64_t dh, int64_t pos, double theta);
 // cos / sin of pos * inv_freq[i] for pos < T, i < dh/2: [T, dh/2] each (the GPU uses these too).
-void rope_tables(int64_t T, int64_t dh, double theta, std::vector<float>* cos_tab,
+void rope_tables(int64_t T, const std::vector<float>& inv_freq, std::vector<float>* cos_tab,
                  std::vector<float>* sin_tab);
 // The angle table HF Llama computes in float32: inv_freq[i] = 1 / theta^(2i/dh).
 float rope_inv_freq(int64_t i, int64_t dh, double theta);
+// inv_freq[i], i < d_head / 2, for the config's rope_type, as transformers computes it in
+// float32 (default: rope_inv_freq; linear: / factor; llama3: the Llama 3.1 blend).
+std::vector<float> rope_inv_freqs(const ModelConfig& c);
 
 }  // namespace tl

@@ -58,23 +58,36 @@ struct Source {
   std::function<bool(const std::string&)> has;
   std::function<std::vector<float>(const std::string&, const std::vector<int64_t>&)> dense;
   std::function<LinearWeight(const std::string&, int64_t, int64_t)> linear;
+  std::function<std::vector<std::string>()> names;  // every entry the input holds
 };
+
+// Strict consumption of a model input: every entry it holds is one the model uses.
+void check_entries(const Source& src, const ModelConfig& c) {
+  for (const std::string& n : src.names()) check_model_entry(c, n, src.file);
+}
 
 BlockWeights read_block(const Source& src, const ModelConfig& c, const std::string& prefix) {
   BlockWeights b;
   b.prefix = prefix;
-  auto linear = [&](const char* n) {
+  auto dense = [&](const std::string& name) { return src.dense(name, expected_entry_shape(c, name)); };
+  auto linear = [&](const char* n, bool bias) {
     const std::string name = prefix + "." + n;
     const std::vector<int64_t> s = expected_entry_shape(c, name);
-    return src.linear(name, s[0], s[1]);
+    LinearWeight l = src.linear(name, s[0], s[1]);
+    if (bias) l.bias = dense(name + ".bias");
+    return l;
   };
-  b.attn_norm = src.dense(prefix + ".attn_norm", expected_entry_shape(c, prefix + ".attn_norm"));
-  b.mlp_norm = src.dense(prefix + ".mlp_norm", expected_entry_shape(c, prefix + ".mlp_norm"));
-  b.attn_qkv = linear("attn_qkv");
-  b.attn_out = linear("attn_out");
-  b.mlp_gate = linear("mlp_gate");
-  b.mlp_up = linear("mlp_up");
-  b.mlp_down = linear("mlp_down");
+  b.attn_norm = dense(prefix + ".attn_norm");
+  b.mlp_norm = dense(prefix + ".mlp_norm");
+  if (c.qk_norm) {
+    b.q_norm = dense(prefix + ".q_norm");
+    b.k_norm = dense(prefix + ".k_norm");
+  }
+  b.attn_qkv = linear("attn_qkv", c.qkv_bias);
+  b.attn_out = linear("attn_out", c.out_bias);
+  b.mlp_gate = linear("mlp_gate", c.mlp_bias);
+  b.mlp_up = linear("mlp_up", c.mlp_bias);
+  b.mlp_down = linear("mlp_down", c.mlp_bias);
   return b;
 }
 
@@ -97,6 +110,7 @@ ModelWeights load_from_source(const Source& src, const ModelConfig& config) {
   w.config = config;
   const ModelConfig& c = w.config;
   c.validate(src.file);
+  check_entries(src, c);
   const int64_t D = c.d_model;
   w.embed = src.dense("embed", {c.vocab, D});
   for (int64_t i = 0; i < c.n_pre; ++i) w.pre.push_back(read_block(src, c, block_prefix(false, i)));
@@ -112,11 +126,12 @@ void check_size(const std::vector<float>& v, int64_t n, const std::string& file,
     throw Error("expected " + std::to_string(n) + " values, got " + std::to_string(v.size()), file, name);
 }
 
-void check_linear(const LinearWeight& l, int64_t K, int64_t N, const std::string& file) {
+void check_linear(const LinearWeight& l, int64_t K, int64_t N, bool bias, const std::string& file) {
   if (l.K != K || l.N != N)
     throw Error("expected shape [" + std::to_string(K) + ", " + std::to_string(N) + "], got [" +
                     std::to_string(l.K) + ", " + std::to_string(l.N) + "]", file, l.name);
   check_size(l.W, K * N, file, l.name);
+  check_size(l.bias, bias ? N : 0, file, l.name + ".bias");
 }
 
 // A Source over an importer of anything gptq-quantize reads (selecting nothing, so every linear
@@ -131,6 +146,11 @@ Source import_source(const CheckpointImport& imp, const std::map<std::string, co
   Source src;
   src.file = path;
   src.has = [&by_name](const std::string& n) { return by_name.count(n) > 0; };
+  src.names = [&by_name] {
+    std::vector<std::string> v;
+    for (const auto& kv : by_name) v.push_back(kv.first);
+    return v;
+  };
   src.dense = [&imp, entry, path](const std::string& n, const std::vector<int64_t>& shape) {
     const Tensor t = imp.read_dense(entry(n));
     if (!dtype_is_float(t.dtype) || t.shape != shape)
@@ -164,6 +184,11 @@ Source reader_source(const TinyloopReader& r, bool with_marlin) {
   Source src;
   src.file = r.path();
   src.has = [&r](const std::string& n) { return r.has_dense(n) || r.has_quant(n); };
+  src.names = [&r] {
+    std::vector<std::string> v = r.dense_names();
+    for (const std::string& n : r.quant_names()) v.push_back(n);
+    return v;
+  };
   src.dense = [&r](const std::string& n, const std::vector<int64_t>& shape) { return read_vector(r, n, shape); };
   src.linear = [&r, with_marlin](const std::string& n, int64_t K, int64_t N) { return read_linear(r, n, K, N, with_marlin); };
   return src;
@@ -173,6 +198,11 @@ Source reader_source(const TinyloopReader& r, bool with_marlin) {
 
 std::string block_prefix(bool loop, int64_t index) {
   return std::string(loop ? "loop." : "pre.") + std::to_string(index);
+}
+
+int64_t block_window(const ModelConfig& c, const std::string& prefix) {
+  if (c.sliding_window <= 0 || prefix.rfind("pre.", 0) != 0) return 0;
+  return c.window_of_block(false, std::stoll(prefix.substr(4)));
 }
 
 std::vector<int64_t> expected_entry_shape(const ModelConfig& c, const std::string& name) {
@@ -188,19 +218,54 @@ std::vector<int64_t> expected_entry_shape(const ModelConfig& c, const std::strin
   if (dot == std::string::npos || index.empty() || index.size() > 9 || index.find_first_not_of("0123456789") != std::string::npos)
     return {};
   const std::string part = name.substr(dot + 1);
-  static const char* kParts[] = {"attn_norm", "mlp_norm", "attn_qkv", "attn_out", "mlp_gate", "mlp_up", "mlp_down"};
-  bool known = false;
-  for (const char* p : kParts) known = known || part == p;
-  if (!known) return {};
+  static const std::map<std::string, int> kParts = {
+      {"attn_norm", 0}, {"mlp_norm", 0},      {"attn_qkv", 1},      {"attn_out", 2},       {"mlp_gate", 3},
+      {"mlp_up", 3},    {"mlp_down", 4},      {"attn_qkv.bias", 5}, {"attn_out.bias", 6},  {"mlp_gate.bias", 7},
+      {"mlp_up.bias", 7}, {"mlp_down.bias", 6}, {"q_norm", 8},      {"k_norm", 8}};
+  const auto it = kParts.find(part);
+  if (it == kParts.end()) return {};
   const int64_t i = std::stoll(index), blocks = loop ? c.n_loop : c.n_pre;
   if (i >= blocks)
     throw Error("block " + name.substr(0, dot) + " is not in the model: the config has " +
                     (loop ? "n_loop = " : "n_pre = ") + std::to_string(blocks), "", name);
-  if (part == "attn_norm" || part == "mlp_norm") return {D};
-  if (part == "attn_qkv") return {D, qkv};
-  if (part == "attn_out") return {att, D};
-  if (part == "mlp_gate" || part == "mlp_up") return {D, F};
-  return {F, D};  // mlp_down
+  switch (it->second) {
+    case 0: return {D};
+    case 1: return {D, qkv};
+    case 2: return {att, D};
+    case 3: return {D, F};
+    case 4: return {F, D};
+    case 5: return {qkv};
+    case 6: return {D};
+    case 7: return {F};
+    default: return {c.d_head};
+  }
+}
+
+void check_model_entry(const ModelConfig& c, const std::string& name, const std::string& file) {
+  std::vector<int64_t> shape;
+  try {
+    shape = expected_entry_shape(c, name);
+  } catch (const Error& e) {
+    throw Error(e.what(), file);
+  }
+  const std::string model = "the " + c.architecture + " model the tools build";
+  if (shape.empty())
+    throw Error("not an entry of " + model + " (docs/model.md lists what is modelled); refused rather than ignored",
+                file, name);
+  auto ends = [&](const char* suffix) {
+    const std::string s(suffix);
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  const char* off = nullptr;
+  if (ends(".attn_qkv.bias") && !c.qkv_bias) off = "q/k/v biases (qkv_bias; HF: attention_bias)";
+  if (ends(".attn_out.bias") && !c.out_bias) off = "an output-projection bias (out_bias; HF: attention_bias)";
+  if ((ends(".mlp_gate.bias") || ends(".mlp_up.bias") || ends(".mlp_down.bias")) && !c.mlp_bias)
+    off = "MLP biases (mlp_bias)";
+  if ((ends(".q_norm") || ends(".k_norm")) && !c.qk_norm) off = "per-head q/k norms (qk_norm)";
+  if (off)
+    throw Error(std::string("the config does not enable ") + off + ", so " + model +
+                    " would not use this entry; refused rather than ignored",
+                file, name);
 }
 
 LinearWeight* BlockWeights::linear(const std::string& s) {
@@ -253,13 +318,15 @@ void ModelWeights::validate(const std::string& file) const {
     for (const BlockWeights& b : *blocks) {
       check_size(b.attn_norm, D, file, b.prefix + ".attn_norm");
       check_size(b.mlp_norm, D, file, b.prefix + ".mlp_norm");
-      check_linear(b.attn_qkv, D, (H + 2 * Hkv) * dh, file);
-      check_linear(b.attn_out, H * dh, D, file);
-      check_linear(b.mlp_gate, D, c.ffn, file);
-      check_linear(b.mlp_up, D, c.ffn, file);
-      check_linear(b.mlp_down, c.ffn, D, file);
+      check_size(b.q_norm, c.qk_norm ? dh : 0, file, b.prefix + ".q_norm");
+      check_size(b.k_norm, c.qk_norm ? dh : 0, file, b.prefix + ".k_norm");
+      check_linear(b.attn_qkv, D, (H + 2 * Hkv) * dh, c.qkv_bias, file);
+      check_linear(b.attn_out, H * dh, D, c.out_bias, file);
+      check_linear(b.mlp_gate, D, c.ffn, c.mlp_bias, file);
+      check_linear(b.mlp_up, D, c.ffn, c.mlp_bias, file);
+      check_linear(b.mlp_down, c.ffn, D, c.mlp_bias, file);
     }
-  check_linear(head, D, c.vocab, file);
+  check_linear(head, D, c.vocab, false, file);
 }
 
 ModelWeights load_model_weights(const TinyloopReader& r, bool with_marlin) {
@@ -299,6 +366,7 @@ ModelStream::ModelStream(const std::string& path) : impl_(std::make_unique<Impl>
     m.src = import_source(*m.imp, m.by_name, path, false);
   }
   m.config.validate(path);
+  check_entries(m.src, m.config);
 }
 
 ModelStream::~ModelStream() = default;
@@ -334,12 +402,13 @@ ModelWeights random_model_weights(const ModelConfig& c, uint64_t seed) {
     v.resize(size_t(n));
     for (float& x : v) x = float(dist(rng));
   };
-  auto linear = [&](const std::string& name, int64_t K, int64_t N) {
+  auto linear = [&](const std::string& name, int64_t K, int64_t N, bool bias = false) {
     LinearWeight l;
     l.name = name;
     l.K = K;
     l.N = N;
     normal(l.W, K * N, 0.0, 1.0 / std::sqrt(double(K)));
+    if (bias) normal(l.bias, N, 0.0, 0.5);
     return l;
   };
   const int64_t D = c.d_model, dh = c.d_head, H = c.n_heads, Hkv = c.n_kv_heads;
@@ -353,11 +422,15 @@ ModelWeights random_model_weights(const ModelConfig& c, uint64_t seed) {
       b.prefix = block_prefix(is_loop, i);
       normal(b.attn_norm, D, 1.0, 0.1);
       normal(b.mlp_norm, D, 1.0, 0.1);
-      b.attn_qkv = linear(b.prefix + ".attn_qkv", D, (H + 2 * Hkv) * dh);
-      b.attn_out = linear(b.prefix + ".attn_out", H * dh, D);
-      b.mlp_gate = linear(b.prefix + ".mlp_gate", D, c.ffn);
-      b.mlp_up = linear(b.prefix + ".mlp_up", D, c.ffn);
-      b.mlp_down = linear(b.prefix + ".mlp_down", c.ffn, D);
+      b.attn_qkv = linear(b.prefix + ".attn_qkv", D, (H + 2 * Hkv) * dh, c.qkv_bias);
+      b.attn_out = linear(b.prefix + ".attn_out", H * dh, D, c.out_bias);
+      b.mlp_gate = linear(b.prefix + ".mlp_gate", D, c.ffn, c.mlp_bias);
+      b.mlp_up = linear(b.prefix + ".mlp_up", D, c.ffn, c.mlp_bias);
+      b.mlp_down = linear(b.prefix + ".mlp_down", c.ffn, D, c.mlp_bias);
+      if (c.qk_norm) {
+        normal(b.q_norm, dh, 1.0, 0.2);
+        normal(b.k_norm, dh, 1.0, 0.2);
+      }
       (is_loop ? w.loop : w.pre).push_back(std::move(b));
     }
   }
@@ -378,12 +451,15 @@ void write_model_tinyloop(const ModelWeights& w, const std::string& path, DType 
   auto linear = [&](const LinearWeight& l) {
     if (l.quant) out.write_quant(*l.quant);
     else dense(l.name, {l.K, l.N}, l.W);
+    if (!l.bias.empty()) dense(l.name + ".bias", {l.N}, l.bias);
   };
   dense("embed", {w.config.vocab, D}, w.embed);
   for (const auto* blocks : {&w.pre, &w.loop})
     for (const BlockWeights& b : *blocks) {
       dense(b.prefix + ".attn_norm", {D}, b.attn_norm);
       dense(b.prefix + ".mlp_norm", {D}, b.mlp_norm);
+      if (!b.q_norm.empty()) dense(b.prefix + ".q_norm", {w.config.d_head}, b.q_norm);
+      if (!b.k_norm.empty()) dense(b.prefix + ".k_norm", {w.config.d_head}, b.k_norm);
       for (const char* s : kBlockLinearNames) linear(*b.linear(s));
     }
   dense("final_norm", {D}, w.final_norm);

@@ -11,6 +11,13 @@
 //   loop.<j>.*                          j < n_loop, the shared blocks (same names)
 //   final_norm [D]
 //   head [D, vocab]                     absent with tie_embeddings: head = embed^T
+// and, where the config enables the feature (ModelConfig, docs/format.md "Family entries"):
+//   <block>.attn_qkv.bias [(H + 2 Hkv) dh]  qkv_bias (q | k | v, like the weight)
+//   <block>.attn_out.bias [D]               out_bias
+//   <block>.mlp_{gate,up}.bias [FFN], <block>.mlp_down.bias [D]   mlp_bias
+//   <block>.q_norm, <block>.k_norm [dh]     qk_norm (per-head RMSNorm gains)
+// Strict consumption: a model input holding any other entry is refused, naming it
+// (check_model_entry), and so is one that lacks an entry its config needs.
 // Linear weights are [K, N] (Y = X W). A linear weight may be dense (/tensors, any float dtype)
 // or quantized (/quant): the loader dequantizes W_hat = q * scale + zero and keeps the
 // QuantWeight (with its Marlin section) so the GPU runner can upload the packed form.
@@ -31,6 +38,7 @@ struct LinearWeight {
   int64_t K = 0, N = 0;
   std::vector<float> W;                      // [K, N] row-major; W_hat when quantized
   std::shared_ptr<const QuantWeight> quant;  // the stored quantized form, or null (dense)
+  std::vector<float> bias;                   // [N], added after the product; empty: none
 };
 
 // The five linear weights of a block, in execution order, by their short names.
@@ -39,6 +47,7 @@ constexpr const char* kBlockLinearNames[] = {"attn_qkv", "attn_out", "mlp_gate",
 struct BlockWeights {
   std::string prefix;                        // "pre.0" or "loop.0"
   std::vector<float> attn_norm, mlp_norm;    // [D]
+  std::vector<float> q_norm, k_norm;         // [dh] with qk_norm, else empty
   LinearWeight attn_qkv, attn_out, mlp_gate, mlp_up, mlp_down;
 
   LinearWeight* linear(const std::string& short_name);  // null for an unknown name
@@ -62,11 +71,17 @@ struct ModelWeights {
 };
 
 std::string block_prefix(bool loop, int64_t index);  // "pre.<i>" / "loop.<j>"
+// The sliding attention window of the block named `prefix` (ModelConfig::window_of_block).
+int64_t block_window(const ModelConfig& c, const std::string& prefix);
 
 // The shape `config` gives the model entry `name` (embed [vocab, D], norms [D], linears
-// [K, N]); empty for a name that is not a TinyLoop model entry (a bias, a rotary cache). A
+// [K, N], biases [N], q/k norms [dh]); empty for a name that is not a TinyLoop model entry. A
 // block index beyond n_pre / n_loop is tl::Error. The one place entry shapes are derived.
 std::vector<int64_t> expected_entry_shape(const ModelConfig& config, const std::string& name);
+// Strict consumption, the one place it is decided: throws tl::Error (file, the entry, what the
+// tools do not model) unless `name` is an entry the model of `config` uses (a bias or q/k norm
+// only where the config enables it).
+void check_model_entry(const ModelConfig& config, const std::string& name, const std::string& file);
 
 // Loads config + every tensor; quantized weights are dequantized (keeping the QuantWeight with
 // its Marlin section when with_marlin). Throws tl::Error naming the file and entry.

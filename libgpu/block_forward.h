@@ -3,18 +3,23 @@
 // both call it, each with its own linear layers (quant_gemm paths / fp16 weights + Hessian
 // hooks). fp16 activations feed the GEMMs; the residual stream x and all other math are fp32.
 //
-//   h = rms(x) * attn_norm;  qkv = h W0;  q, k = rope(q, k);  att = softmax(q k^T) v
-//   x += att W1;  h = rms(x) * mlp_norm;  gate = h W2;  up = h W3;  gate = silu(gate) * up
-//   x += gate W4                                   (W0..W4: kBlockLinearNames order)
+//   h = rms(x) * attn_norm;  qkv = h W0 + b0;  [qk_norm: q, k heads = rms(head) * gain]
+//   q, k = rope(q, k);  att = softmax(q k^T) v  [within the block's sliding window]
+//   x += att W1 + b1;  h = rms(x) * mlp_norm;  gate = h W2 + b2;  up = h W3 + b3
+//   gate = silu(gate) * up;  x += gate W4 + b4    (W0..W4: kBlockLinearNames order; a bias
+//                                                  only where the config has it)
 // Only in a CUDA build.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include <cuda_fp16.h>
 
+#include "cuda/device_buffer.h"
 #include "formats/model_config.h"
+#include "libconvert/model_weights.h"
 
 namespace tl::gpu {
 
@@ -33,12 +38,40 @@ struct BlockBufferSizes {
 };
 BlockBufferSizes block_buffer_elements(const ModelConfig& c, int64_t rows);
 
-// Y [M, N] = X [M, K] * W_i for the block's linear i (0..4, kBlockLinearNames order).
+// Y [M, N] = X [M, K] * W_i for the block's linear i (0..4, kBlockLinearNames order), without
+// its bias (block_forward adds it).
 using BlockLinear = std::function<void(int i, const __half* X, __half* Y, int M)>;
 
-// x <- block(x) over n_seq sequences of T tokens; attn_norm, mlp_norm: device fp32 [D].
-// Throws tl::Error when an op refuses the shape or CUDA fails.
-void block_forward(const ModelConfig& c, const float* attn_norm, const float* mlp_norm, const BlockBuffers& b,
-                   int n_seq, int T, const BlockLinear& linear);
+// A block's parameters besides its linear weights, device fp32 (null where the config has none).
+struct BlockParams {
+  const float *attn_norm = nullptr, *mlp_norm = nullptr;  // [D]
+  const float* bias[5] = {};                              // [N_i], kBlockLinearNames order
+  const float *q_norm = nullptr, *k_norm = nullptr;       // [dh] (qk_norm)
+  int window = 0;                                         // sliding attention window, 0: none
+};
+
+// Device copies of a block's parameters besides its linear weights (norms, biases, q/k norms)
+// and its window, for both callers of block_forward.
+class BlockParamBuffers {
+ public:
+  BlockParamBuffers() = default;
+  BlockParamBuffers(const ModelConfig& c, const BlockWeights& b);
+  const BlockParams& params() const { return p_; }
+  uint64_t bytes() const;
+
+ private:
+  std::vector<cuda::DeviceBuffer<float>> bufs_;
+  BlockParams p_;
+};
+
+// The RoPE cos / sin tables of the config for positions < T (rope_tables of rope_inv_freqs),
+// uploaded into cos_tab / sin_tab [T, dh / 2].
+void upload_rope_tables(const ModelConfig& c, int T, cuda::DeviceBuffer<float>& cos_tab,
+                        cuda::DeviceBuffer<float>& sin_tab);
+
+// x <- block(x) over n_seq sequences of T tokens. Throws tl::Error when an op refuses the shape
+// or CUDA fails.
+void block_forward(const ModelConfig& c, const BlockParams& p, const BlockBuffers& b, int n_seq, int T,
+                   const BlockLinear& linear);
 
 }  // namespace tl::gpu

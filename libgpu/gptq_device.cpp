@@ -117,7 +117,7 @@ struct DevLinear {
 
 struct DevBlock {
   BlockWeights host;        // fp32 weights for GPTQ (freed once the block is quantized)
-  DeviceBuffer<float> attn_norm, mlp_norm;
+  BlockParamBuffers params; // norms, biases, q/k norms, window
   DevLinear lin[5];
 };
 
@@ -133,12 +133,7 @@ struct ChunkBuffers {
     for (auto* b : {&q, &att}) b->reserve(size_t(n.q));
     for (auto* b : {&k, &v}) b->reserve(size_t(n.kv));
     for (auto* b : {&gate, &up}) b->reserve(size_t(n.gate));
-    std::vector<float> cs, sn;
-    rope_tables(T, c.d_head, c.rope_theta, &cs, &sn);
-    cos_tab.resize(cs.size());
-    sin_tab.resize(sn.size());
-    cos_tab.upload(cs);
-    sin_tab.upload(sn);
+    upload_rope_tables(c, T, cos_tab, sin_tab);
   }
   BlockBuffers view(float* xp) const {
     BlockBuffers b;
@@ -376,8 +371,7 @@ class Run {
   // fp16 copies of the block's linears (converted on the device), norms; slots unassigned.
   void upload(BlockWeights&& bw, DevBlock& blk) {
     blk.host = std::move(bw);
-    blk.attn_norm = DeviceBuffer<float>(blk.host.attn_norm);
-    blk.mlp_norm = DeviceBuffer<float>(blk.host.mlp_norm);
+    blk.params = BlockParamBuffers(c_, blk.host);
     for (int i = 0; i < 5; ++i) {
       const LinearWeight& lw = *blk.host.linear(kBlockLinearNames[i]);
       DevLinear& l = blk.lin[i];
@@ -461,7 +455,7 @@ class Run {
   }
 
   void run_block(const DevBlock& b, float* x, int n_seq, bool hooks) {
-    block_forward(c_, b.attn_norm.get(), b.mlp_norm.get(), chunk_.view(x), n_seq, T_,
+    block_forward(c_, b.params.params(), chunk_.view(x), n_seq, T_,
                   [&](int i, const __half* X, __half* Y, int M) {
                     const DevLinear& l = b.lin[i];
                     if (hooks && l.owns_slot) accumulate(l.slot, X, M);

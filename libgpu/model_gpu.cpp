@@ -80,8 +80,8 @@ struct GpuLinear {
 };
 
 struct GpuBlock {
-  DevBuf attn_norm, mlp_norm;
-  GpuLinear lin[5];  // kBlockLinearNames order: qkv, out, gate, up, down
+  BlockParamBuffers params;  // norms, biases, q/k norms, window
+  GpuLinear lin[5];          // kBlockLinearNames order: qkv, out, gate, up, down
 };
 
 }  // namespace
@@ -170,8 +170,8 @@ struct GpuModel::Impl {
   }
 
   void upload_block(const BlockWeights& b, GpuBlock& g) {
-    upload(g.attn_norm, b.attn_norm.data(), b.attn_norm.size() * 4);
-    upload(g.mlp_norm, b.mlp_norm.data(), b.mlp_norm.size() * 4);
+    g.params = BlockParamBuffers(c, b);
+    info.weight_bytes += g.params.bytes();
     for (int i = 0; i < 5; ++i) {
       upload_linear(*b.linear(kBlockLinearNames[i]), g.lin[i]);
       info.linear_weights++;
@@ -208,7 +208,7 @@ struct GpuModel::Impl {
     s_arg.reserve(size_t(R) * 4);
     if (seq_len != T) {
       std::vector<float> cs, sn;
-      rope_tables(seq_len, c.d_head, c.rope_theta, &cs, &sn);
+      rope_tables(seq_len, rope_inv_freqs(c), &cs, &sn);
       upload(cos_tab, cs.data(), cs.size() * 4);
       upload(sin_tab, sn.data(), sn.size() * 4);
       T = seq_len;
@@ -229,7 +229,7 @@ struct GpuModel::Impl {
     bb.up = up.as<__half>();
     bb.cos_tab = cos_tab.as<float>();
     bb.sin_tab = sin_tab.as<float>();
-    block_forward(c, b.attn_norm.as<float>(), b.mlp_norm.as<float>(), bb, n_seq, T,
+    block_forward(c, b.params.params(), bb, n_seq, T,
                   [&](int i, const __half* X, __half* Y, int M) { gemm(b.lin[i], p, X, Y, M); });
   }
 };

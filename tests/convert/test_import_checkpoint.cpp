@@ -67,8 +67,14 @@ TEST_CASE("import: HF names map to TinyLoop names") {
       {"model.layers.7.mlp.gate_proj.weight", {"pre.7.mlp_gate", -1}},
       {"model.layers.7.mlp.up_proj.weight", {"pre.7.mlp_up", -1}},
       {"model.layers.7.mlp.down_proj.weight", {"pre.7.mlp_down", -1}},
-      {"model.layers.7.self_attn.q_proj.bias", {"", -1}},
+      {"model.layers.7.self_attn.q_proj.bias", {"pre.7.attn_qkv.bias", 0}},
+      {"model.layers.7.self_attn.v_proj.bias", {"pre.7.attn_qkv.bias", 2}},
+      {"model.layers.7.self_attn.o_proj.bias", {"pre.7.attn_out.bias", -1}},
+      {"model.layers.2.mlp.down_proj.bias", {"pre.2.mlp_down.bias", -1}},
+      {"model.layers.2.self_attn.q_norm.weight", {"pre.2.q_norm", -1}},
+      {"model.layers.2.self_attn.k_norm.weight", {"pre.2.k_norm", -1}},
       {"model.layers.7.self_attn.rotary_emb.inv_freq", {"", -1}},
+      {"model.layers.7.self_attn.sinks", {"", -1}},
   };
   for (const auto& [hf, want] : table) {
     CAPTURE(hf);
@@ -92,7 +98,6 @@ TEST_CASE("import: sharded HF folder, mixed dtypes, q|k|v fused and transposed e
   s2.push_back(seq_tensor("model.layers.0.self_attn.v_proj.weight", {4, D}, tl::DType::BF16, 3));
   s2.push_back(seq_tensor("model.layers.0.self_attn.o_proj.weight", {D, D}, tl::DType::F16, 4));
   s2.push_back(seq_tensor("model.layers.0.mlp.down_proj.weight", {D, F}, tl::DType::F32, 5));
-  s2.push_back(seq_tensor("model.layers.0.self_attn.q_proj.bias", {D}, tl::DType::F16, 6));
   std::vector<const tl::Tensor*> p1, p2;
   for (auto& t : s1) p1.push_back(&t);
   for (auto& t : s2) p2.push_back(&t);
@@ -123,7 +128,6 @@ TEST_CASE("import: sharded HF folder, mixed dtypes, q|k|v fused and transposed e
   const tl::ImportEntry& down = find(ci, "pre.0.mlp_down");
   CHECK(down.shape == std::vector<int64_t>{F, D});  // [K, N] from PyTorch [N=D, K=F]
   CHECK(find(ci, "embed").kind == tl::ImportEntry::Kind::kDense);
-  CHECK(find(ci, "model.layers.0.self_attn.q_proj.bias").kind == tl::ImportEntry::Kind::kDense);
 
   // --only: the rest of the linears stay dense, transposed, in their own dtype.
   tl::CheckpointImport only(dir, "mlp_down");

@@ -19,6 +19,7 @@
 #include "libverify/e2e_tier.h"
 #include "libgpu/model_gpu.h"
 #include "libverify/perplexity.h"
+#include "family_fixtures.h"
 
 namespace {
 
@@ -36,6 +37,10 @@ constexpr double kLseTol = 1e-4;
 // KLD per row in fp32 from the same fp16 logits: termwise differences carry ~1e-6 absolute
 // error, summed with weights p_ref (sum 1).
 constexpr double kKldAbsTol = 2e-5;
+// PPL on the GPU's fp16-activation path against transformers' fp32: the logits' absolute error
+// (~1e-3 relative of logits of RMS ~0.6) moves each token's NLL by ~6e-4 with a random sign, so
+// the mean over ~126 tokens by ~1e-4 (PPL relative = mean NLL shift). 1e-3 is ~10x that.
+constexpr double kGpuPplMaxRel = 1e-3;
 
 tl::ModelConfig gpu_config() {
   tl::ModelConfig c;
@@ -262,4 +267,60 @@ TEST_CASE("model gpu: the e2e tier against a reference, per layer, and the CPU e
                                          << c.main.rows[0].vs_ref.kld.mean << " GPU " << nat->vs_ref.kld.mean);
   CHECK(std::abs(d_file) < 5e-3);
   CHECK(std::abs(d_ref) < 5e-3);
+}
+
+TEST_CASE("model gpu: family features on every path (biases after the delta correction, q/k norms, window, llama3 RoPE)") {
+  tl::ModelConfig c = gpu_config();
+  c.architecture = "qwen3";
+  c.n_pre = 2; c.n_loop = 0; c.loops = 0;
+  c.qkv_bias = c.out_bias = c.mlp_bias = true;
+  c.qk_norm = true;
+  c.sliding_window = 16;  // shorter than T: the window's tile skip and masks both run
+  c.window_first_block = 1;
+  c.rope_type = "llama3";
+  c.rope_factor = 8; c.rope_low_freq_factor = 1; c.rope_high_freq_factor = 4; c.rope_original_max_seq = 32;
+  tl::ModelWeights w = tl::random_model_weights(c, 77);
+  for (auto& b : w.pre)
+    for (const char* s : tl::kBlockLinearNames) quantize(*b.linear(s), 128, true);
+  const int n_seq = 2, T = 45;
+  const auto tok = tl::test::random_tokens(int64_t(n_seq) * T, c.vocab, 43);
+  const tl::ActMatrix cpu = tl::forward_logits(w, tok.data(), n_seq, T);
+  tl::gpu::GpuModel gm(w, true);
+  CHECK(gm.info().marlin_packed == 10);
+  for (tl::gpu::GpuPath p : {tl::gpu::GpuPath::kFp16, tl::gpu::GpuPath::kNative, tl::gpu::GpuPath::kMarlin}) {
+    gm.forward(tok.data(), n_seq, T, p);
+    std::vector<float> logits;
+    gm.logits_to_host(&logits);
+    compare_logits(std::string("features ") + tl::gpu::gpu_path_name(p), cpu, logits);
+  }
+  // Each feature matters at this size: the CPU forward without it is far outside the bound.
+  for (int f = 0; f < 3; ++f) {
+    tl::ModelWeights off = w;
+    if (f == 0) for (auto& b : off.pre) b.attn_qkv.bias.assign(b.attn_qkv.bias.size(), 0.f);
+    if (f == 1) off.config.sliding_window = 0;
+    if (f == 2) off.config.rope_type = "default", off.config.rope_factor = 1;
+    const tl::ActMatrix o = tl::forward_logits(off, tok.data(), n_seq, T);
+    std::vector<float> ov(o.data(), o.data() + o.size());
+    const double rel = tl::test::rel_frobenius(ov.data(), std::vector<float>(cpu.data(), cpu.data() + cpu.size()));
+    CAPTURE(f);
+    CHECK(rel > 10 * kGpuCpuMaxRel);
+  }
+}
+
+TEST_CASE("model gpu: the family fixtures as transformers computes them (fp16 activations)") {
+  for (const std::string& name : tl::test::family_fixture_names()) {
+    CAPTURE(name);
+    const tl::test::FamilyFixture f = tl::test::load_family_fixture(name);
+    const tl::ModelWeights w = tl::load_model_weights_any(f.dir);
+    tl::gpu::GpuModel gm(w, false);
+    gm.forward(f.tokens.data(), int(f.windows), int(f.ctx), tl::gpu::GpuPath::kFp16);
+    std::vector<float> logits;
+    gm.logits_to_host(&logits);
+    const double rel = tl::test::rel_frobenius(logits.data(), f.logits);
+    const double ppl = tl::test::ppl_all_from_logits(logits.data(), f);
+    std::printf("  %-18s gpu fp16 logits rel %.3e  ppl %.6f vs transformers %.6f (rel %.2e)\n", name.c_str(), rel, ppl,
+                f.ppl_all, ppl / f.ppl_all - 1);
+    CHECK(rel <= kGpuCpuMaxRel);
+    CHECK(std::fabs(ppl / f.ppl_all - 1) <= kGpuPplMaxRel);
+  }
 }
