@@ -4,7 +4,7 @@
 # summary printed last.
 #   bash scripts/device_run.sh [test] [sanitize] [bench-quick] [bench] [ab] [verify] [tiers]
 #                              [tiers-thorough] [faults] [demo] [crosscheck] [hfcalib] [sanitize-model]
-#                              [gptq-devices] [gptq-big]
+#                              [gptq-devices] [gptq-big] [families]
 # gptq-devices: the demo model's GPTQ on --device cuda and cpu (act-order off and on), each
 # through the e2e tier against the original; their PPLs must agree within 0.3 %.
 # gptq-big: a Llama-2-7B-shaped random bf16 checkpoint (tools/make_llama_checkpoint.py, kept in
@@ -104,6 +104,16 @@ for step in "${steps[@]}"; do
       cp /tmp/demo-build/demo/*.md /tmp/demo-build/demo/*.json "$OUT/" 2>/dev/null
       note "demo: rc=$rc ($(( $(date +%s) - start )) s)"
       while IFS= read -r line; do note "  $line"; done < <(tail -6 "$OUT/demo.log")
+      ;;
+    families)  # the model-family fixtures: the CLI pipeline with the GPU, and the generator re-run here
+      start=$(date +%s)
+      TL_BIN=$bin TL_TMP=/tmp/tl_families TL_SRC=$PWD timeout 300 bash tests/cli/model_families.sh \
+        > "$OUT/families.log" 2>&1; rc=$?
+      note "families (tests/cli/model_families.sh): rc=$rc ($(( $(date +%s) - start )) s)"
+      while IFS= read -r line; do note "  $line"; done < <(tail -9 "$OUT/families.log")
+      timeout 120 python3 tools/make_family_fixtures.py --out /tmp/fam_regen 2>&1 | grep ppl_all > "$OUT/families_regen.log"
+      note "generator on this machine ($(python3 -c 'import transformers, torch; print("transformers", transformers.__version__, "torch", torch.__version__)' 2>&1)):"
+      while IFS= read -r line; do note "  $line"; done < "$OUT/families_regen.log"
       ;;
     crosscheck)  # our runner vs HF transformers' LlamaForCausalLM
       start=$(date +%s)
