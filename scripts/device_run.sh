@@ -107,7 +107,7 @@ for step in "${steps[@]}"; do
       ;;
     families)  # the model-family fixtures: the CLI pipeline with the GPU, and the generator re-run here
       start=$(date +%s)
-      TL_BIN=$bin TL_TMP=/tmp/tl_families TL_SRC=$PWD timeout 300 bash tests/cli/model_families.sh \
+      TL_BIN=$PWD/$bin TL_TMP=/tmp/tl_families TL_SRC=$PWD timeout 300 bash tests/cli/model_families.sh \
         > "$OUT/families.log" 2>&1; rc=$?
       note "families (tests/cli/model_families.sh): rc=$rc ($(( $(date +%s) - start )) s)"
       while IFS= read -r line; do note "  $line"; done < <(tail -9 "$OUT/families.log")
