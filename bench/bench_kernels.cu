@@ -188,7 +188,7 @@ struct Timer {
   // at M = 4096: the SM clock 1.47-1.98 GHz, "SW power cap") the clock a launch gets depends on
   // what ran before it: in one fixed order the two asymmetric Hopper rows (one kernel, the same
   // data) came out 1-13 % slower than the symmetric row and than each other; at a fixed clock,
-  // under ncu, the three were within 0.3 % (docs/perf.md sixteenth pass). Each timed run
+  // under ncu, the three were within 0.3 % (docs/perf-history.md sixteenth pass). Each timed run
   // follows an untimed one of the same launch (then the flush), so its code is in the SMs'
   // instruction caches as in a run of repeats: cold, the Hopper kernel's first run after the
   // others took up to 4.5 us longer at M <= 64. Rounds: as many as fit the

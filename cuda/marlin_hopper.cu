@@ -268,7 +268,7 @@ __device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity
 // them): an asynchronous remote store, the value taken from registers at issue. (A plain remote
 // store released by an arrival there was no faster, and compute-sanitizer's racecheck then reports
 // every such store as a write to a block that "might have already exited": it takes only a
-// cluster barrier as proof that the target is alive. docs/perf.md, fifteenth pass.)
+// cluster barrier as proof that the target is alive. docs/perf-history.md, fifteenth pass.)
 __device__ __forceinline__ void st_async_cluster_f4(uint32_t addr, uint32_t bar, uint32_t rank, float4 v) {
   asm volatile(
       "{\n.reg .b32 ra, rb;\n"
@@ -469,7 +469,7 @@ __device__ __forceinline__ void for_each_piece(const Params& p, bool stream_k, c
 // runs whole tiles and stream-K (p.split 1). Each walks a ring of a constant length (Cfg::ring)
 // and holds only its own end of a tile (the cluster's push and sum, or stream-K's park and
 // combine): 3.2-6.6 k instructions against 5.8-8.1 k for one kernel of both, whose ring's length
-// was a runtime value (docs/perf.md, sixteenth pass: with the stage loop below, 7B M = 32 4-5 %
+// was a runtime value (docs/perf-history.md, sixteenth pass: with the stage loop below, 7B M = 32 4-5 %
 // faster).
 template <int BM, int NW, int CONSUMERS, bool KI, bool SPLIT>
 __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
@@ -495,7 +495,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   // The descriptors of the two copies every stage makes, first: the first copy's issue waits for
   // its descriptor, and a launch's first reads of each constant line (the parameters, the
   // parameter space's address) miss, ~0.5 us each after the L2 flush (timeline probe,
-  // docs/perf.md, fourteenth pass). ptxas still schedules the set-up's parameter reads and
+  // docs/perf-history.md, fourteenth pass). ptxas still schedules the set-up's parameter reads and
   // divisions first; the prefetches now follow them instead of the barriers' set-up and a 64-bit
   // division (k_range).
   if (threadIdx.x == 0) {
@@ -597,7 +597,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   // a register, even one broadcast from lane 0); c comes from warp_uniform. (Two
   // copies, one per constant c, kept the loop at 296-301 instructions per stage but doubled it
   // and the epilogue: 23.8 k instructions in all against 19.1 k, and 1-2 % slower at M = 32 and
-  // 256, docs/perf.md eighth pass.)
+  // 256, docs/perf-history.md eighth pass.)
   auto consume = [&](int c) {                   // c: which 64 x NW columns of the tile (KI: which stages)
     const int tid = threadIdx.x % 128;
     const int w = tid / 32, lane = tid % 32;
@@ -908,7 +908,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         // push waits for nothing and no rank waits for the others to leave. (Parked locally and
         // read by the summing rank, the sum took one or two distributed-shared-memory round trips
         // per thread and the exit a cluster barrier: 1.5 and 0.8 us of a 14 us 7B o launch at
-        // M = 32, docs/perf.md fourteenth pass.) red_free: a receive buffer is pushed to again
+        // M = 32, docs/perf-history.md fourteenth pass.) red_free: a receive buffer is pushed to again
         // only after its rank has summed it (the tile before); the hand-over buffer is this CTA's
         // alone (barrier 2 below).
         if (round > 0) mbar_wait_cluster(&red_free, (round - 1) & 1);

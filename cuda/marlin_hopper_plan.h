@@ -17,17 +17,18 @@ constexpr int kTileN = 256;  // output columns per tile: 4 Marlin tiles of 64
 constexpr int kStageK = 64;  // k per pipeline stage
 constexpr int kMinStagesPerSplit = 4;
 constexpr int kMaxSplit = 8;  // the portable cluster size
-// A split's combine (park, two cluster barriers, sum a share through DSMEM) costs about this
-// many stages of streaming (measured on the H200: docs/perf.md).
+// A split's combine (each rank pushes its partial into the summing rank's receive buffer with
+// st.async, which sums on its red_full barrier) costs about this many stages of streaming
+// (fitted on the H200; docs/perf-history.md has the measurements).
 constexpr double kSplitCostStages = 2.0;
 // Stream-K's combine per tile a CTA adds partials to, in stages of the variant (fitted to H200
-// A/B calls, docs/perf.md): 32-64-token tiles park 16-32 KB; a 128-token tile's two consumers
+// A/B calls, docs/perf-history.md): 32-64-token tiles park 16-32 KB; a 128-token tile's two consumers
 // 128 KB, which the last piece reads back. (The first fit, 17.4 for 128 tokens, kept 128-token
 // stream-K off at M = 128-512, where A/B runs of 4.0 gained 1-19 % on 6 of the 7 layer shapes
 // it switches and lost 4 % on the seventh, 7B qkv at M = 256.)
 inline double stream_k_combine_stages(int rows) { return rows <= 64 ? 2.0 : 4.0; }
 // The hand-over between two pieces of a stream-K run, in stages, that the runs are cut by
-// (stream_k_cut; 0: equal runs). The timeline of 7B qkv at M = 32 (docs/perf.md twelfth pass) put
+// (stream_k_cut; 0: equal runs). The timeline of 7B qkv at M = 32 (docs/perf-history.md twelfth pass) put
 // a cut first piece's hand-over at 3.4 us against 0.37 us per stage (~9 stages), and the CTAs
 // with two pieces ending ~5.5 us after the median one (~15). H200 A/B over 0-48 (thirteenth
 // pass, the runtime's asymmetric path): 14 was best or within 1 % of it at every M and set for
@@ -42,7 +43,7 @@ constexpr double kStreamKMinGain = 0.95;
 // fewer stages per CTA than this (k_iters - share): its runs then cut nearly every tile, and
 // those combines cost ~17-22 stages of 128 tokens, not the model's 4 -- 7B qkv at M = 256 (96
 // tiles on 132 SMs) and 70B qkv at M = 384 (120 tiles) took ~17.5 us more than the whole tiles'
-// loop x the fill. H200, stream-K forced on and off at M = 128-512 (docs/perf.md eleventh pass):
+// loop x the fill. H200, stream-K forced on and off at M = 128-512 (docs/perf-history.md eleventh pass):
 // whole tiles ran those two 10 % and 9 % faster (17 and 12 stages saved); every shape where
 // stream-K saves more keeps it (70B down at M = 384: 122 stages). The other variant's stream-K
 // stays a candidate: excluded too (64-token tiles that fill one round), the plan would move 7B
@@ -96,7 +97,7 @@ TL_HOPPER_HD inline void stream_k_range(int units, int grid, int cta, int* begin
 // (tile t = column tile x m_tiles + row tile, tile_coords' order), else 1. The row tiles of one
 // column are then cut at the same stages, by CTAs that stream the same weights side by side, as
 // whole tiles do; runs over the tiles' stages end to end put them ~k_iters stages apart in time.
-// Measured on the H200 (docs/perf.md ninth pass): 1.5-4.6 % faster on stream-K layers with 4 or
+// Measured on the H200 (docs/perf-history.md ninth pass): 1.5-4.6 % faster on stream-K layers with 4 or
 // 8 row tiles, 0-3 % with 2.
 TL_HOPPER_HD inline int stream_k_group(int m_tiles) { return m_tiles <= kRasterRows ? m_tiles : 1; }
 // The stages the row groups share out: their column tiles' (tiles / group columns x k_iters;

@@ -60,7 +60,7 @@ struct KernelOptions {
 constexpr size_t kDequantScratchBytes = size_t(64) << 20;
 // M from which the dequantize + cuBLAS floor beats the tiled kernel on the H200 (docs/perf.md).
 constexpr int kDefaultDequantMinM = 256;
-// M from which the floor beats the Hopper kernel on the H200 (docs/perf.md, sixth pass,
+// M from which the floor beats the Hopper kernel on the H200 (docs/perf-history.md, sixth pass,
 // asymmetric, sums over the 4 layers): at M = 8192 on 70B (1.09x / 1.11x cuBLAS against
 // 0.97x / 1.04x, g = 128 / per column), on 7B the two within 1.6 % (0.94x against 0.93x /
 // 0.96x); at M = 4096 the Hopper kernel is ahead on both sets and group sizes (0.93-1.02x
