@@ -3,6 +3,7 @@
 // the flags, --tiers values and bound flags come from libverify's tier table.
 #include <map>
 
+#include "apps/kernel_env.h"
 #include "apps/tool_main.h"
 #include "libverify/e2e_tier.h"
 #include "libverify/tier_table.h"
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
     opt.e2e.device = tv::parse_e2e_device(lower(device));
     opt.e2e.score = tv::parse_score_mode(lower(score));
     if (seed_opt->count() > 0) opt.seed = seed;
+    opt.kernel = tl::kernel_options_from_env();  // the runtime's options, as this shell sets them
     for (size_t i = 0; i < flags.size(); ++i)
       if (bound_opts[i]->count() > 0) opt.bounds.push_back({flags[i].tier, flags[i].kind, values[i]});
     return tv::run_tl_verify(opt);

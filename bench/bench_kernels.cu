@@ -39,6 +39,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include "apps/kernel_env.h"
 #include "bench/bench_data.cuh"
 #include "core/error.h"
 #include "core/group_size.h"
@@ -289,7 +290,7 @@ int main(int argc, char** argv) {
   std::printf("bench_kernels: %s, sm_%d%d, %d SMs, L2 %d MB, %s\n", prop.name, prop.major, prop.minor,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, date);
   // What a runtime runs: the environment's options and the crossover table it names, if any.
-  tl::cuda::KernelOptions runtime_options = tl::cuda::kernel_options_from_env();
+  tl::cuda::KernelOptions runtime_options = tl::kernel_options_from_env();
   try {
     if (auto table = tl::crossovers_from_env()) {
       const std::string why = tl::cuda::use_crossovers(&runtime_options, table);
@@ -538,7 +539,7 @@ int main(int argc, char** argv) {
   // kernel's, for the tiled/decode wrapper, the dequant floor, the Hopper kernel (symmetric and
   // asymmetric) and what the runtime's dispatcher runs.
   std::printf("\nsum over layers, cuBLAS time / kernel time (wrapper and floor asymmetric; hopper symmetric, then "
-              "asymmetric and its overhead; runtime dispatch: kernel_options_from_env(), with the paths it took):\n");
+              "asymmetric and its overhead; runtime dispatch: kernel_options_from_env() (apps/kernel_env.h), with the paths it took):\n");
   for (const std::string& set : opt.sets)
     for (int g : opt.gs)
       for (int M : opt.ms) {

@@ -7,7 +7,7 @@
 // Inside the Marlin path the launcher picks by M (docs/kernels.md, "Which path serves which M"):
 // the decode kernel (M <= 16); on sm_90 the Hopper kernel up to options.hopper_max_m; the
 // dequantize + cuBLAS floor from options.dequant_min_m (where the Hopper kernel does not run)
-// or from hopper_max_m; else the tiled kernel. kernel_options_from_env() sets the crossovers
+// or from hopper_max_m; else the tiled kernel. runtime_kernel_options() sets the crossovers
 // measured on the H200 (kDefaultDequantMinM, kDefaultHopperMaxM), and a layer shape with an entry
 // in options.crossovers (bench_kernels --tune, installed by use_crossovers) takes that entry's;
 // dispatch_stats().marlin_kernels counts each kernel.
@@ -16,7 +16,7 @@
 // is faster than the native int4_gemm at every M measured on the H200 (M = 1 included, see
 // docs/perf.md), so there is no lower bound on M.
 //
-// kernel_options_from_env() is the one place libtl_cuda reads the environment.
+// Nothing here reads the environment: the options arrive as arguments (core/kernel_options.h).
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -41,16 +41,6 @@ namespace {
 std::mutex g_mutex;  // guards g_stats
 DispatchStats g_stats;
 std::once_flag g_first_line;
-
-bool env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, value) == 0;
-}
-
-// *out = the integer in environment variable `name`, clamped to [lo, hi]; unset: unchanged.
-void env_int(const char* name, int lo, int hi, int* out) {
-  if (const char* v = std::getenv(name)) *out = std::clamp(std::atoi(v), lo, hi);
-}
 
 bool cached_marlin_available(int device) {
   static std::atomic<int> cache[64];
@@ -87,26 +77,6 @@ const char* gemm_path_name(GemmPath p) {
     case GemmPath::kNativeInt4: return "native-int4";
   }
   return "?";
-}
-
-KernelOptions kernel_options_from_env() {
-  KernelOptions o;
-  o.use_marlin = env_is("TINYLOOP_USE_MARLIN", "1");
-  o.decode_kernel = !env_is("TL_MARLIN_SMALL_M", "tile");
-  if (env_is("TL_MARLIN_SMALL_M_OCC", "1")) o.tiled_small_m_blocks_per_sm = 1;
-  if (env_is("TL_MARLIN_SMALL_M_OCC", "2")) o.tiled_small_m_blocks_per_sm = 2;
-  o.clusters = !env_is("TL_MARLIN_CLUSTER", "0");
-  o.dequant_min_m = kDefaultDequantMinM;
-  o.hopper_kernel = !env_is("TL_MARLIN_HOPPER", "0");
-  o.hopper_max_m = kDefaultHopperMaxM;
-  env_int("TL_MARLIN_HOPPER_MAX_M", 0, INT_MAX, &o.hopper_max_m);
-  env_int("TL_MARLIN_DEQUANT_MIN_M", 0, INT_MAX, &o.dequant_min_m);
-  // Tuning runs: the Hopper kernel's k split forced (1..kMaxSplit), stream-K forced (1) or ruled
-  // out (-1), stream-K's hand-over cost in stages (0: equal runs).
-  env_int("TL_MARLIN_HOPPER_SPLIT", 0, hopper::kMaxSplit, &o.hopper_split);
-  env_int("TL_MARLIN_HOPPER_STREAM_K", -1, 1, &o.hopper_stream_k);
-  env_int("TL_MARLIN_HOPPER_SK_HANDOVER", 0, 64, &o.hopper_sk_handover);
-  return o;
 }
 
 std::string use_crossovers(KernelOptions* options, std::shared_ptr<const MarlinCrossovers> table) {

@@ -15,60 +15,13 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include "core/kernel_options.h"
 #include "core/marlin_crossovers.h"
 
 namespace tl::cuda {
 
 enum Rc : int { kOk = 0, kShapeUnsupported = 1, kNoConfig = 2, kCudaError = 3 };
 
-// Every choice the launchers and the dispatcher make that is not a function of the problem.
-// Nothing in libtl_cuda reads the environment: a runtime calls kernel_options_from_env() once
-// at its edge (the variables below), tests and libverify set the fields.
-struct KernelOptions {
-  bool use_marlin = false;    // quant_gemm: Marlin where it can run (TINYLOOP_USE_MARLIN=1), else native
-  bool decode_kernel = true;  // M <= 16 on the decode kernel; false: the tiled kernel (TL_MARLIN_SMALL_M=tile)
-  int tiled_small_m_blocks_per_sm = 0;  // tiled kernel at M <= 16: 1 or 2 forces, 0 by the layer's
-                                        // size (TL_MARLIN_SMALL_M_OCC)
-  bool clusters = true;       // decode kernel on sm_90: combine in thread-block clusters where that
-                              // shortens the stripes (TL_MARLIN_CLUSTER=0: never)
-  // The prefill floor (cuda/marlin_dequant.cu): at M >= dequant_min_m (and M > 16) the Marlin
-  // launchers dequantize the weight into fp16 tiles and run cuBLAS on them instead of the tiled
-  // kernel. 0: never (the launchers' default, so the tiers test the tiled kernel as before);
-  // kernel_options_from_env() sets the crossover measured on the H200 (TL_MARLIN_DEQUANT_MIN_M
-  // overrides, 0 turns it off).
-  int dequant_min_m = 0;
-  size_t dequant_scratch_bytes = 0;  // fp16 tile scratch per call; 0: kDequantScratchBytes
-  // The Hopper prefill kernel (cuda/marlin_hopper.cu, wgmma, built for sm_90a): M > 16 on an
-  // sm_90 GPU. Off in the launchers' defaults (the tiers test the tiled kernel and the floor as
-  // before, and the Hopper kernel with it on); kernel_options_from_env() turns it on
-  // (TL_MARLIN_HOPPER=0: off). Below hopper_max_m it takes precedence over the floor.
-  bool hopper_kernel = false;
-  // Where both run, the floor takes over from the Hopper kernel at M >= hopper_max_m (0: the
-  // Hopper kernel at every M > 16). kernel_options_from_env(): kDefaultHopperMaxM, measured on
-  // the H200 (TL_MARLIN_HOPPER_MAX_M overrides, 0 turns the hand-over off).
-  int hopper_max_m = 0;
-  int hopper_split = 0;  // Hopper kernel: 1..8 forces the k split (tests, tuning), 0: the plan's
-  int hopper_stream_k = 0;  // Hopper kernel: 1 forces stream-K, -1 rules it out, 0: the plan's
-  // Hopper kernel, stream-K: the hand-over cost in stages its runs are cut by (tuning; 0: equal
-  // runs), -1: the plan's (hopper::kStreamKHandoverStages).
-  int hopper_sk_handover = -1;
-  // Crossovers measured per layer shape on this GPU (bench_kernels --tune; install with
-  // use_crossovers): where a layer's (K, N, group size) has an entry, its hopper_max_m and
-  // dequant_min_m replace the two above; other shapes keep them.
-  std::shared_ptr<const MarlinCrossovers> crossovers;
-};
-constexpr size_t kDequantScratchBytes = size_t(64) << 20;
-// M from which the dequantize + cuBLAS floor beats the tiled kernel on the H200 (docs/perf.md).
-constexpr int kDefaultDequantMinM = 256;
-// M from which the floor beats the Hopper kernel on the H200 (docs/perf-history.md, sixth pass,
-// asymmetric, sums over the 4 layers): at M = 8192 on 70B (1.09x / 1.11x cuBLAS against
-// 0.97x / 1.04x, g = 128 / per column), on 7B the two within 1.6 % (0.94x against 0.93x /
-// 0.96x); at M = 4096 the Hopper kernel is ahead on both sets and group sizes (0.93-1.02x
-// against 0.91-0.98x). Per layer, 7B o and qkv at g = 128 hand over at 4096, which a crossover
-// table records.
-constexpr int kDefaultHopperMaxM = 8192;
-// The options as the environment variables above set them (unset: the defaults).
-KernelOptions kernel_options_from_env();
 // Installs a crossover table in *options if it was measured on the current device (its device
 // label is cuda_device_label's of this GPU); else leaves *options as it is and returns why not
 // (empty: installed). A table measured on another GPU would route by another GPU's timings.

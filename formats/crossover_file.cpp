@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <mutex>
 #include <set>
 #include <tuple>
 
@@ -82,23 +81,6 @@ void write_crossovers(const std::string& path, const MarlinCrossovers& table) {
                             {"shapes", shapes}};
   AtomicOutput out(path, OutputSink::kStream);
   out.write_text([&](std::ostream& os) { os << j.dump(1) << "\n"; });
-}
-
-std::shared_ptr<const MarlinCrossovers> crossovers_from_env() {
-  static std::once_flag once;
-  static std::shared_ptr<const MarlinCrossovers> table;
-  static std::string error;
-  std::call_once(once, [] {
-    const char* path = std::getenv("TL_MARLIN_CROSSOVERS");
-    if (!path || !*path) return;
-    try {
-      table = std::make_shared<const MarlinCrossovers>(read_crossovers(path));
-    } catch (const Error& e) {
-      error = std::string("TL_MARLIN_CROSSOVERS: ") + e.what();
-    }
-  });
-  if (!error.empty()) throw Error(error);
-  return table;
 }
 
 }  // namespace tl

@@ -1,6 +1,6 @@
 // The crossover table file (core/marlin_crossovers.h as JSON): what `bench_kernels --tune`
-// writes and a runtime installs (TL_MARLIN_CROSSOVERS, libverify's CUDA backend and the
-// benchmark's runtime row). docs/kernels.md, "Which path serves which M", shows an example.
+// writes and a runtime installs (TL_MARLIN_CROSSOVERS: apps/kernel_env.h; the benchmark's
+// runtime row). docs/kernels.md, "Which path serves which M", shows an example.
 //
 //   {"format": "tinyloop-marlin-crossovers", "version": 1, "device": "NVIDIA H200 (sm_90)",
 //    "shapes": [{"K": 4096, "N": 12288, "group_size": 128, "hopper_max_m": 2048,
@@ -24,9 +24,5 @@ constexpr int kCrossoverVersion = 1;
 MarlinCrossovers read_crossovers(const std::string& path);
 // Writes through AtomicOutput (a regular file replaced whole, or a stream such as -).
 void write_crossovers(const std::string& path, const MarlinCrossovers& table);
-
-// The table named by TL_MARLIN_CROSSOVERS, read once per process; nullptr when the variable is
-// unset or empty. A bad file is tl::Error (not a silent fallback to the defaults).
-std::shared_ptr<const MarlinCrossovers> crossovers_from_env();
 
 }  // namespace tl

@@ -35,7 +35,9 @@ const char* gpu_path_name(GpuPath p) {
 std::string gpu_model_unavailable_reason() { return "built without CUDA (no nvcc at configure time)"; }
 
 struct GpuModel::Impl {};
-GpuModel::GpuModel(const ModelWeights&, bool) { throw Error(gpu_model_unavailable_reason(), "", "gpu model"); }
+GpuModel::GpuModel(const ModelWeights&, bool, const cuda::KernelOptions&) {
+  throw Error(gpu_model_unavailable_reason(), "", "gpu model");
+}
 GpuModel::~GpuModel() = default;
 const GpuModelInfo& GpuModel::info() const { static GpuModelInfo i; return i; }
 const ModelConfig& GpuModel::config() const { static ModelConfig c; return c; }
@@ -93,8 +95,8 @@ struct GpuModel::Impl {
   DevBuf embed, final_norm;
   std::vector<std::unique_ptr<GpuBlock>> pre, loop;
   GpuLinear head;
-  // The launchers' options as a runtime sets them (read once: the environment's overrides).
-  const cuda::KernelOptions runtime_options = cuda::kernel_options_from_env();
+  // The launchers' options as the runtime runs them (passed in by the tool).
+  cuda::KernelOptions runtime_options;
   // Activations for the current batch.
   int64_t rows = 0;
   int T = 0;
@@ -183,7 +185,7 @@ struct GpuModel::Impl {
         p == GpuPath::kFp16 ? l.w_fp16 : p == GpuPath::kNative ? l.w_native : l.w_marlin;
     // The weight's view picks the kernel; Marlin only for the Marlin path (the view of a
     // weight that has no Marlin section is its native one). The Marlin path dispatches as a
-    // runtime does (kernel_options_from_env: the decode kernel, the Hopper kernel, the floor by
+    // runtime does (runtime_options: the decode kernel, the Hopper kernel, the floor by
     // M), so the forward's drift is that of the kernels a user gets.
     cuda::KernelOptions options = runtime_options;
     options.use_marlin = p == GpuPath::kMarlin;
@@ -245,13 +247,15 @@ std::string gpu_model_unavailable_reason() {
   return "";
 }
 
-GpuModel::GpuModel(const ModelWeights& w, bool with_fp16) : impl_(std::make_unique<Impl>()) {
+GpuModel::GpuModel(const ModelWeights& w, bool with_fp16, const cuda::KernelOptions& options)
+    : impl_(std::make_unique<Impl>()) {
   const std::string why = gpu_model_unavailable_reason();
   if (!why.empty()) throw Error(why, "", "gpu model");
   w.validate();
   Impl& m = *impl_;
   m.c = w.config;
   m.with_fp16 = with_fp16;
+  m.runtime_options = options;
   cudaDeviceProp prop{};
   TL_CUDA_THROW(cudaGetDeviceProperties(&prop, 0));
   m.info.device = cuda::cuda_device_label(prop);

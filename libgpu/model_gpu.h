@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/kernel_options.h"
 #include "libconvert/model_weights.h"
 
 namespace tl::gpu {
@@ -54,9 +55,10 @@ class GpuReference {
 
 class GpuModel {
  public:
-  // Uploads `w` to device 0. with_fp16: also make the fp16 copies the fp16 path needs. Throws
-  // tl::Error (no device, out of memory, ...).
-  GpuModel(const ModelWeights& w, bool with_fp16);
+  // Uploads `w` to device 0. with_fp16: also make the fp16 copies the fp16 path needs. options:
+  // the launchers' options the native and Marlin paths dispatch with, as the runtime runs them
+  // (its tool's main reads them: apps/kernel_env.h). Throws tl::Error (no device, out of memory, ...).
+  GpuModel(const ModelWeights& w, bool with_fp16, const cuda::KernelOptions& options);
   ~GpuModel();
   GpuModel(const GpuModel&) = delete;
   GpuModel& operator=(const GpuModel&) = delete;

@@ -36,10 +36,10 @@ const char* rc_text(int rc) {
 
 class CudaBackend final : public KernelBackend {
  public:
-  CudaBackend(int device, std::string name) : device_(device), name_(std::move(name)) {
+  CudaBackend(int device, std::string name, const tl::cuda::KernelOptions& runtime)
+      : device_(device), name_(std::move(name)) {
     TL_CUDA_THROW(cudaSetDevice(device_));
     TL_CUDA_THROW(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    const tl::cuda::KernelOptions runtime = tl::cuda::kernel_options_from_env();
     floor_min_m_ = runtime.dequant_min_m;  // the runtime's crossover
     hopper_ = runtime.hopper_kernel && tl::cuda::hopper_kernel_available(device_);
   }
@@ -197,7 +197,7 @@ class CudaBackend final : public KernelBackend {
 
 }  // namespace
 
-BackendProbe open_gpu_backend() {
+BackendProbe open_gpu_backend(const tl::cuda::KernelOptions& runtime) {
   const std::string why = tl::cuda::cuda_device_unavailable_reason();
   if (!why.empty()) return {nullptr, why};
   cudaDeviceProp p{};
@@ -210,7 +210,7 @@ BackendProbe open_gpu_backend() {
   if (!tl::cuda::marlin_available(0))
     return {nullptr, "the Marlin kernel is not built for " + name + " (configure with TL_CUDA_ARCHS)"};
   try {
-    return {std::make_unique<CudaBackend>(0, name), ""};
+    return {std::make_unique<CudaBackend>(0, name, runtime), ""};
   } catch (const std::exception& ex) {
     return {nullptr, std::string("cannot open ") + name + ": " + ex.what()};
   }
@@ -221,7 +221,7 @@ BackendProbe open_gpu_backend() {
 #else  // !TL_HAVE_CUDA
 
 namespace tl::verify {
-BackendProbe open_gpu_backend() {
+BackendProbe open_gpu_backend(const tl::cuda::KernelOptions&) {
   return {nullptr, "built without CUDA (no nvcc when the project was configured)"};
 }
 }  // namespace tl::verify

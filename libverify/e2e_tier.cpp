@@ -143,10 +143,10 @@ struct Scored {
 void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt,
                const ModelWeights* ref_w, E2eReference* ref, std::vector<Scored*>& models) {
   std::unique_ptr<gpu::GpuModel> ref_gm;
-  if (ref_w) ref_gm = std::make_unique<gpu::GpuModel>(*ref_w, /*with_fp16=*/true);
+  if (ref_w) ref_gm = std::make_unique<gpu::GpuModel>(*ref_w, /*with_fp16=*/true, opt.kernel);
   std::vector<std::unique_ptr<gpu::GpuModel>> gms;
   for (Scored* m : models) {
-    gms.push_back(std::make_unique<gpu::GpuModel>(m->w, /*with_fp16=*/true));
+    gms.push_back(std::make_unique<gpu::GpuModel>(m->w, /*with_fp16=*/true, opt.kernel));
     gpu::GpuModel& gm = *gms.back();
     m->res.info = gm.info();
     std::vector<gpu::GpuPath> paths = {gpu::GpuPath::kFp16};
@@ -341,7 +341,7 @@ std::vector<LayerDrift> per_layer_cpu(const std::vector<int32_t>& tokens, const 
 std::vector<LayerDrift> per_layer_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan,
                                       const E2eOptions& opt, const ModelWeights& ref_w, const PathTrace& ref_trace,
                                       const ModelWeights& q, int64_t n_windows) {
-  gpu::GpuModel ref_gm(ref_w, /*with_fp16=*/true);
+  gpu::GpuModel ref_gm(ref_w, /*with_fp16=*/true, opt.kernel);
   std::vector<std::string> names;
   for (const std::string& n : q.linear_names())
     if (q.find_linear(n)->quant) names.push_back(n);
@@ -378,11 +378,11 @@ std::vector<LayerDrift> per_layer_gpu(const std::vector<int32_t>& tokens, const 
 }
 
 // GPU fp16 path vs the CPU forward on window 0 (fp32, W_hat): the GPU model runner's check.
-void cpu_check(const std::vector<int32_t>& tokens, const WindowPlan& plan, Scored& m) {
+void cpu_check(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt, Scored& m) {
   std::vector<int32_t> chunk;
   gather_windows(tokens, plan, 0, 1, &chunk);
   const ActMatrix cpu = forward_logits(m.w, chunk.data(), 1, plan.ctx);
-  gpu::GpuModel gm(m.w, /*with_fp16=*/true);
+  gpu::GpuModel gm(m.w, /*with_fp16=*/true, opt.kernel);
   gm.forward(chunk.data(), 1, int(plan.ctx), gpu::GpuPath::kFp16);
   std::vector<float> gpu;
   gm.logits_to_host(&gpu);
@@ -532,7 +532,7 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
       res.drift_pct = (mar->s.ppl / nat->s.ppl - 1.0) * 100.0;
     }
   }
-  if (on_gpu && opt.cpu_check) cpu_check(tokens, plan, main);
+  if (on_gpu && opt.cpu_check) cpu_check(tokens, plan, opt, main);
   if (opt.per_layer) {
     r.per_layer_windows = std::min(opt.per_layer_windows, r.windows);
     r.per_layer = on_gpu ? per_layer_gpu(tokens, plan, opt, *ref_w, r.reference->trace, main.w, r.per_layer_windows)
@@ -641,7 +641,7 @@ std::vector<std::string> dump_logits(const std::string& model_path, const std::s
   const ActMatrix cpu = forward_logits(w, tokens.data(), n_seq, ctx);
   all.assign(cpu.data(), cpu.data() + cpu.size());
   if (gpu::gpu_model_unavailable_reason().empty()) {
-    gpu::GpuModel gm(w, true);
+    gpu::GpuModel gm(w, true, cuda::runtime_kernel_options());  // the fp16 path: no Marlin launch
     gm.forward(tokens.data(), int(n_seq), int(ctx), gpu::GpuPath::kFp16);
     std::vector<float> g;
     gm.logits_to_host(&g);

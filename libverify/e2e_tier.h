@@ -85,6 +85,7 @@ struct E2eOptions {
   double max_drift_pct = kE2eMaxDriftPct;
   double max_kld = kE2eMaxMeanKld;
   bool cpu_check = true;       // window 0 through the CPU forward (skip for huge models)
+  cuda::KernelOptions kernel = cuda::runtime_kernel_options();  // the GPU paths' launcher options
   std::ostream* progress = nullptr;  // one line per path and batch group, ETA
 };
 

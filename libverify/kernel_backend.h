@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/half.h"
+#include "core/kernel_options.h"
 
 namespace tl::verify {
 
@@ -78,7 +79,8 @@ struct BackendProbe {
   std::unique_ptr<KernelBackend> backend;  // null when the GPU tiers cannot run
   std::string skip_reason;                 // why not: built without CUDA, no device, < sm_80, ...
 };
-// Opens device 0 with the CUDA kernels (a CUDA build), or says why it cannot.
-BackendProbe open_gpu_backend();
+// Opens device 0 with the CUDA kernels (a CUDA build), or says why it cannot; `runtime`: the
+// launcher options the runtime runs with (its prefill floor and Hopper kernel settings).
+BackendProbe open_gpu_backend(const cuda::KernelOptions& runtime);
 
 }  // namespace tl::verify

@@ -61,6 +61,7 @@ json report_to_json(const VerifyReport& r) {
   j["file"] = r.file.empty() ? json(nullptr) : json(r.file);
   j["seed"] = r.seed;
   j["device"] = r.device.empty() ? json(nullptr) : json(r.device);
+  j["kernel_options"] = r.kernel_options;
   j["exit_code"] = r.exit_code;
   j["tiers"] = tiers;
   return j;

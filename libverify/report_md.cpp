@@ -16,6 +16,7 @@ void write_markdown_report(const VerifyReport& r, std::ostream& out) {
   out << "- input: " << (r.file.empty() ? "synthetic random data" : "`" + r.file + "`") << "\n";
   out << "- seed: " << r.seed << " (reproduce with `--seed " << r.seed << "`)\n";
   out << "- device: " << (r.device.empty() ? "none" : r.device) << "\n";
+  out << "- kernel options: `" << r.kernel_options << "`\n";
   out << "- exit code: " << r.exit_code << "\n\n";
   out << "| tier | status | cases | bound | note |\n|---|---|---|---|---|\n";
   char buf[512];

@@ -9,6 +9,7 @@ void write_text_report(const VerifyReport& r, std::ostream& out) {
   out << "tl-verify: " << (r.file.empty() ? std::string("synthetic random data") : r.file)
       << ", seed " << r.seed << " (reproduce with --seed " << r.seed << ")"
       << ", device: " << (r.device.empty() ? "none" : r.device) << "\n";
+  if (!r.device.empty()) out << "kernel options: " << r.kernel_options << "\n";
   char line[512];
   std::snprintf(line, sizeof line, "%-11s %-44s %9s %9s %9s %10s  %s\n", "tier", "case",
                 "max ULP", "mean ULP", "p99 ULP", "rel err", "status");

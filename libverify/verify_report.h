@@ -46,6 +46,7 @@ struct VerifyReport {
   std::string file;         // empty: synthetic run
   uint64_t seed = 0;
   std::string device;       // empty when no GPU backend was opened
+  std::string kernel_options;  // the launcher options certified (kernel_options_line)
   std::vector<TierResult> tiers;
   int exit_code = 0;        // 0 passed, 1 failed, 77 all skipped
 };

@@ -83,6 +83,7 @@ int run_tl_verify(const VerifyOptions& o) {
   VerifyReport report;
   report.file = o.file;
   report.seed = o.seed ? *o.seed : clock_seed();
+  report.kernel_options = cuda::kernel_options_line(o.kernel);
 
   bool want_gpu = false;
   for (TierId id : tiers) want_gpu = want_gpu || (tier_spec(id).needs_gpu && tier_spec(id).available);
@@ -90,7 +91,7 @@ int run_tl_verify(const VerifyOptions& o) {
   KernelBackend* backend = o.backend;
   if (!backend && want_gpu) {
     if (o.probe_gpu) {
-      probe = open_gpu_backend();
+      probe = open_gpu_backend(o.kernel);
       backend = probe.backend.get();
     } else {
       probe.skip_reason = "no GPU backend (not probed)";
@@ -108,7 +109,9 @@ int run_tl_verify(const VerifyOptions& o) {
   ctx.progress = o.quiet ? nullptr : &err;
   std::optional<E2eResult> e2e;
   ctx.file_path = o.file;
-  ctx.e2e = &o.e2e;
+  E2eOptions e2e_options = o.e2e;
+  e2e_options.kernel = o.kernel;  // one set of options for every GPU path of the run
+  ctx.e2e = &e2e_options;
   ctx.e2e_result = &e2e;
   for (size_t i = 0; i < tiers.size(); ++i) {
     TierResult r = run_tier(tiers[i], bounds[i], ctx);

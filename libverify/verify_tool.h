@@ -31,6 +31,9 @@ struct VerifyOptions {
   std::string drift_json_path, drift_md_path;  // the drift report files, empty: none
   bool thorough = false;                // synthetic tiers: a second shape per kernel path
   bool quiet = false;                   // no progress lines (skips, failures and the seed stay)
+  // The launcher options the GPU tiers and the e2e tier's GPU paths run with: the runtime's
+  // (tl-verify's main applies the environment, apps/kernel_env.h); printed in the report.
+  cuda::KernelOptions kernel = cuda::runtime_kernel_options();
 
   std::ostream* out = nullptr;          // results table (stdout when null)
   std::ostream* err = nullptr;          // progress, skip reasons, failures (stderr when null)

@@ -173,7 +173,7 @@ TEST_CASE("marlin: the dequantize + cuBLAS floor (prefill), whole and in column 
   tl::cuda::GemmPlan plan;
   REQUIRE(tl::cuda::marlin_plan(1024, 4096, 4096, 128, true, tl::cuda::KernelOptions{}, &plan) == 0);
   CHECK(std::string(plan.kernel) == "tiled");
-  CHECK(tl::cuda::kernel_options_from_env().dequant_min_m == tl::cuda::kDefaultDequantMinM);
+  CHECK(tl::cuda::runtime_kernel_options().dequant_min_m == tl::cuda::kDefaultDequantMinM);
 }
 
 TEST_CASE("marlin: the Hopper kernel (wgmma, sm_90) at every tile variant and grid mode") {
@@ -288,7 +288,7 @@ TEST_CASE("marlin: the Hopper kernel (wgmma, sm_90) at every tile variant and gr
     check_case(c, forced);
   }
   // The runtime's options: the Hopper kernel from M = 17, the floor from kDefaultHopperMaxM.
-  const tl::cuda::KernelOptions rt = tl::cuda::kernel_options_from_env();
+  const tl::cuda::KernelOptions rt = tl::cuda::runtime_kernel_options();
   REQUIRE(tl::cuda::marlin_plan(17, 4096, 4096, 128, true, rt, &plan) == 0);
   CHECK(std::string(plan.kernel) == "hopper");
   REQUIRE(tl::cuda::marlin_plan(tl::cuda::kDefaultHopperMaxM - 1, 4096, 4096, 128, true, rt, &plan) == 0);
@@ -321,7 +321,7 @@ TEST_CASE("marlin: a crossover table moves one layer shape's hand-over, and only
   auto table = std::make_shared<tl::MarlinCrossovers>();
   table->device = tl::cuda::cuda_device_label(prop);
   table->shapes = {{4096, 1024, 128, 64, 64}, {4096, 1024, 4096, 0, 0}};
-  tl::cuda::KernelOptions rt = tl::cuda::kernel_options_from_env();
+  tl::cuda::KernelOptions rt = tl::cuda::runtime_kernel_options();
   REQUIRE(tl::cuda::use_crossovers(&rt, table) == "");
   REQUIRE(rt.crossovers.get() == table.get());
   auto kernel = [&](int M, int N, int K, int gs) {
@@ -348,7 +348,7 @@ TEST_CASE("marlin: a crossover table moves one layer shape's hand-over, and only
   // Another GPU's table changes nothing.
   auto other = std::make_shared<tl::MarlinCrossovers>(*table);
   other->device = "Some Other GPU (sm_00)";
-  tl::cuda::KernelOptions rt2 = tl::cuda::kernel_options_from_env();
+  tl::cuda::KernelOptions rt2 = tl::cuda::runtime_kernel_options();
   const std::string why = tl::cuda::use_crossovers(&rt2, other);
   CHECK(why.find("measured on Some Other GPU (sm_00)") != std::string::npos);
   CHECK(!rt2.crossovers);

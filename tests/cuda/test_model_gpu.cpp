@@ -127,7 +127,7 @@ TEST_CASE("model gpu: every path's logits match the CPU forward (GQA, loop block
   const int n_seq = 3, T = 45;  // T: not a multiple of the 32-key attention tile
   const auto tok = tl::test::random_tokens(int64_t(n_seq) * T, w.config.vocab, 41);
   const tl::ActMatrix cpu = tl::forward_logits(w, tok.data(), n_seq, T);
-  tl::gpu::GpuModel gm(w, true);
+  tl::gpu::GpuModel gm(w, true, tl::cuda::runtime_kernel_options());
   CHECK(gm.info().quantized == 11);      // 5 linears x 2 distinct blocks (pre.0, loop.0) + head
   CHECK(gm.info().marlin_packed == 10);  // the head is not packed
   CHECK(gm.info().marlin_bytes > 0);
@@ -149,7 +149,7 @@ TEST_CASE("model gpu: every path's logits match the CPU forward (GQA, loop block
       CHECK(st.dispatches[int(tl::cuda::GemmPath::kNativeInt4)] == 1);
       REQUIRE(st.fallbacks.count("no marlin pack") == 1);
       CHECK(st.fallbacks.at("no marlin pack") == 1);
-      // The forward dispatches as a runtime does (kernel_options_from_env): its 135 rows go to
+      // The forward dispatches as a runtime does (runtime_kernel_options): its 135 rows go to
       // the Hopper kernel where the GPU has it, else to the tiled kernel (below the floor's
       // crossover), never to the decode kernel.
       int device = 0;
@@ -176,7 +176,7 @@ TEST_CASE("model gpu: any even d_head (8, 80, 256) and GQA group matches the CPU
     const int n_seq = 2, T = 77;
     const auto tok = tl::test::random_tokens(int64_t(n_seq) * T, c.vocab, uint64_t(sh.d_head) + 1);
     const tl::ActMatrix cpu = tl::forward_logits(w, tok.data(), n_seq, T);
-    tl::gpu::GpuModel gm(w, true);
+    tl::gpu::GpuModel gm(w, true, tl::cuda::runtime_kernel_options());
     gm.forward(tok.data(), n_seq, T, tl::gpu::GpuPath::kFp16);
     std::vector<float> logits;
     gm.logits_to_host(&logits);
@@ -285,7 +285,7 @@ TEST_CASE("model gpu: family features on every path (biases after the delta corr
   const int n_seq = 2, T = 45;
   const auto tok = tl::test::random_tokens(int64_t(n_seq) * T, c.vocab, 43);
   const tl::ActMatrix cpu = tl::forward_logits(w, tok.data(), n_seq, T);
-  tl::gpu::GpuModel gm(w, true);
+  tl::gpu::GpuModel gm(w, true, tl::cuda::runtime_kernel_options());
   CHECK(gm.info().marlin_packed == 10);
   for (tl::gpu::GpuPath p : {tl::gpu::GpuPath::kFp16, tl::gpu::GpuPath::kNative, tl::gpu::GpuPath::kMarlin}) {
     gm.forward(tok.data(), n_seq, T, p);
@@ -314,7 +314,7 @@ TEST_CASE("model gpu: the family fixtures as transformers computes them (fp16 ac
     CAPTURE(name);
     const tl::test::FamilyFixture f = tl::test::load_family_fixture(name);
     const tl::ModelWeights w = tl::load_model_weights_any(f.dir);
-    tl::gpu::GpuModel gm(w, false);
+    tl::gpu::GpuModel gm(w, false, tl::cuda::runtime_kernel_options());
     gm.forward(f.tokens.data(), int(f.windows), int(f.ctx), tl::gpu::GpuPath::kFp16);
     std::vector<float> logits;
     gm.logits_to_host(&logits);

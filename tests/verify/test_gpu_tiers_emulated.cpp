@@ -155,7 +155,7 @@ TEST_CASE("emulated production shapes stay within the default bounds" * doctest:
 }
 
 TEST_CASE("the GPU probe either opens a device or says why not") {
-  const BackendProbe p = open_gpu_backend();
+  const BackendProbe p = open_gpu_backend(tl::cuda::runtime_kernel_options());
   if (p.backend) {
     CHECK(p.skip_reason.empty());
     CHECK(p.backend->device_name().find("sm_") != std::string::npos);

@@ -136,7 +136,7 @@ TEST_CASE("local kernel faults fail every GEMM tier at their place, on the emula
 }
 
 TEST_CASE("local kernel faults fail every GEMM tier at their place, on the GPU") {
-  const BackendProbe p = open_gpu_backend();
+  const BackendProbe p = open_gpu_backend(tl::cuda::runtime_kernel_options());
   if (!p.backend) {
     MESSAGE("no GPU backend (" << p.skip_reason << "): the real-kernel run is skipped");
     return;
