@@ -7,12 +7,9 @@
 #include "libconvert/marlin_pack_tool.h"
 
 int main(int argc, char** argv) {
-  std::string groups;
-  for (int64_t g : tl::kMarlinGroupSizes) groups += std::to_string(g) + ", ";
   CLI::App app{"Packs 4-bit TinyLoop weights into the Marlin layout (bit-identical to "
                "IST-DASLab/marlin Layer.pack) and adds delta = zero + 8 * scale.\n"
-               "Gate: K % 128 == 0, N % 128 == 0, group size in {" + groups +
-               "per-row}; other weights stay unpacked and are listed.\n"
+               "Gate: " + tl::marlin_gate_text() + "; other weights stay unpacked and are listed.\n"
                "An already-packed weight is re-packed and must match its stored section."};
   tl::add_version_flag(app, "marlin-pack");
   tl::MarlinPackOptions o;

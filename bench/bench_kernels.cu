@@ -52,22 +52,14 @@
 
 namespace {
 
-#define CHECK_CUDA(call)                                                                    \
-  do {                                                                                      \
-    const cudaError_t e_ = (call);                                                          \
-    if (e_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "bench_kernels: %s failed at %s:%d: %s\n", #call, __FILE__,      \
-                   __LINE__, cudaGetErrorString(e_));                                       \
-      std::exit(2);                                                                         \
-    }                                                                                       \
-  } while (0)
-#define CHECK_RC(expr)                                                                      \
-  do {                                                                                      \
-    const int rc_ = (expr);                                                                 \
-    if (rc_ != 0) {                                                                         \
-      std::fprintf(stderr, "bench_kernels: %s returned rc %d\n", #expr, rc_);               \
-      std::exit(2);                                                                         \
-    }                                                                                       \
+// CUDA and launcher failures throw (device_buffer.h's CudaError, tl::Error); main's one catch
+// prints them and exits 2.
+#define CHECK_CUDA(call) TL_CUDA_THROW(call)
+#define CHECK_RC(expr)                                                                              \
+  do {                                                                                              \
+    const int rc_ = (expr);                                                                         \
+    if (rc_ != 0)                                                                                   \
+      throw tl::Error(std::string(#expr) + " returned rc " + std::to_string(rc_) + " (" + tl::cuda::rc_text(rc_) + ")"); \
   } while (0)
 
 // Both sides round to fp16 (cuBLAS the fp16 copy of the weights, ours the dequantized
@@ -154,11 +146,13 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+// Device memory of one scope (a layer's buffers; the run's flush buffer): DeviceBuffers, freed
+// together when the scope ends.
+using DeviceScope = std::vector<tl::cuda::DeviceBuffer<uint8_t>>;
 template <class T>
-T* dalloc(size_t n) {
-  void* p = nullptr;
-  CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
-  return static_cast<T*>(p);
+T* dalloc(DeviceScope& scope, size_t n) {
+  scope.emplace_back(std::max<size_t>(n, 1) * sizeof(T));
+  return scope.back().as<T>();
 }
 
 // Reads n int4 and stores one value that depends on them (so nothing is optimized away).
@@ -271,7 +265,7 @@ double geomean(const std::vector<double>& v) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_bench(int argc, char** argv) {
   const Options opt = parse(argc, argv);
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -306,7 +300,8 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreate(&stream));
   Timer timer{stream, nullptr, size_t(2) * prop.l2CacheSize, nullptr, nullptr, opt.min_reps, opt.max_reps};
-  timer.flush = dalloc<char>(timer.flush_bytes);
+  DeviceScope run_memory;
+  timer.flush = dalloc<char>(run_memory, timer.flush_bytes);
   CHECK_CUDA(cudaMemset(timer.flush, 1, timer.flush_bytes));
   CHECK_CUDA(cudaEventCreate(&timer.start));
   CHECK_CUDA(cudaEventCreate(&timer.stop));
@@ -326,14 +321,15 @@ int main(int argc, char** argv) {
       const int gsz = int(tl::group_size_from_marlin(L.K, g)), G = L.K / gsz;  // g: Marlin's form, -1 per column
       const size_t kn = size_t(L.K) * L.N, gn = size_t(G) * L.N;
       // ---- weights, generated on the GPU ----
-      uint32_t* B = dalloc<uint32_t>(kn / 8);
-      __half *scale = dalloc<__half>(gn), *s_perm = dalloc<__half>(gn), *zero = dalloc<__half>(gn),
-             *delta = dalloc<__half>(gn), *w_hat = dalloc<__half>(kn), *w_marlin = dalloc<__half>(kn);
-      uint8_t* q_tl = dalloc<uint8_t>(kn / 2);
-      __half *A = dalloc<__half>(size_t(max_m) * L.K), *C = dalloc<__half>(size_t(max_m) * L.N),
-             *C_ref = dalloc<__half>(size_t(max_m) * L.N);
-      float* a_sum = dalloc<float>(size_t(max_m) * G);
-      int* workspace = dalloc<int>(tl::cuda::marlin_workspace_ints(L.N));
+      DeviceScope mem;  // this layer's buffers
+      uint32_t* B = dalloc<uint32_t>(mem, kn / 8);
+      __half *scale = dalloc<__half>(mem, gn), *s_perm = dalloc<__half>(mem, gn), *zero = dalloc<__half>(mem, gn),
+             *delta = dalloc<__half>(mem, gn), *w_hat = dalloc<__half>(mem, kn), *w_marlin = dalloc<__half>(mem, kn);
+      uint8_t* q_tl = dalloc<uint8_t>(mem, kn / 2);
+      __half *A = dalloc<__half>(mem, size_t(max_m) * L.K), *C = dalloc<__half>(mem, size_t(max_m) * L.N),
+             *C_ref = dalloc<__half>(mem, size_t(max_m) * L.N);
+      float* a_sum = dalloc<float>(mem, size_t(max_m) * G);
+      int* workspace = dalloc<int>(mem, tl::cuda::marlin_workspace_ints(L.N));
       CHECK_CUDA(cudaMemset(workspace, 0, tl::cuda::marlin_workspace_ints(L.N) * sizeof(int)));
       CHECK_CUDA(cudaMemset(q_tl, 0, kn / 2));
       bench::fill_bits<<<1024, 256>>>(B, kn / 8, ++seed);
@@ -497,10 +493,6 @@ int main(int argc, char** argv) {
                     t_cublas / t_native, flop / t_best * 1e-6, int4_bytes / t_best * 1e-3, grid);
         std::fflush(stdout);
       }
-      for (void* p : {(void*)B, (void*)scale, (void*)s_perm, (void*)zero, (void*)delta, (void*)w_hat,
-                      (void*)w_marlin, (void*)q_tl, (void*)A, (void*)C, (void*)C_ref, (void*)a_sum,
-                      (void*)workspace})
-        CHECK_CUDA(cudaFree(p));
     }
   }
 
@@ -658,4 +650,13 @@ int main(int argc, char** argv) {
   std::fclose(f);
   std::printf("\nwrote %s\n", opt.json.c_str());
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run_bench(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_kernels: %s\n", e.what());
+    return 2;
+  }
 }

@@ -77,6 +77,17 @@ inline std::string group_size_choices() {  // "32, 64, 128, 256, row"
   return s + "row";
 }
 
+// The effective group size's rule, the one place it is written: 0 < group_size <= K (K: one
+// group per output column).
+inline bool effective_group_size_ok(int64_t K, int64_t group_size) { return group_size > 0 && group_size <= K; }
+// The same rule as a tl::Error (file, item: where the value came from).
+inline void check_effective_group_size(int64_t K, int64_t group_size, const std::string& file = "",
+                                       const std::string& item = "") {
+  if (!effective_group_size_ok(K, group_size))
+    throw Error("group size " + std::to_string(group_size) + ": expected 0 < group_size <= K = " + std::to_string(K) +
+                    " (K for per row)", file, item);
+}
+
 // Groups along K: ceil(K / group_size), without the overflow of K + group_size - 1.
 inline int64_t group_count(int64_t K, int64_t group_size) {
   return group_size > 0 ? K / group_size + (K % group_size != 0 ? 1 : 0) : 0;
@@ -101,6 +112,19 @@ inline bool marlin_group_size_ok(int64_t K, int64_t group_size) {
   for (int64_t s : kMarlinGroupSizes)
     if (group_size == s) return true;
   return false;
+}
+
+// The gate's shape half: K and N whole Marlin tiles.
+inline bool marlin_shape_ok(int64_t K, int64_t N) {
+  return K > 0 && N > 0 && K % kMarlinTileK == 0 && N % kMarlinTileN == 0;
+}
+
+// The gate in words, for --help: "K % 128 == 0, N % 128 == 0, group size 128 or per-row (= K)".
+inline std::string marlin_gate_text() {
+  std::string list;
+  for (int64_t s : kMarlinGroupSizes) list += std::to_string(s) + " or ";
+  return "K % " + std::to_string(kMarlinTileK) + " == 0, N % " + std::to_string(kMarlinTileN) +
+         " == 0, group size " + list + "per-row (= K)";
 }
 
 struct MarlinGate {

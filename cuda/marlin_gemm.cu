@@ -76,10 +76,8 @@ constexpr int kMaxMBlocks = 4;
 #endif
 constexpr int kStagesSmallM = TL_MARLIN_STAGES_SMALL_M;
 constexpr int kStagesLargeM = TL_MARLIN_STAGES_LARGE_M;
-// The shapes the kernel takes are the Marlin contract's (core/group_size.h): N and K multiples
-// of 128, the smallest tile edge.
-constexpr int kTileAlign = int(kMarlinTileK);
-static_assert(kMarlinTileK == kMarlinTileN, "one alignment for N and K");
+// The shapes the kernel takes are the Marlin contract's (core/group_size.h, marlin_shape_ok):
+// N and K multiples of 128, the smallest tile edge.
 
 // ---------------------------------------------------------------------------------------------
 // The kernel.
@@ -613,8 +611,7 @@ const char* marlin_route_name(MarlinRoute route) {
 int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half* delta,
                 __half* C, int* workspace, int M, int N, int K, int group_size,
                 cudaStream_t stream, const KernelOptions& options) {
-  if (M < 1 || N < kTileAlign || K < kTileAlign || N % kTileAlign || K % kTileAlign)
-    return kShapeUnsupported;
+  if (M < 1 || !marlin_shape_ok(K, N)) return kShapeUnsupported;
   if (!A || !B || !s || !C || !workspace) return kShapeUnsupported;
   if (!aligned16(A) || !aligned16(B) || !aligned16(s) || !aligned16(C) ||
       (delta && !aligned16(delta)))
@@ -676,7 +673,7 @@ int marlin_int4_tc_gemm(const __half* A, const int32_t* B, __half* C, const __ha
 
 int marlin_plan(int M, int N, int K, int group_size, bool asym, const KernelOptions& options, GemmPlan* plan) {
   *plan = GemmPlan{};
-  if (M < 1 || N < kTileAlign || K < kTileAlign || N % kTileAlign || K % kTileAlign) return kShapeUnsupported;
+  if (M < 1 || !marlin_shape_ok(K, N)) return kShapeUnsupported;
   if (!marlin_group_size_ok(K, group_size)) return kNoConfig;
   const detail::MarlinRoute route = detail::marlin_route(M, N, K, group_size, options);
   if (route == detail::MarlinRoute::kHopper) return detail::marlin_hopper_plan(M, N, K, options, plan);

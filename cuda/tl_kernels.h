@@ -21,6 +21,16 @@
 namespace tl::cuda {
 
 enum Rc : int { kOk = 0, kShapeUnsupported = 1, kNoConfig = 2, kCudaError = 3 };
+// A launcher's rc in words, the one spelling every caller's message uses.
+inline const char* rc_text(int rc) {
+  switch (rc) {
+    case kOk: return "ok";
+    case kShapeUnsupported: return "problem shape unsupported";
+    case kNoConfig: return "no kernel configuration";
+    case kCudaError: return "CUDA error (printed above)";
+    default: return "unknown rc";
+  }
+}
 
 // Installs a crossover table in *options if it was measured on the current device (its device
 // label is cuda_device_label's of this GPU); else leaves *options as it is and returns why not

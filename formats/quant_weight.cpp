@@ -13,8 +13,7 @@ void QuantWeight::validate(const std::string& file) const {
   auto fail = [&](const std::string& what) { throw Error(what, file, name); };
   if (bits != 4) fail("expected bits = 4, got " + std::to_string(bits));
   if (K <= 0 || N <= 0) fail("expected K > 0 and N > 0, got K = " + std::to_string(K) + ", N = " + std::to_string(N));
-  if (group_size <= 0 || group_size > K)
-    fail("expected 0 < group_size <= K = " + std::to_string(K) + " (K means per-row), got " + std::to_string(group_size));
+  check_effective_group_size(K, group_size, file, name);
   const int64_t G = groups();
   if (int64_t(q.size()) != K * N)
     fail("q: expected " + std::to_string(K * N) + " codes [K, N], got " + std::to_string(q.size()));

@@ -186,7 +186,7 @@ static QuantLayout check_quant_layout(const TinyloopReader::Impl& im, const std:
   l.group_size = h5::attr_int(f, gp, "group_size", path);
   if (bits != 4) throw Error("bits = " + std::to_string(bits) + ": expected 4", path, gp);
   l.bits = int(bits);
-  if (l.K <= 0 || l.N <= 0 || l.K > kMaxExtent || l.N > kMaxExtent || l.group_size <= 0 || l.group_size > l.K)
+  if (l.K <= 0 || l.N <= 0 || l.K > kMaxExtent || l.N > kMaxExtent || !effective_group_size_ok(l.K, l.group_size))
     throw Error("expected 0 < K, N <= 2^31 and 0 < group_size <= K; got K = " + std::to_string(l.K) + ", N = " +
                     std::to_string(l.N) + ", group_size = " + std::to_string(l.group_size), path, gp);
   l.G = group_count(l.K, l.group_size);

@@ -260,9 +260,7 @@ GptqResult gptq_quantize(const float* W, int64_t K, int64_t N, const float* H,
   p.W = W;
   p.K = K;
   p.N = N;
-  if (opt.group_size <= 0 || opt.group_size > K)
-    throw Error("group size " + std::to_string(opt.group_size) + ": expected 0 < group_size <= K = " + std::to_string(K) +
-                    " (K for per row)", "", opt.name);
+  check_effective_group_size(K, opt.group_size, "", opt.name);
   p.gs = opt.group_size;
   p.G = group_count(K, p.gs);
   p.bs = opt.block_size;

@@ -91,8 +91,7 @@ MinMaxResult rtn_quantize(const float* W, int64_t K, int64_t N, int64_t group_si
   MinMaxResult r;
   r.K = K;
   r.N = N;
-  if (group_size <= 0 || group_size > K)
-    throw Error("group size " + std::to_string(group_size) + ": expected 0 < group_size <= K = " + std::to_string(K));
+  check_effective_group_size(K, group_size);
   r.group_size = group_size;
   r.G = group_count(K, group_size);
   r.q.resize(size_t(K * N));

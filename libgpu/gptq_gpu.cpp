@@ -121,9 +121,7 @@ GptqResult GpuGptq::quantize(const float* W, int64_t K64, int64_t N64, float* H,
   if (K64 > 65535 || N64 > (int64_t(1) << 30))
     throw Error("weight [" + std::to_string(K64) + ", " + std::to_string(N64) + "] is larger than the GPU path takes (K <= 65535)",
                 "", opt.name);
-  if (opt.group_size <= 0 || opt.group_size > K64)
-    throw Error("group size " + std::to_string(opt.group_size) + ": expected 0 < group_size <= K = " + std::to_string(K64) +
-                    " (K for per row)", "", opt.name);
+  check_effective_group_size(K64, opt.group_size, "", opt.name);
   if (opt.block_size <= 0 || opt.block_size > cuda::kGptqMaxBlock)
     throw Error("block size " + std::to_string(opt.block_size) + ": the GPU path takes 1.." +
                     std::to_string(cuda::kGptqMaxBlock) + " rows per lazy-update block", "", opt.name);

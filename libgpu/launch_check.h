@@ -10,7 +10,8 @@ namespace tl::gpu {
 
 inline void check_launch(int rc, const std::string& what) {
   if (rc == cuda::kOk) return;
-  throw Error(rc == cuda::kCudaError ? "CUDA error (printed above)" : "launcher refused the shape (rc " + std::to_string(rc) + ")",
+  throw Error(rc == cuda::kCudaError ? std::string(cuda::rc_text(rc))
+                                     : "launcher refused the shape (rc " + std::to_string(rc) + ": " + cuda::rc_text(rc) + ")",
               "", what);
 }
 

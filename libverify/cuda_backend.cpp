@@ -25,14 +25,7 @@ namespace {
 using tl::cuda::CudaError;
 using tl::cuda::DeviceBuffer;
 
-const char* rc_text(int rc) {
-  switch (rc) {
-    case tl::cuda::kShapeUnsupported: return "problem shape unsupported";
-    case tl::cuda::kNoConfig: return "no kernel configuration";
-    case tl::cuda::kCudaError: return "CUDA error";
-    default: return "unknown rc";
-  }
-}
+using tl::cuda::rc_text;
 
 class CudaBackend final : public KernelBackend {
  public:
