@@ -17,13 +17,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <thread>
 
 #if defined(__SSSE3__) || (defined(__F16C__) && defined(__AVX__))
 #include <immintrin.h>
 #endif
 
 #include "core/error.h"
+#include "core/parallel.h"
 
 namespace tl {
 namespace {
@@ -34,33 +34,17 @@ constexpr int kNibbleCol[8] = {0, 0, 8, 8, 0, 0, 8, 8};
 // Per-column scale permutation: column offsets inside a row of 32.
 constexpr int kScaleSingle[8] = {0, 1, 8, 9, 16, 17, 24, 25};
 
-// Below this many codes per thread, starting a thread costs more than it saves (~50 us).
+// Below this many codes per piece, starting a thread costs more than it saves (~50 us).
 constexpr int64_t kMinCodesPerThread = int64_t(1) << 20;
 
-int default_threads() {
-  const unsigned hc = std::thread::hardware_concurrency();
-  return hc == 0 ? 1 : int(std::min(hc, 64u));
-}
-
-// Runs f(begin, end) over [0, n) strips on up to `threads` threads.
+// Runs f(begin, end) over [0, n) strips in pieces of a fixed size (at least kMinCodesPerThread
+// codes each, so a small weight stays on the caller's thread), on the project's one pool
+// (core/parallel.h) with up to `threads` threads (<= 0: every core).
 template <class F>
 void parallel_strips(int64_t n, int64_t codes_per_strip, int threads, F&& f) {
-  if (threads <= 0) threads = default_threads();
-  const int64_t by_size = std::max<int64_t>(1, n * codes_per_strip / kMinCodesPerThread);
-  const int64_t nt = std::min<int64_t>({int64_t(threads), by_size, std::max<int64_t>(n, 1)});
-  if (nt <= 1) {
-    f(int64_t(0), n);
-    return;
-  }
-  std::vector<std::thread> pool;
-  pool.reserve(size_t(nt - 1));
-  const int64_t per = (n + nt - 1) / nt;
-  for (int64_t i = 1; i < nt; ++i) {
-    const int64_t b = std::min(n, i * per), e = std::min(n, (i + 1) * per);
-    pool.emplace_back([&f, b, e] { f(b, e); });
-  }
-  f(int64_t(0), std::min(n, per));
-  for (auto& th : pool) th.join();
+  const int64_t per = std::max<int64_t>(1, kMinCodesPerThread / std::max<int64_t>(1, codes_per_strip));
+  const int64_t pieces = (n + per - 1) / per;
+  parallel_for(pieces, resolve_threads(threads), [&](int64_t i) { f(i * per, std::min(n, (i + 1) * per)); });
 }
 
 // Packs one 16-row strip (all N / 64 tiles of it) into out = B + t * 2N. Returns the OR of

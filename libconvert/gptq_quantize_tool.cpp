@@ -31,7 +31,7 @@
 #include "formats/token_file.h"
 #include "libconvert/eigen_blocking.h"
 #include "libconvert/gptq.h"
-#include "libconvert/gptq_device.h"
+#include "libconvert/gptq_backend.h"
 #include "libconvert/model_weights.h"
 #include "libconvert/token_calibration.h"
 

@@ -1,4 +1,4 @@
-// gptq-quantize's GPU (libconvert/gptq_device.h) on device 0: GPTQ of one weight through
+// gptq-quantize's GPU (libconvert/gptq_backend.h) on device 0: GPTQ of one weight through
 // GpuGptq (gptq_gpu.h), and GPTQ's sequential calibration streamed block by block.
 //
 // Sequential calibration (calibrate):
@@ -27,7 +27,7 @@
 
 #include <memory>
 
-#include "libconvert/gptq_device.h"
+#include "libconvert/gptq_backend.h"
 
 namespace tl::gpu {
 

@@ -70,6 +70,18 @@ constexpr double kNativeMaxRel = 1e-3;  // output rounding alone ~ 2e-4
 // elements are measured at their own fp16 spacing except under deep cancellation.
 constexpr double kNativeFloorFactor = 1.0 / 16;
 
+// ---- one kernel against fp64 (the GPU unit tests, tests/cuda) ----
+// Where a kernel provably rounds less than a tier bounds, its unit test holds it to the tighter
+// bound on the same metric. Exact weights (per-column symmetric, int4_gemm's fp32
+// dequantization, the correction pair's fp32 math) leave only the final rounding of an almost
+// exact sum: at most 1 step from the fp16 nearest the reference.
+constexpr double kExactWeightsMaxUlp = 1.0;
+// Relative Frobenius error of one kernel's fp16 output: the output rounding alone gives
+// ~2^-11 / sqrt(3) ~ 2.8e-4 relative RMS, weight rounding about as much again; 1e-3 is ~3x the
+// expected ~3.5e-4 (the tiers' 2e-3 also covers the fp16 split-K partials of upstream-style
+// kernels).
+constexpr double kKernelMaxRelFro = 1e-3;
+
 // ---- reference cost ----
 // The fp64 reference of an M x K x N case costs M*K*N multiply-adds on the CPU. For M above
 // this many rows we check a fixed sample: the first and last 16 rows (every row residue of a

@@ -8,7 +8,6 @@
 //  - declared sizes, attribute values and config numbers from a file are range-checked.
 #include <doctest/doctest.h>
 
-#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstring>
@@ -152,10 +151,10 @@ TEST_CASE("hardening: the guard turns a crash, a hang or an allocation storm int
   const std::string segv = error_of([&] { h5::run_guarded([] { std::raise(SIGSEGV); }, fast, 0, "f", "walk"); });
   CHECK(segv.find("crashed (SIGSEGV)") != std::string::npos);
   CHECK(segv.find("f: ") == 0);
-  const auto t0 = std::chrono::steady_clock::now();
+  // The guard's own timer ends the child (the message says so); a guard that did not would hang
+  // this test (CTest's timeout), so no wall-clock bound is asserted here.
   const std::string hang = error_of([&] { h5::run_guarded([] { for (;;) pause(); }, fast, 0, "f", "walk"); });
   CHECK(hang.find("did not finish within") != std::string::npos);
-  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 5.0);
   const std::string oom = error_of([&] {
     h5::run_guarded([] { std::vector<char> big(size_t(1) << 33, 1); (void)big; }, fast, 0, "f", "walk");
   });
@@ -207,11 +206,10 @@ TEST_CASE("hardening: sizes, attributes and config numbers from a file are range
     H5Pclose(dcpl);
     H5Sclose(sp);
   });
-  const auto t0 = std::chrono::steady_clock::now();
+  // Refused from the declared size before anything is allocated or read (the message).
   const std::string declared = error_of([&] { TinyloopReader(q).read_dense("norm"); });
   INFO(declared);
   CHECK(declared.find("declares [65536, 32768] (8.00 GiB) but the file holds only") != std::string::npos);
-  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 5.0);
 }
 
 TEST_CASE("hardening: config numbers that would overflow are errors") {
@@ -232,10 +230,9 @@ TEST_CASE("hardening: a FIFO is refused up front, never opened") {
   const std::string dir = scratch("hard_fifo");
   const std::string f = dir + "/pipe.tinyloop";
   REQUIRE(mkfifo(f.c_str(), 0644) == 0);
-  // Opening a FIFO for reading blocks until a writer appears: these must return at once.
-  const auto t0 = std::chrono::steady_clock::now();
+  // Opening a FIFO for reading blocks until a writer appears: these must refuse it by its kind
+  // (the messages) without opening it; one that opened it would hang here, not pass.
   CHECK(error_of([&] { TinyloopReader r(f); }).find("is a FIFO") != std::string::npos);
   CHECK(!is_hdf5_file(f));
   CHECK(error_of([&] { h5::validate_hdf5_file(f); }).find("not a regular file") != std::string::npos);
-  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 2.0);
 }
