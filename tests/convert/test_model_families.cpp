@@ -117,6 +117,16 @@ std::string edited_copy(const std::string& fixture, const std::string& tag,
   return dir;
 }
 
+// A 1-D tensor of n zeros.
+tl::Tensor zeros(const std::string& name, tl::DType dtype, int64_t n) {
+  tl::Tensor t;
+  t.name = name;
+  t.dtype = dtype;
+  t.shape = {n};
+  t.data.assign(size_t(n) * tl::dtype_size(dtype), 0);
+  return t;
+}
+
 std::string load_error(const std::string& dir) {
   std::string model, import;
   try {
@@ -146,12 +156,7 @@ TEST_CASE("families: strict consumption: an extra tensor or an unknown math key 
   CHECK(msg.find("model.layers.1.self_attn.sinks: tensor not modelled by tinyloop-tools") != std::string::npos);
   // A bias the config does not enable (Llama with attention_bias false holding a q bias).
   dir = edited_copy("llama-rope-linear", "stray_bias", [](std::vector<tl::Tensor>& ts) {
-    tl::Tensor t;
-    t.name = "model.layers.0.self_attn.o_proj.bias";
-    t.dtype = tl::DType::F16;
-    t.shape = {64};
-    t.data.assign(128, 0);
-    ts.push_back(t);
+    ts.push_back(zeros("model.layers.0.self_attn.o_proj.bias", tl::DType::F16, 64));
   });
   msg = load_error(dir);
   CHECK(msg.find("pre.0.attn_out.bias: the config does not enable an output-projection bias") != std::string::npos);
@@ -170,12 +175,7 @@ TEST_CASE("families: strict consumption: an extra tensor or an unknown math key 
   CHECK(load_error(dir).find("final_logit_softcapping: config key not modelled") != std::string::npos);
   // A rotary cache is the one kind of tensor that is safe to ignore (recomputed from the config).
   dir = edited_copy("llama-head-dim", "inv_freq", [](std::vector<tl::Tensor>& ts) {
-    tl::Tensor t;
-    t.name = "model.layers.0.self_attn.rotary_emb.inv_freq";
-    t.dtype = tl::DType::F32;
-    t.shape = {16};
-    t.data.assign(64, 0);
-    ts.push_back(t);
+    ts.push_back(zeros("model.layers.0.self_attn.rotary_emb.inv_freq", tl::DType::F32, 16));
   });
   CHECK(load_error(dir).empty());
 }
