@@ -51,8 +51,12 @@ KernelStatus FaultyBackend::run(const half_bits* A, half_bits* C, int M, int N, 
   for (int m = p.r0; m <= p.r1; ++m)
     for (int n = p.n0; n <= p.n1; ++n) {
       half_bits& c = C[size_t(m) * N + n];
+      // One tile 3 % off: its largest element is then >= 8 fp16 steps (the tiers' bound) off at
+      // the ULP metric's scale max(|ref|, sigma) unless all 16 of a 1-row tile sit below ~0.13
+      // sigma. At 1 % that happened for some seeds (m = 1, k = 256, n = 384: 14766160877182242235)
+      // and the test failed on correct code.
       c = fault_ == KernelFault::kRemainderRow ? C[size_t(m - 1) * N + n]
-                                               : float_to_half(half_to_float(c) * 1.01f);
+                                               : float_to_half(half_to_float(c) * 1.03f);
     }
   return st;
 }

@@ -14,7 +14,7 @@ namespace tl::verify::testing {
 enum class KernelFault {
   kRemainderRow,  // the last row of a partial last slice (64 rows for Marlin, 4 for native)
                   // holds the row above it (a store one row off); no-op when M fills its slices
-  kOneOutputTile,  // one 16 x 16 output tile (the middle one) 1 % too large
+  kOneOutputTile,  // one 16 x 16 output tile (the middle one) 3 % too large
   kLastKTile,      // the kernel ignores the last 16 rows of K (A's last 16 columns read as 0)
 };
 const char* kernel_fault_name(KernelFault f);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <sstream>
@@ -20,8 +21,9 @@ inline std::string scratch_dir(const std::string& name) {
 }
 
 // A seed for tests that assert a property on fresh random data (print it with INFO: a failure
-// reproduces with that seed).
+// reproduces with that seed, given as TL_TEST_SEED).
 inline uint64_t fresh_seed() {
+  if (const char* env = std::getenv("TL_TEST_SEED")) return std::strtoull(env, nullptr, 0);
   std::random_device rd;
   return (uint64_t(rd()) << 32) ^ rd();
 }
