@@ -140,6 +140,20 @@ TEST_CASE("marlin delta: vector and scalar paths agree with zero + 8 * scale in 
   }
 }
 
+TEST_CASE("marlin delta: large scales, where 8 * scale overflows fp16 but delta does not") {
+  // scale 8192 (8 * scale = 65536 > fp16's 65504) with zero -60000: delta = 5536, exact in fp16;
+  // a packer that formed 8 * scale in fp16 first gets inf. Every position of the vector path
+  // (8 lanes) and the scalar tail.
+  const tl::half_bits s8192 = tl::float_to_half(8192.0f), z = tl::float_to_half(-60000.0f);
+  REQUIRE(tl::half_to_float(z) == -60000.0f);
+  for (int64_t count : {1, 3, 8, 11}) {
+    std::vector<tl::half_bits> s(static_cast<size_t>(count), s8192), zs(static_cast<size_t>(count), z),
+        d(static_cast<size_t>(count));
+    tl::marlin_delta(s.data(), zs.data(), count, d.data());
+    for (int64_t i = 0; i < count; ++i) CHECK(tl::half_to_float(d[size_t(i)]) == 5536.0f);
+  }
+}
+
 TEST_CASE("marlin section: pack -> decode recovers q and scale for gate-passing shapes") {
   std::mt19937 rng(kSeed + 3);
   tl::MarlinSection reused;  // marlin_pack_into must not depend on what the buffers held before
