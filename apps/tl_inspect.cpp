@@ -1,11 +1,10 @@
 // tl-inspect: list what a .tinyloop, safetensors (file, folder, index) or calibration file
 // holds, check it end to end, or extract one weight's arrays to safetensors for numpy/PyTorch.
-// The job lives in formats/inspect.cpp.
+// The job lives in libconvert/inspect_tool.cpp.
 #include <string>
 
 #include "apps/tool_main.h"
-#include "formats/inspect.h"
-#include "libconvert/checkpoint_import.h"
+#include "libconvert/inspect_tool.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Lists the tensors, quantized weights (group size, provenance), Marlin sections and "
@@ -16,9 +15,6 @@ int main(int argc, char** argv) {
                "marlin.B (I32 [K/16, 2N]), marlin.s, marlin.delta (F16 [G, N]). See docs/format.md."};
   tl::add_version_flag(app, "tl-inspect");
   tl::InspectOptions o;
-  // --extract accepts HF names through the mapping gptq-quantize imports with (one table for
-  // both tools; libformats cannot link libconvert, the binary can).
-  o.map_name = tl::hf_to_tinyloop_name;
   app.add_option("FILE", o.path, ".tinyloop, .safetensors, index .json, checkpoint folder or calibration .h5")
       ->required();
   auto* ex = app.add_option("--extract", o.extract,

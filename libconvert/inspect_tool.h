@@ -1,10 +1,11 @@
-// The library side of tl-inspect: what a .tinyloop, safetensors (file, folder or index) or
-// calibration file holds, as JSON or as a table, a full read-back check, and extraction of one
-// weight's arrays to a safetensors file (names and orientations documented in docs/format.md).
+// The tl-inspect job (its main is apps/tl_inspect.cpp): what a .tinyloop, safetensors (file,
+// folder or index) or calibration file holds, as JSON or as a table, a full read-back check, and
+// extraction of one weight's arrays to a safetensors file (names and orientations documented in
+// docs/format.md). It sits above formats/ (it reads every file kind) beside the other tools'
+// jobs, so it maps checkpoint names with checkpoint import's own rule (hf_to_tinyloop_name).
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -40,18 +41,12 @@ std::string format_inspect_table(const nlohmann::json& summary);
 constexpr uint64_t kCheckProgressMinBytes = uint64_t(64) << 20;
 int check_all_entries(const std::string& path, bool progress = false);
 
-// Maps a foreign tensor name (a Hugging Face one) to the name it is stored under; empty when
-// unknown; *part = 0/1/2 when the tensor is the q/k/v part of a fused weight, else -1. The
-// mapping belongs to checkpoint import (libconvert's hf_to_tinyloop_name), which libformats
-// does not link: tl-inspect's main passes it in.
-using NameMap = std::function<std::string(const std::string& name, int* part)>;
-
 // The entry --extract NAME means: NAME itself, else NAME + ".weight", else their mapping by
-// `map`. `note` (if given) says how a foreign name was resolved ("... is stored fused as
+// checkpoint import (hf_to_tinyloop_name: a Hugging Face name to the TinyLoop entry it is
+// stored under, q/k/v parts to the fused weight). `note` (if given) says how a foreign name was resolved ("... is stored fused as
 // pre.0.attn_qkv (q, k, v along N)"), empty when NAME is stored as is. An unknown NAME throws
 // tl::Error naming the closest stored name (edit distance).
-std::string resolve_entry_name(const std::string& path, const std::string& name, const NameMap& map,
-                               std::string* note = nullptr);
+std::string resolve_entry_name(const std::string& path, const std::string& name, std::string* note = nullptr);
 
 // Writes the arrays of entry `name` to a safetensors file at `out` (atomic). A .tinyloop dense
 // tensor or a safetensors tensor is written as stored under its own name; a quantized weight as
@@ -68,7 +63,6 @@ struct InspectOptions {
   bool json = false;    // JSON on stdout instead of the table
   bool check = false;   // also read every entry back (checksums, shapes, finite values)
   bool quiet = false;   // nothing on stdout (with --check: validate only); no notes on stderr
-  NameMap map_name;     // foreign names for --extract (may be empty)
 };
 // Runs one tl-inspect invocation; results on stdout, notes on stderr; throws tl::Error.
 int run_inspect(const InspectOptions& o);

@@ -1,4 +1,4 @@
-#include "formats/inspect.h"
+#include "libconvert/inspect_tool.h"
 
 #include <algorithm>
 #include <cctype>
@@ -16,6 +16,7 @@
 #include "formats/report_header.h"
 #include "formats/safetensors.h"
 #include "formats/tinyloop_schema.h"
+#include "libconvert/checkpoint_import.h"
 
 namespace tl {
 
@@ -519,7 +520,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-std::string resolve_entry_name(const std::string& path, const std::string& name, const NameMap& map,
+std::string resolve_entry_name(const std::string& path, const std::string& name,
                                std::string* note) {
   if (note) note->clear();
   const FileKind kind = detect_file_kind(path);
@@ -549,7 +550,7 @@ std::string resolve_entry_name(const std::string& path, const std::string& name,
       return t;
     }
     int part = -1;
-    const std::string m = map ? map(t, &part) : std::string();
+    const std::string m = hf_to_tinyloop_name(t, &part);
     if (m.empty()) continue;
     queries.push_back(m);
     if (!stored(m)) continue;
@@ -667,7 +668,7 @@ int run_inspect(const InspectOptions& o) {
     if (o.output.empty()) throw Error("--extract needs -o OUT.safetensors");
     check_no_aliases({{"FILE", o.path}}, {{"-o", o.output}});
     std::string note;
-    const std::string name = resolve_entry_name(o.path, o.extract, o.map_name, &note);
+    const std::string name = resolve_entry_name(o.path, o.extract, &note);
     nlohmann::json d = extract_entry(o.path, name, o.output);
     if (name != o.extract) d["requested"] = o.extract;
     if (!note.empty() && !o.quiet) notice(note);

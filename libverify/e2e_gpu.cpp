@@ -1,0 +1,160 @@
+// The e2e tier on the GPU model (libgpu/model_gpu.h): every path of every model batch by batch,
+// the per-layer attribution by swapping one fp16 weight at a time, and the CPU cross-check of
+// window 0. e2e_internal.h has the shared helpers.
+#include <cmath>
+#include <memory>
+
+#include "core/progress.h"
+#include "libconvert/model_forward.h"
+#include "libverify/e2e_internal.h"
+
+namespace tl::verify::e2e {
+
+// ---- GPU ----
+
+// Every batch of windows through the reference (when given) and then every path of every
+// model, all resident on the device, so that the reference logits of the batch are there for
+// each path's KLD, and the fp16 path's for the kernel comparison.
+void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt,
+               const ModelWeights* ref_w, E2eReference* ref, std::vector<Scored*>& models) {
+  std::unique_ptr<gpu::GpuModel> ref_gm;
+  if (ref_w) ref_gm = std::make_unique<gpu::GpuModel>(*ref_w, /*with_fp16=*/true, opt.kernel);
+  std::vector<std::unique_ptr<gpu::GpuModel>> gms;
+  for (Scored* m : models) {
+    gms.push_back(std::make_unique<gpu::GpuModel>(m->w, /*with_fp16=*/true, opt.kernel));
+    gpu::GpuModel& gm = *gms.back();
+    m->res.info = gm.info();
+    std::vector<gpu::GpuPath> paths = {gpu::GpuPath::kFp16};
+    if (gm.has_path(gpu::GpuPath::kNative)) paths.push_back(gpu::GpuPath::kNative);
+    if (gm.has_path(gpu::GpuPath::kMarlin)) paths.push_back(gpu::GpuPath::kMarlin);
+    m->acc.assign(paths.size(), PathAccum{});
+    m->res.rows.resize(paths.size());
+    for (size_t p = 0; p < paths.size(); ++p) {
+      m->res.rows[p].path = paths[p];
+      m->res.rows[p].device = "cuda";
+      size_trace(m->res.rows[p].trace, plan, ref_w != nullptr);
+    }
+  }
+  if (ref) size_trace(ref->trace, plan, false);
+
+  const int64_t ctx = plan.ctx, n_win = int64_t(plan.starts.size());
+  const int64_t batch = std::max<int64_t>(1, opt.batch);
+  gpu::GpuReference ref_logits;
+  std::vector<int32_t> chunk, targets, arg, ref_arg;
+  std::vector<float> lse, tgt, kld, kld_ref;
+  size_t forwards = ref ? 1 : 0;
+  for (Scored* m : models) forwards += m->res.rows.size();
+  Progress progress("tl-verify", size_t((n_win + batch - 1) / batch), double(n_win), opt.progress == nullptr,
+                    opt.progress);
+  for (int64_t w0 = 0; w0 < n_win; w0 += batch) {
+    const int64_t nb = std::min(batch, n_win - w0);
+    gather_batch(tokens, plan, w0, nb, &chunk, &targets);
+    if (ref_gm) {
+      const auto tp = Clock::now();
+      ref_gm->forward(chunk.data(), int(nb), int(ctx), gpu::GpuPath::kFp16);
+      ref_gm->save_reference(ref_logits);
+      ref_gm->row_stats(targets.data(), &lse, &arg, &tgt, nullptr);
+      record_batch(plan, w0, nb, lse, tgt, arg, nullptr, ref->trace);
+      ref->seconds += seconds_since(tp);
+    }
+    for (size_t mi = 0; mi < models.size(); ++mi) {
+      Scored& m = *models[mi];
+      gpu::GpuModel& gm = *gms[mi];
+      for (size_t p = 0; p < m.res.rows.size(); ++p) {
+        E2ePathRow& row = m.res.rows[p];
+        const auto tp = Clock::now();
+        reset_dispatch();
+        gm.forward(chunk.data(), int(nb), int(ctx), row.path);
+        add_dispatch(row);
+        const bool is_fp16 = row.path == gpu::GpuPath::kFp16;
+        if (is_fp16) gm.save_reference();
+        gm.row_stats(targets.data(), &lse, &arg, &tgt, is_fp16 ? nullptr : &kld, ref_gm ? &ref_logits : nullptr,
+                     ref_gm ? &kld_ref : nullptr);
+        if (is_fp16) ref_arg = arg;
+        record_batch(plan, w0, nb, lse, tgt, arg, ref_gm ? &kld_ref : nullptr, row.trace);
+        PathAccum& a = m.acc[p];
+        for (int64_t wi = 0; wi < nb; ++wi)
+          for (int64_t t = plan.first_target; t < ctx; ++t) {
+            const size_t r = size_t(wi * ctx + t - 1);
+            a.nll.add(double(lse[r]) - double(tgt[r]));
+            if (!is_fp16) {
+              a.kld.push_back(kld[r]);
+              a.top1_agree += arg[r] == ref_arg[r];
+              ++a.compared;
+            }
+          }
+        row.seconds += seconds_since(tp);
+      }
+    }
+    progress.finished("e2e windows " + std::to_string(w0 + nb) + "/" + std::to_string(n_win) + " (" +
+                          std::to_string(forwards) + " forwards per batch)", double(nb));
+  }
+  for (Scored* m : models) {
+    for (size_t p = 0; p < m->res.rows.size(); ++p)
+      m->res.rows[p].s = summarize_path(gpu::gpu_path_name(m->res.rows[p].path), m->acc[p],
+                                        p == 0 ? "" : gpu::gpu_path_name(gpu::GpuPath::kFp16));
+    m->res.first_dispatch_line = first_dispatch_line();
+  }
+}
+
+std::vector<LayerDrift> per_layer_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan,
+                                      const E2eOptions& opt, const ModelWeights& ref_w, const PathTrace& ref_trace,
+                                      const ModelWeights& q, int64_t n_windows) {
+  gpu::GpuModel ref_gm(ref_w, /*with_fp16=*/true, opt.kernel);
+  std::vector<std::string> names;
+  for (const std::string& n : q.linear_names())
+    if (q.find_linear(n)->quant) names.push_back(n);
+  const int64_t ctx = plan.ctx, batch = std::max<int64_t>(1, opt.batch);
+  std::vector<PathTrace> traces(names.size());
+  for (PathTrace& tr : traces) size_trace(tr, size_t(n_windows * plan.scored_per_window()), true);
+  Progress progress("tl-verify", names.size() * size_t((n_windows + batch - 1) / batch), 0, opt.progress == nullptr,
+                    opt.progress);
+  gpu::GpuReference ref_logits;
+  std::vector<int32_t> chunk, targets, arg;
+  std::vector<float> lse, tgt, kld;
+  for (int64_t w0 = 0; w0 < n_windows; w0 += batch) {
+    const int64_t nb = std::min(batch, n_windows - w0);
+    gather_batch(tokens, plan, w0, nb, &chunk, &targets);
+    ref_gm.forward(chunk.data(), int(nb), int(ctx), gpu::GpuPath::kFp16);
+    ref_gm.save_reference(ref_logits);
+    for (size_t i = 0; i < names.size(); ++i) {
+      const LinearWeight* lr = ref_w.find_linear(names[i]);
+      const LinearWeight* lq = q.find_linear(names[i]);
+      if (!lr || lr->K != lq->K || lr->N != lq->N)
+        throw Error("the reference has no weight of this name and shape", opt.reference, names[i]);
+      ref_gm.set_linear_fp16(names[i], lq->W);
+      ref_gm.forward(chunk.data(), int(nb), int(ctx), gpu::GpuPath::kFp16);
+      ref_gm.set_linear_fp16(names[i], lr->W);
+      ref_gm.row_stats(targets.data(), &lse, &arg, &tgt, nullptr, &ref_logits, &kld);
+      record_batch(plan, w0, nb, lse, tgt, arg, &kld, traces[i]);
+      progress.finished("per-layer " + names[i] + " (windows " + std::to_string(w0 + nb) + "/" +
+                        std::to_string(n_windows) + ")");
+    }
+  }
+  std::vector<LayerDrift> out;
+  for (size_t i = 0; i < names.size(); ++i) out.push_back(layer_drift(names[i], traces[i], ref_trace));
+  return out;
+}
+
+// GPU fp16 path vs the CPU forward on window 0 (fp32, W_hat): the GPU model runner's check.
+void cpu_check(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt, Scored& m) {
+  std::vector<int32_t> chunk;
+  gather_windows(tokens, plan, 0, 1, &chunk);
+  const ActMatrix cpu = forward_logits(m.w, chunk.data(), 1, plan.ctx);
+  gpu::GpuModel gm(m.w, /*with_fp16=*/true, opt.kernel);
+  gm.forward(chunk.data(), 1, int(plan.ctx), gpu::GpuPath::kFp16);
+  std::vector<float> gpu;
+  gm.logits_to_host(&gpu);
+  double num = 0, den = 0, mx = 0;
+  for (int64_t i = 0; i < cpu.size(); ++i) {
+    const double r = cpu.data()[i], d = double(gpu[size_t(i)]) - r;
+    num += d * d;
+    den += r * r;
+    mx = std::max(mx, std::abs(d));
+  }
+  m.res.cpu_checked = true;
+  m.res.cpu_max_abs = mx;
+  m.res.cpu_rel = den > 0 ? std::sqrt(num / den) : 0;
+}
+
+}  // namespace tl::verify::e2e
