@@ -1,0 +1,173 @@
+// The gptq-quantize job's admission: which weights, where GPTQ runs, the calibration input, the memory it
+// needs (all before anything large is read), and the copy of everything not quantized here (gptq_job.h).
+#include "libconvert/gptq_job.h"
+
+namespace tl::gptq_job {
+
+// --device: GPTQ on the GPU when asked (cuda: it must be usable) or when one is (auto).
+void Job::choose_device() {
+  if (!gptq) return;  // RTN is CPU work whatever --device says
+  const std::string why = opt.gpu ? opt.gpu->unavailable_reason() : "this build has no GPU support";
+  if (opt.device == "cuda" && !why.empty()) throw Error("--device cuda: " + why);
+  use_gpu = opt.device != "cpu" && why.empty();
+  if (use_gpu) device_note = "GPTQ on " + opt.gpu->name();
+  else if (opt.device == "auto") device_note = "--device auto: " + why + "; GPTQ runs on the CPU";
+}
+
+void Job::select_linears() {
+  for (const ImportEntry& e : in.entries())
+    if (e.kind == ImportEntry::Kind::kLinear) linears.push_back(&e);
+  if (linears.empty())
+    throw Error(opt.only.empty() ? "no linear weight to quantize" : "no linear weight matches --only " + opt.only,
+                opt.input);
+  for (const ImportEntry* e : linears) {
+    const int64_t gs = opt.group_size.effective(e->K(), e->name);  // no group larger than K
+    const MarlinGate gate = marlin_gate(e->K(), e->N(), gs);
+    if (!gate.ok) marlin_misfits.add(e->name, gate.reason);
+  }
+  reports.resize(linears.size());
+  for (size_t i = 0; i < linears.size(); ++i) {
+    selected.insert(linears[i]->name);
+    index_of[linears[i]->name] = i;
+  }
+  if (marlin_misfits.count() > 0 && opt.for_marlin)
+    throw Error("--for marlin: " + misfits_text() + "; use --group-size 128 or row, or leave those weights out with --only");
+}
+
+std::string Job::misfits_text() const {
+  return std::to_string(marlin_misfits.count()) + " of " + std::to_string(linears.size()) +
+         " weight(s) cannot run on the Marlin kernel (" + marlin_misfits.text() + "; first: " + marlin_misfits.first() +
+         ")";
+}
+
+// Said after a successful run, next to the summary: a run that stops on bad input (some of it,
+// a NaN weight say, is found only while reading) prints its one error line and nothing else.
+void Job::warn_misfits() const {
+  if (marlin_misfits.count() == 0) return;
+  std::fprintf(stderr, "%s: warning: %s: marlin-pack will leave them unpacked (--for marlin makes this an error)\n",
+               opt.tool, misfits_text().c_str());
+}
+
+// --calib: every selected weight's Hessian located (all missing ones listed in one error).
+void Job::open_calibration() {
+  hnames.assign(linears.size(), "");
+  if (opt.calib.empty()) return;
+  calib = std::make_unique<CalibReader>(opt.calib);
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < linears.size(); ++i) {
+    auto h = hessian_name(*calib, *linears[i]);
+    if (h) hnames[i] = *h;
+    else missing.push_back(linears[i]->name);
+  }
+  // Sizes from metadata, before any work: a wrong Hessian is bad input, not a failure halfway.
+  for (size_t i = 0; i < linears.size(); ++i)
+    if (!hnames[i].empty() && calib->dim(hnames[i]) != linears[i]->K())
+      throw hessian_size_error(i, calib->dim(hnames[i]));
+  if (!missing.empty() && gptq) {
+    std::string list;
+    for (size_t i = 0; i < missing.size(); ++i) list += (i ? ", " : "") + missing[i];
+    throw Error("no Hessian for " + std::to_string(missing.size()) + " selected weight(s): " + list +
+                    " (expected /hessian/<name> for each; calibrate them or narrow --only)", opt.calib);
+  }
+}
+
+Error Job::hessian_size_error(size_t i, int64_t K) const {
+  const ImportEntry& e = *linears[i];
+  return Error("Hessian " + hnames[i] + " is " + std::to_string(K) + "x" + std::to_string(K) + ", expected " +
+                   std::to_string(e.K()) + "x" + std::to_string(e.K()) + " (in_features of " + e.name + ")",
+               opt.calib, e.name);
+}
+
+// --calib-tokens: the tokens (checked against the vocabulary) and the window count.
+void Job::read_tokens() {
+  if (opt.calib_tokens.empty()) return;
+  if (!in.has_config()) throw Error("--calib-tokens needs the model's config (config.json or /config)", opt.input);
+  tokens = read_token_file(opt.calib_tokens, in.config().vocab);
+  if (int64_t(tokens.size()) < opt.calib_seq)
+    throw Error("calibration needs at least one window of " + std::to_string(opt.calib_seq) + " tokens, got " +
+                    std::to_string(tokens.size()), opt.calib_tokens);
+  calib_windows = std::min<int64_t>(opt.calib_samples > 0 ? opt.calib_samples : INT64_MAX,
+                                    int64_t(tokens.size()) / opt.calib_seq);
+}
+
+// Peak memory, before anything large is read (formats/memory_budget.h).
+void Job::admit() {
+  uint64_t per_weight = 0;
+  for (const ImportEntry* e : linears)
+    per_weight = std::max(per_weight, gptq_peak_bytes(e->K(), e->N()) + uint64_t(e->K()) * uint64_t(e->N()) * 4);
+  if (opt.calib_tokens.empty()) {
+    admit_memory(per_weight * uint64_t(workers()), opt.max_memory,
+                 "quantizing " + std::to_string(workers()) + " weight(s) at a time",
+                 "use --threads 1, or a machine with more memory");
+    return;
+  }
+  if (use_gpu) {
+    const SequentialMemory m = opt.gpu->plan(in.config(), calib_windows, opt.calib_seq, selected);
+    admit_memory(m.host_bytes, opt.max_memory, "calibrating on " + opt.gpu->name() + ", streaming block by block: " + m.formula,
+                 "use fewer --calib-samples or a shorter --calib-seq, or a machine with more memory");
+    if (m.activations_on_host)
+      device_note += "; the calibration activations do not fit the GPU beside a block (" + format_bytes(m.device_free) +
+                     " free) and stay in pinned host memory";
+    return;
+  }
+  uint64_t weights = 0;
+  for (const ImportEntry& e : in.entries())
+    weights += entry_elements(e) * (e.kind == ImportEntry::Kind::kQuantized ? 5 : 4);  // float32 (+ codes)
+  bool head = false;
+  for (const ImportEntry* e : linears) head = head || e->name == "head";
+  const uint64_t acts = calibration_peak_bytes(in.config(), calib_windows * opt.calib_seq, head);
+  admit_memory(weights + acts + per_weight * uint64_t(workers()), opt.max_memory,
+               "calibrating on the CPU (" + format_bytes(weights) + " of float32 weights, " + format_bytes(acts) +
+                   " of activations and Hessians for " + std::to_string(calib_windows) + " windows x " +
+                   std::to_string(opt.calib_seq) + " tokens)",
+               "use fewer --calib-samples or a shorter --calib-seq, or compute the Hessians elsewhere "
+               "(tools/hf_calibrate.py) and pass --calib");
+}
+
+// The config and every entry that is not quantized here (with --drop-unselected: the config
+// only, what a reader needs to open the file). A long copy (a 7B model's embeddings and
+// unselected linears) shows its progress: a live bar on a terminal, a line every 10 s.
+void Job::copy_dense(TinyloopWriter& out) {
+  if (const TinyloopReader* src = in.tinyloop()) out.copy_config_and_attributes(*src);
+  else if (in.has_config()) out.write_config(in.config());
+  if (opt.drop_unselected) return;
+  std::vector<const ImportEntry*> todo;
+  double bytes = 0;
+  for (const ImportEntry& e : in.entries()) {
+    if (e.kind == ImportEntry::Kind::kLinear) continue;
+    todo.push_back(&e);
+    bytes += double(entry_bytes(e));
+  }
+  if (todo.empty()) return;
+  Progress copy(opt.tool, todo.size(), bytes, opt.quiet);
+  const auto t0 = Clock::now();
+  auto last_note = t0;
+  for (const ImportEntry* e : todo) {
+    copy.started(e->name);
+    if (e->kind == ImportEntry::Kind::kQuantized) {
+      out.copy_entry(*in.tinyloop(), e->name);
+      ++n_copied;
+    } else {
+      out.write_dense(in.read_dense(*e));
+      ++n_dense;
+    }
+    copy.advance(double(entry_bytes(*e)));
+    if (since(last_note) >= 10) {
+      last_note = Clock::now();
+      copy.note("copying " + std::to_string(n_dense + n_copied) + " of " + std::to_string(todo.size()) +
+                " dense tensor(s), " + format_duration(since(t0)) + " elapsed" + copy.eta());
+    }
+  }
+  copy.end();
+  if (since(t0) >= 2)
+    copy.note(std::to_string(todo.size()) + " dense tensor(s) (" + format_bytes(uint64_t(bytes)) + ") copied in " +
+              format_duration(since(t0)));
+}
+
+uint64_t Job::entry_elements(const ImportEntry& e) {
+  uint64_t n = 1;
+  for (int64_t d : e.shape) n *= uint64_t(std::max<int64_t>(d, 0));
+  return n;
+}
+
+}  // namespace tl::gptq_job

@@ -1,0 +1,253 @@
+// The gptq-quantize job's weight loops: one weight at a time per worker (streamed), or GPTQ's sequential mode on
+// the CPU forward or on the GPU, each weight written in a fixed order (gptq_job.h).
+#include "libconvert/gptq_job.h"
+
+namespace tl::gptq_job {
+
+// The GPTQ options of one weight (both devices).
+GptqOptions Job::gptq_options(const std::string& name, int64_t K, Progress& progress) const {
+  GptqOptions g;
+  g.percdamp = opt.damp;
+  g.group_size = opt.group_size.effective(K, name);
+  g.block_size = opt.block_size;
+  g.act_order = opt.act_order;
+  g.static_groups = opt.act_order;  // contiguous groups (see gptq.h step 3)
+  g.zero_mode = opt.zero_mode;
+  g.threads = inner_threads();
+  g.want_rtn_loss = opt.rtn_compare;
+  g.name = name;
+  g.log = [&progress](const std::string& m) { progress.note(m); };
+  return g;
+}
+
+// Linear i's QuantWeight (codes, stored parameters, provenance) and report from its GPTQ result.
+QuantWeight Job::from_gptq(size_t i, GptqResult&& r, int64_t nsamples) {
+  const ImportEntry& e = *linears[i];
+  QuantWeight qw = start_weight(i, nsamples);
+  WeightReport& rep = reports[i];
+  if (!r.contiguous_groups()) throw Error("internal: non-contiguous groups", "", e.name);
+  qw.group_size = r.group_size;
+  qw.q = std::move(r.q);
+  qw.scale = std::move(r.scale16);
+  qw.zero = std::move(r.zero16);
+  rep.gptq_loss = r.loss;
+  rep.rtn_loss = r.rtn_loss;
+  rep.percdamp = r.percdamp;
+  rep.damp = r.damp;
+  rep.damp_retries = r.damp_retries;
+  rep.dead = int64_t(r.dead.size());
+  nlohmann::json prov = provenance();
+  prov["damp"] = r.percdamp;
+  prov["damp_abs"] = r.damp;
+  prov["damp_retries"] = r.damp_retries;
+  prov["block_size"] = opt.block_size;
+  prov["act_order"] = opt.act_order;
+  prov["static_groups"] = opt.act_order && r.G > 1;
+  prov["nsamples"] = nsamples;
+  prov["dead_inputs"] = rep.dead;
+  prov["gptq_loss"] = r.loss;
+  if (r.rtn_loss >= 0) prov["rtn_loss"] = r.rtn_loss;
+  if (use_gpu) prov["device"] = opt.gpu->name();  // a CPU run's provenance is as before
+  return finish_weight(i, std::move(qw), std::move(prov));
+}
+
+// Linear i's QuantWeight header and report, before the codes exist.
+QuantWeight Job::start_weight(size_t i, int64_t nsamples) {
+  const ImportEntry& e = *linears[i];
+  QuantWeight qw;
+  qw.name = e.name;
+  qw.bits = kQuantBits;
+  qw.K = e.K();
+  qw.N = e.N();
+  WeightReport& rep = reports[i];
+  rep.name = e.name;
+  rep.K = qw.K;
+  rep.N = qw.N;
+  rep.nsamples = nsamples;
+  return qw;
+}
+
+QuantWeight Job::finish_weight(size_t i, QuantWeight&& qw, nlohmann::json&& prov) {
+  qw.provenance = std::move(prov);
+  reports[i].group_size = qw.group_size;
+  qw.validate(opt.output);
+  return std::move(qw);
+}
+
+nlohmann::json Job::provenance() const {
+  return {{"method", opt.method},
+          {"group", opt.group_size.name()},
+          {"zero", zero_mode_name(opt.zero_mode)},
+          {"producer", std::string("gptq-quantize ") + TL_VERSION}};
+}
+
+// Quantizes linear i (W [K, N]; h empty for RTN without calibration); no I/O.
+QuantWeight Job::quantize_one(size_t i, const std::vector<float>& W, const Hessian& h, Progress& progress) {
+  const ImportEntry& e = *linears[i];
+  const int64_t K = e.K(), N = e.N();
+  if (gptq) {
+    const GptqOptions g = gptq_options(e.name, K, progress);
+    GptqResult r = use_gpu ? opt.gpu->gptq(W.data(), K, N, h.H.data(), g, &phases) : gptq_quantize(W.data(), K, N, h.H.data(), g);
+    return from_gptq(i, std::move(r), h.nsamples);
+  }
+  QuantWeight qw = start_weight(i, h.nsamples);
+  WeightReport& rep = reports[i];
+  nlohmann::json prov = provenance();
+  MinMaxResult r = rtn_quantize(W.data(), K, N, opt.group_size.effective(K, e.name), opt.zero_mode);
+  if (!h.H.empty()) {
+    std::vector<float> E(W.size());
+    for (size_t j = 0; j < E.size(); ++j) E[j] = r.w_hat[j] - W[j];
+    rep.rtn_loss = hessian_loss(h.H, E, K, N);
+    prov["rtn_loss"] = rep.rtn_loss;
+    prov["nsamples"] = h.nsamples;
+  }
+  qw.group_size = r.group_size;
+  qw.q = std::move(r.q);
+  qw.scale = std::move(r.scale16);
+  qw.zero = std::move(r.zero16);
+  return finish_weight(i, std::move(qw), std::move(prov));
+}
+
+void Job::log_done(size_t i, const QuantWeight& qw, double seconds, Progress& progress) {
+  const ImportEntry& e = *linears[i];
+  const int64_t K = e.K(), N = e.N();
+  WeightReport& rep = reports[i];
+  rep.seconds = seconds;
+  char line[512];
+  std::snprintf(line, sizeof line, "%s %lldx%lld gs=%s%s %.1fs", e.name.c_str(), (long long)K, (long long)N,
+                qw.group_size == K ? "row" : std::to_string(qw.group_size).c_str(),
+                loss_text(rep.gptq_loss, rep.rtn_loss).c_str(), rep.seconds);
+  progress.finished(line, gptq_flops(K, N));
+}
+
+// Weights one at a time per worker: read -> quantize -> write (in input order).
+void Job::quantize_streaming(TinyloopWriter& out, Progress& progress) {
+  phases.forward = phases.hessian = -1;  // no forward here
+  if (!use_gpu) phases.cholesky = -1;   // the CPU does not time the factor apart from the sweep
+  InOrder order;
+  parallel_for(int64_t(linears.size()), workers(), [&](int64_t ii) {
+    const size_t i = size_t(ii);
+    try {
+      const ImportEntry& e = *linears[i];
+      const auto t0 = Clock::now();
+      progress.started(e.name);
+      std::vector<float> W;
+      if (in.tinyloop()) {
+        std::lock_guard<std::mutex> lock(h5_mu);
+        W = in.read_linear(e);
+      } else {
+        W = in.read_linear(e);
+      }
+      Hessian h;
+      if (calib && !hnames[i].empty()) {
+        std::lock_guard<std::mutex> lock(h5_mu);
+        h = calib->read(hnames[i]);
+      }
+      if (calib && !hnames[i].empty() && h.K != e.K()) throw hessian_size_error(i, h.K);  // checked up front too
+      const auto tq = Clock::now();
+      add_phase(&GptqPhaseTimes::load, since(t0));
+      const QuantWeight qw = quantize_one(i, W, h, progress);
+      if (!use_gpu) add_phase(&GptqPhaseTimes::sweep, since(tq));  // the GPU reports its own phases
+      W = std::vector<float>();
+      order.run(i, [&] {
+        std::lock_guard<std::mutex> lock(h5_mu);
+        const auto tw = Clock::now();
+        out.write_quant(qw);
+        phases.write += since(tw);
+      });
+      log_done(i, qw, since(t0), progress);
+    } catch (const InOrder::Aborted&) {
+      return;  // the worker whose weight failed reports that error
+    } catch (...) {
+      order.abort();  // wake the workers waiting for their turn
+      throw;
+    }
+  });
+}
+
+// The calibration's stage lines and forward FLOPs into the progress (both devices).
+CalibrationEvents Job::calibration_events(Progress& progress) {
+  return {[&progress](const std::string& m) { progress.note(m); },
+          [&progress](double flops) { progress.add_work(flops, 0, kForwardWork); },
+          [&progress](double flops) { progress.advance(flops, kForwardWork); }};
+}
+
+// --calib-tokens: GPTQ's sequential mode on the CPU forward (token_calibration.h); each
+// block's weights are quantized as soon as its Hessians are complete, written at the end.
+void Job::quantize_sequential(TinyloopWriter& out, Progress& progress) {
+  progress.note("loading the model as float32 for the CPU forward ...");
+  const auto t_load = Clock::now();
+  ModelWeights mw = load_model_weights_any(opt.input, false);
+  phases.load = since(t_load);
+  progress.note("model loaded (" + format_duration(since(t_load)) + ")");
+  const auto t_calib = Clock::now();
+  double gptq_seconds = 0;
+  std::unique_ptr<CalibWriter> save;
+  if (!opt.save_calib.empty()) save = std::make_unique<CalibWriter>(opt.save_calib);
+  std::vector<std::optional<QuantWeight>> done(linears.size());
+  calibrate_sequential(
+      mw, tokens, opt.calib_seq, opt.calib_samples, selected,
+      [&](std::map<std::string, Hessian>& hessians, ModelWeights& w) {
+        std::vector<const Hessian*> hs;
+        for (const auto& kv : hessians) hs.push_back(&kv.second);
+        const auto tq = Clock::now();
+        parallel_for(int64_t(hs.size()), workers(), [&](int64_t t) {
+          const Hessian& h = *hs[size_t(t)];
+          const size_t i = index_of.at(h.name);
+          const auto t0 = Clock::now();
+          progress.started(h.name);
+          LinearWeight* l = w.find_linear(h.name);
+          QuantWeight qw = quantize_one(i, l->W, h, progress);
+          l->W = qw.dequantize();  // the next block is calibrated on W_hat's outputs
+          log_done(i, qw, since(t0), progress);
+          done[i] = std::move(qw);
+        });
+        gptq_seconds += since(tq);  // the block's GPTQ wall time, however many workers ran it
+        if (save)
+          for (const Hessian* h : hs) save->write(*h);
+      },
+      calibration_events(progress));
+  // The CPU path does not separate the Hessians from the forward, nor the factor from the sweep.
+  phases.forward = std::max(0.0, since(t_calib) - gptq_seconds);
+  phases.hessian = phases.cholesky = -1;
+  phases.sweep = gptq_seconds;
+  const auto t_write = Clock::now();
+  progress.note("writing " + std::to_string(linears.size()) + " quantized weight(s) ...");
+  for (size_t i = 0; i < linears.size(); ++i) {
+    if (!done[i]) throw Error("internal: weight was not calibrated", opt.calib_tokens, linears[i]->name);
+    out.write_quant(*done[i]);
+    done[i].reset();
+  }
+  phases.write = since(t_write);
+  progress.note("quantized weights written (" + format_duration(since(t_write)) + ")");
+  if (save) save->commit();
+}
+
+// --calib-tokens on the GPU: the model streamed block by block (libgpu/gptq_device.h); each
+// weight is written as soon as it exists, in the calibration's fixed order (the block
+// schedule, not the checkpoint's: a sharded HF file sorts layer 10 before layer 2).
+void Job::quantize_sequential_gpu(TinyloopWriter& out, Progress& progress) {
+  std::unique_ptr<CalibWriter> save;
+  if (!opt.save_calib.empty()) save = std::make_unique<CalibWriter>(opt.save_calib);
+  std::vector<bool> written(linears.size(), false);
+  SequentialCalls calls;
+  calls.options = [&](const std::string& name, int64_t K) { return gptq_options(name, K, progress); };
+  calls.started = [&](const std::string& name) { progress.started(name); };
+  calls.quantized = [&](const std::string& name, GptqResult&& r, int64_t nsamples, double seconds) {
+    const size_t i = index_of.at(name);
+    const QuantWeight qw = from_gptq(i, std::move(r), nsamples);
+    const auto tw = Clock::now();
+    out.write_quant(qw);
+    phases.write += since(tw);
+    written[i] = true;
+    log_done(i, qw, seconds, progress);
+  };
+  if (save) calls.hessian = [&](const Hessian& h) { save->write(h); };
+  calls.events = calibration_events(progress);
+  opt.gpu->calibrate(opt.input, tokens, opt.calib_seq, calib_windows, selected, calls, &phases);
+  for (size_t i = 0; i < linears.size(); ++i)
+    if (!written[i]) throw Error("internal: weight was not calibrated", opt.calib_tokens, linears[i]->name);
+  if (save) save->commit();
+}
+
+}  // namespace tl::gptq_job
