@@ -41,6 +41,13 @@ int marlin_hopper(const __half* A, const int32_t* B, const __half* s, const __ha
                   int K, int group_size, cudaStream_t stream, const KernelOptions& options);
 int marlin_hopper_plan(int M, int N, int K, const KernelOptions& options, GemmPlan* plan);
 
+// The tiled kernel (marlin_gemm.cu), same operands as marlin_gemm (validated by it), any M in
+// slices of 64 rows; and its plan for marlin_plan.
+int marlin_tiled(const __half* A, const int32_t* B, const __half* s, const __half* delta, __half* C,
+                 int* workspace, int M, int N, int K, int group_size, cudaStream_t stream,
+                 const KernelOptions& options);
+int marlin_tiled_plan(int M, int N, int K, const KernelOptions& options, GemmPlan* plan);
+
 // The kernel marlin_gemm runs for M on the current device (before its decode kernel's rare
 // no-config fallback to the tiled one), the one rule marlin_gemm, marlin_plan and the counters
 // share: the decode kernel at M <= 16 (options.decode_kernel); the Hopper kernel at M > 16 with
