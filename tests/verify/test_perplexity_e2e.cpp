@@ -4,8 +4,10 @@
 // docs/drift-report.schema.json) rendered from a result with known numbers.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 
 #include "core/error.h"
@@ -345,4 +347,59 @@ TEST_CASE("e2e tier: drift report renders the known numbers") {
   const std::string dir = scratch("report");
   tl::AtomicOutput(dir + "/drift.json", tl::OutputSink::kStream).write_text([&](std::ostream& f) { write_drift_json(r, f); });
   CHECK(nlohmann::json::parse(std::ifstream(dir + "/drift.json"))["tier"] == "e2e");
+}
+
+TEST_CASE("e2e on the CPU: KLD and top-1 against the reference are KL(ref || model), as computed from the two models' logits") {
+  // An independent computation (double log-softmax of the CPU forward's logits of both models)
+  // of what the tier reports, so a KLD taken the wrong way round (KL(model || ref)) or a top-1
+  // compared against the wrong path fails here, not only against itself.
+  const CpuCase c = cpu_case("cpu_kld");
+  E2eOptions o = cpu_options(c);
+  o.reference = c.ref;
+  const E2eResult r = run_e2e_tier(o);
+  REQUIRE(r.status == Status::kPassed);
+  const E2ePathRow& row = r.main.rows[0];
+  const tl::ModelWeights fw = tl::load_model_weights(c.file), rw = tl::load_model_weights(c.ref);
+  const std::vector<int32_t> tok = tl::read_token_file(c.tokens);
+  const int64_t ctx = 64, V = fw.config.vocab, first = ctx / 2;  // second-half scoring
+  auto log_softmax = [V](const float* x, std::vector<double>& out) {
+    double mx = x[0];
+    for (int64_t v = 1; v < V; ++v) mx = std::max(mx, double(x[v]));
+    double se = 0;
+    for (int64_t v = 0; v < V; ++v) se += std::exp(double(x[v]) - mx);
+    out.resize(size_t(V));
+    for (int64_t v = 0; v < V; ++v) out[size_t(v)] = double(x[v]) - mx - std::log(se);
+  };
+  double kl = 0, kl_reversed = 0;
+  int64_t n = 0, agree = 0;
+  std::vector<double> lf, lr;
+  for (int64_t w = 0; w + 1 <= int64_t(tok.size()) / ctx; ++w) {
+    const tl::ActMatrix f = tl::forward_logits(fw, tok.data() + w * ctx, 1, ctx);
+    const tl::ActMatrix g = tl::forward_logits(rw, tok.data() + w * ctx, 1, ctx);
+    for (int64_t t = first; t < ctx; ++t) {
+      log_softmax(f.data() + (t - 1) * V, lf);
+      log_softmax(g.data() + (t - 1) * V, lr);
+      int64_t af = 0, ar = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        kl += std::exp(lr[size_t(v)]) * (lr[size_t(v)] - lf[size_t(v)]);
+        kl_reversed += std::exp(lf[size_t(v)]) * (lf[size_t(v)] - lr[size_t(v)]);
+        if (lf[size_t(v)] > lf[size_t(af)]) af = v;
+        if (lr[size_t(v)] > lr[size_t(ar)]) ar = v;
+      }
+      agree += af == ar;
+      ++n;
+    }
+  }
+  REQUIRE(n == row.vs_ref.n);
+  kl /= double(n);
+  kl_reversed /= double(n);
+  MESSAGE(std::setprecision(9) << "KL(ref || model) " << kl << ", reversed " << kl_reversed << ", reported "
+                                << row.vs_ref.kld.mean);
+  // The tier sums per-token KLDs of float logits (~1e-6 relative each): 2e-5 relative is ample.
+  // The two directions differ only at third order in the perturbation (here by ~1.2e-3
+  // relative); the second assertion keeps this case able to tell them apart, 10x the tolerance.
+  constexpr double kTol = 2e-5;
+  CHECK(std::fabs(row.vs_ref.kld.mean / kl - 1) <= kTol);  // relative (doctest's Approx adds 1 to the scale)
+  CHECK(std::fabs(kl_reversed - kl) > 10 * kTol * kl);
+  CHECK(row.vs_ref.top1 == doctest::Approx(double(agree) / double(n)).epsilon(1e-12));
 }
