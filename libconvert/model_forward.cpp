@@ -87,14 +87,16 @@ void attention(const ModelConfig& c, const BlockWeights& b, ActMatrix& qkv, int6
   }
 }
 
-}  // namespace
-
+// The angle table HF Llama computes in float32: inv_freq[i] = 1 / theta^(2i/dh).
 float rope_inv_freq(int64_t i, int64_t dh, double theta) {
   // As HF: exponent (2i)/dh in float32, pow in float32, reciprocal in float32.
   const float e = float(2 * i) / float(dh);
   const float p = float(std::pow(double(float(theta)), double(e)));
   return 1.0f / p;
 }
+
+}  // namespace
+
 
 std::vector<float> rope_inv_freqs(const ModelConfig& c) {
   const int64_t half = c.d_head / 2;

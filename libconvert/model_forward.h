@@ -75,10 +75,8 @@ void rms_norm_rows(const ActMatrix& x, const std::vector<float>& gain, double ep
 // cos / sin of pos * inv_freq[i] for pos < T, i < dh/2: [T, dh/2] each (the GPU uses these too).
 void rope_tables(int64_t T, const std::vector<float>& inv_freq, std::vector<float>* cos_tab,
                  std::vector<float>* sin_tab);
-// The angle table HF Llama computes in float32: inv_freq[i] = 1 / theta^(2i/dh).
-float rope_inv_freq(int64_t i, int64_t dh, double theta);
 // inv_freq[i], i < d_head / 2, for the config's rope_type, as transformers computes it in
-// float32 (default: rope_inv_freq; linear: / factor; llama3: the Llama 3.1 blend).
+// float32 (default: 1 / theta^(2i/dh); linear: / factor; llama3: the Llama 3.1 blend).
 std::vector<float> rope_inv_freqs(const ModelConfig& c);
 
 }  // namespace tl
