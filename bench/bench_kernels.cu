@@ -377,7 +377,7 @@ int run_bench(int argc, char** argv) {
       // The Hopper kernel's schedule in a plan ("" where another path runs): tile rows, then
       // split k (cluster of n), stream-K or whole tiles, then the CTAs.
       auto schedule_of = [](const tl::cuda::GemmPlan& plan) {
-        if (std::string(plan.kernel) != "hopper") return std::string();
+        if (plan.kernel != "hopper") return std::string();
         char b[64];
         if (plan.stream_k)
           std::snprintf(b, sizeof b, "%d rows, stream-K in row groups of %d, %d CTAs", plan.rows_per_block,
@@ -390,7 +390,7 @@ int run_bench(int argc, char** argv) {
       };
       auto pair = [&](int M) {
         int rc = tl::cuda::a_group_sum(A, a_sum, M, L.K, gsz, stream);
-        return rc ? rc : tl::cuda::correction_accum(C, a_sum, delta, M, L.N, G, stream);
+        return rc ? rc : tl::cuda::correction_accum(C, a_sum, delta, M, L.N, L.K, gsz, stream);
       };
       auto native = [&](int M) {
         return tl::cuda::int4_gemm(A, q_tl, scale, zero, C, M, L.N, L.K, gsz, stream);
@@ -446,7 +446,7 @@ int run_bench(int argc, char** argv) {
         };
         const tl::cuda::GemmPlan default_plan = plan_of(M, {}), hop_plan = plan_of(M, hop_opt),
                                  rt_plan = plan_of(M, rt_opt);
-        const bool hop = M > 16 && std::string(hop_plan.kernel) == "hopper";
+        const bool hop = M > 16 && hop_plan.kernel == "hopper";
         time(&t_cublas, [&] { return cublas(M, w_hat, C_ref); });
         time(&t_marlin, [&] { return marlin(M); });
         time(&t_asym, [&] { return asym(M); });
@@ -468,12 +468,12 @@ int run_bench(int argc, char** argv) {
                              t_cublas / us, path.empty() ? std::string(kernel) : path, sched});
         };
         add("cublas_fp16", t_cublas, 2.0 * kn);
-        add("marlin", t_marlin, int4_bytes, default_plan.kernel);
-        add("marlin_asym", t_asym, int4_bytes + 2.0 * gn, default_plan.kernel);
+        add("marlin", t_marlin, int4_bytes, std::string(default_plan.kernel));
+        add("marlin_asym", t_asym, int4_bytes + 2.0 * gn, std::string(default_plan.kernel));
         add("marlin_asym_dequant", t_dq, int4_bytes + 2.0 * gn, "dequant");
         add("marlin_hopper", t_hop, int4_bytes, "hopper", schedule_of(hop_plan));
         add("marlin_asym_hopper", t_asym_hop, int4_bytes + 2.0 * gn, "hopper", schedule_of(hop_plan));
-        add("marlin_asym_runtime", t_rt, int4_bytes + 2.0 * gn, rt_plan.kernel, schedule_of(rt_plan));
+        add("marlin_asym_runtime", t_rt, int4_bytes + 2.0 * gn, std::string(rt_plan.kernel), schedule_of(rt_plan));
         add("correction_pair", t_pair, 2.0 * gn);
         add("int4_gemm", t_native, double(kn) / 2 + 4.0 * gn);
         char kxn[24];

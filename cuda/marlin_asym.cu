@@ -7,7 +7,7 @@
 // of it. Instead the kernel takes delta as an extra operand and folds it into the dequantized
 // fragments, (q - 8) * s + delta with one fp16 fma, which is the same function
 // A * (W_marlin + delta) = C_marlin + A_group_sum * delta in one launch, no scratch, and C
-// written exactly once (so it needs no zeroing). The unfused pair stays in the API (correction.cu)
+// written exactly once (so it needs no zeroing). The unfused pair stays in the API (marlin_correction.cu)
 // and the tests check that both give A * W_hat.
 #include "cuda/marlin_gemm.h"
 #include "cuda/tl_kernels.h"

@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include "core/gemm_plan.h"
 #include "core/kernel_options.h"
 #include "core/marlin_crossovers.h"
 
@@ -45,7 +46,8 @@ bool hopper_kernel_available(int device);
 
 // Native path on TinyLoop's own layout: W_hat[k, n] = q[k, n] * scale[g, n] + zero[g, n],
 // q packed two per byte [K, ceil(N/2)] (low nibble = even n), scale/zero fp16 [G, N],
-// g = k / group_size. fp32 accumulation. Any M, N, K >= 1 (K % group_size == 0). Small M splits
+// g = k / group_size. fp32 accumulation. Any M, N, K >= 1 and 0 < group_size <= K (G = ceil(K /
+// group_size): a last group of K % group_size rows where it does not divide). Small M splits
 // K over blocks with fp32 partials in the per-(device, stream) scratch (see marlin_int4_tc_gemm).
 int int4_gemm(const __half* A, const uint8_t* q, const __half* scale, const __half* zero,
               __half* C, int M, int N, int K, int group_size, cudaStream_t stream);
@@ -67,40 +69,16 @@ int marlin_int4_tc_gemm(const __half* A, const int32_t* B, __half* C, const __ha
                         const KernelOptions& options = {});
 size_t marlin_workspace_ints(int N);
 
-// How a launcher shares a problem out on the GPU at hand: what a verifier needs to pick cases
-// that reach every code path (libverify/tier_shapes.cpp) and what a report shows. The
-// launchers make the same choices (they call the same planning code).
-struct GemmPlan {
-  const char* kernel = "";      // "decode" (M <= 16), "tiled" (Marlin, slices of 64 rows), "dequant"
-                                // (fp16 tiles + cuBLAS, slices = column chunks), "hopper" (wgmma,
-                                // M > 16 on sm_90), "native"
-  int blocks = 0;               // grid of the (first) launch
-  int warps_per_block = 0;
-  int units_per_warp = 0;       // decode: 128 x 128 units in one warp's stripe
-  int cluster = 0;              // decode: blocks per cluster (0: blocks combine through slots);
-                                // hopper: CTAs splitting one tile's k over a cluster (0: none)
-  int slices = 0;               // tiled: launches of up to 64 rows
-  int last_slice_rows = 0;      // tiled: rows of the last slice (1..64); hopper: of the last tile row
-  int tiles_per_block = 0;      // tiled: output tiles one block's stripe walks, first slice;
-                                // hopper: most tiles one persistent CTA walks
-  int last_tiles_per_block = 0; // tiled: the same for the last slice
-  int last_blocks_per_sm = 0;   // tiled: blocks per SM of the last slice (2: the 16-row mode)
-  int k_splits = 0;             // native: split-K factor (fp32 partials when > 1); hopper: CTAs per tile
-  int rows_per_block = 0;       // native: M rows per block (1, 2 or 4); hopper: tokens per tile (32, 64, 128)
-  bool ragged_n = false;        // native: N % 8 != 0 (byte loads); hopper: N % 256 != 0 (a half tile)
-  bool stream_k = false;        // hopper: CTAs share the tiles' stages evenly, tiles cut between
-                                // them summed from fp32 partials (k_splits is 1)
-  int stream_k_group = 0;       // hopper stream-K: CTAs per row group (one per row tile, sharing
-                                // the column tiles' stages; 1: the tiles' stages end to end)
-};
+// GemmPlan (core/gemm_plan.h): how a launcher shares a problem out on the GPU at hand.
 // rc as the launcher's (kShapeUnsupported, kNoConfig, kCudaError) when it would not run.
 int marlin_plan(int M, int N, int K, int group_size, bool asym, const KernelOptions& options, GemmPlan* plan);
 int int4_gemm_plan(int M, int N, int K, int group_size, GemmPlan* plan);
 
 // Correction pair: a_sum[m, g] = sum_{k in g} A[m, k] (fp32), and
-// C[m, n] += sum_g a_sum[m, g] * delta[g, n] (fp32 math, one rounding to fp16).
+// C[m, n] += sum_g a_sum[m, g] * delta[g, n] (fp32 math, one rounding to fp16); G = K /
+// group_size, the effective group size like every launcher's (K % group_size == 0).
 int a_group_sum(const __half* A, float* a_sum, int M, int K, int group_size, cudaStream_t stream);
-int correction_accum(__half* C, const float* a_sum, const __half* delta, int M, int N, int G,
+int correction_accum(__half* C, const float* a_sum, const __half* delta, int M, int N, int K, int group_size,
                      cudaStream_t stream);
 
 // C = A * W_hat for asymmetric weights through the Marlin kernel: W_hat = W_marlin + delta

@@ -68,7 +68,8 @@ class CudaBackend final : public KernelBackend {
       finish("a_group_sum", tl::cuda::a_group_sum(half(dA), dsum.get(), M, K, group_size, stream_),
              M, 0, K, group_size);
       finish("correction_accum",
-             tl::cuda::correction_accum(half(dC), dsum.get(), half(dd), M, N, G, stream_), M, N, 0, G);
+             tl::cuda::correction_accum(half(dC), dsum.get(), half(dd), M, N, K, group_size, stream_),
+             M, N, K, group_size);
       dsum.download(a_sum);
       dC.download(C);
     });
@@ -109,33 +110,18 @@ class CudaBackend final : public KernelBackend {
     });
   }
 
-  KernelPlan plan(PlanKernel kernel, int M, int N, int K, int group_size) override {
+  GemmPlan plan(PlanKernel kernel, int M, int N, int K, int group_size) override {
     TL_CUDA_THROW(cudaSetDevice(device_));
-    tl::cuda::GemmPlan p;
+    GemmPlan p;
     const int rc = kernel == PlanKernel::kNative
                        ? tl::cuda::int4_gemm_plan(M, N, K, group_size, &p)
                        : tl::cuda::marlin_plan(M, N, K, group_size, kernel == PlanKernel::kMarlinAsymmetric,
                                                options_, &p);
-    KernelPlan k;
     if (rc != tl::cuda::kOk) {
       cudaGetLastError();
-      return k;
+      return {};
     }
-    k.kernel = p.kernel;
-    k.blocks = p.blocks;
-    k.warps_per_block = p.warps_per_block;
-    k.units_per_warp = p.units_per_warp;
-    k.cluster = p.cluster;
-    k.slices = p.slices;
-    k.last_slice_rows = p.last_slice_rows;
-    k.tiles_per_block = p.tiles_per_block;
-    k.last_tiles_per_block = p.last_tiles_per_block;
-    k.last_blocks_per_sm = p.last_blocks_per_sm;
-    k.k_splits = p.k_splits;
-    k.stream_k = p.stream_k;
-    k.rows_per_block = p.rows_per_block;
-    k.ragged_n = p.ragged_n;
-    return k;
+    return p;
   }
 
   int prefill_floor_min_m() const override { return floor_min_m_; }

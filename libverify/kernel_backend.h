@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "core/gemm_plan.h"
 #include "core/half.h"
 #include "core/kernel_options.h"
 
@@ -19,19 +20,10 @@ struct KernelStatus {
   static KernelStatus failure(std::string m) { return {false, std::move(m)}; }
 };
 
-// How the backend's launcher shares a problem out (cuda/tl_kernels.h GemmPlan, copied so that
-// this header needs no CUDA): the tiers pick their shapes from it (tier_shapes.h).
-struct KernelPlan {
-  std::string kernel;             // "decode", "tiled", "dequant", "hopper", "native"; empty: the launcher declines
-  int blocks = 0, warps_per_block = 0;
-  int units_per_warp = 0, cluster = 0;                              // decode
-  int slices = 0, last_slice_rows = 0, tiles_per_block = 0;         // tiled (dequant: column chunks; hopper:
-                                                                    // last tile row, tiles per CTA)
-  int last_tiles_per_block = 0, last_blocks_per_sm = 0;             // tiled
-  int k_splits = 0, rows_per_block = 0;                             // native; hopper: split, tile rows
-  bool ragged_n = false;                                            // native; hopper: N % 256 != 0
-  bool stream_k = false;                                            // hopper: tiles cut between CTAs
-};
+// How the backend's launcher shares a problem out: core/gemm_plan.h (kernel empty: the
+// launcher declines); the tiers pick their shapes from it (tier_shapes.h).
+using cuda::GemmPlan;
+
 
 enum class PlanKernel { kMarlinSymmetric, kMarlinAsymmetric, kNative };
 
@@ -60,7 +52,7 @@ class KernelBackend {
                                    int group_size) = 0;
   // The plan the launcher would use for this problem on this device (kernel empty when it
   // declines the shape).
-  virtual KernelPlan plan(PlanKernel kernel, int M, int N, int K, int group_size) = 0;
+  virtual GemmPlan plan(PlanKernel kernel, int M, int N, int K, int group_size) = 0;
 
   // The runtime's prefill floor (cuda/marlin_dequant.cu: the weight dequantized into fp16 tiles
   // and cuBLAS): the M from which the runtime's options send Marlin calls to it, 0 when this

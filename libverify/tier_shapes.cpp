@@ -10,76 +10,79 @@ namespace {
 
 struct Requirement {
   const char* name;
-  std::function<bool(const KernelPlan&, int64_t M, int64_t K, int64_t N, int64_t gs)> met;
+  std::function<bool(const GemmPlan&, int64_t M, int64_t K, int64_t N, int64_t gs)> met;
 };
 
 bool in(int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; }
 
-// What each kernel path is, in the launchers' own terms (cuda/tl_kernels.h GemmPlan).
+// What each kernel path is, in the launchers' own terms (core/gemm_plan.h).
 const std::vector<Requirement>& marlin_requirements() {
   static const std::vector<Requirement> r = {
-      {"decode M 1..8", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "decode" && M <= 8; }},
-      {"decode M 9..16", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "decode" && M > 8; }},
-      {"decode one unit per warp", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "decode" && p.units_per_warp == 1; }},
+      {"decode M 1..8", [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "decode" && M <= 8; }},
+      {"decode M 9..16", [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "decode" && M > 8; }},
+      {"decode one unit per warp", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "decode" && p.units_per_warp == 1; }},
       {"decode several units per warp (ring refills, scales a unit ahead)",
-       [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "decode" && p.units_per_warp >= 2 && M <= 8; }},
+       [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "decode" && p.units_per_warp >= 2 && M <= 8; }},
       {"decode 9..16 rows, several units per warp",
-       [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "decode" && p.units_per_warp >= 2 && M > 8; }},
-      {"decode cluster combine (sm_90)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "decode" && p.cluster > 0; }},
-      {"decode flat combine (slots)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "decode" && p.cluster == 0 && p.blocks > 1; }},
-      {"decode per-column scales (G = 1)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "decode" && gs == K; }},
-      {"decode most groups (G >= 64)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "decode" && gs != K && K / gs >= 64; }},
-      {"tiled M 17..63", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && in(M, 17, 63); }},
-      {"tiled M 64..255", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && in(M, 64, 255); }},
-      {"tiled M 256..4095", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && in(M, 256, 4095); }},
-      {"tiled M >= 4096", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && M >= 4096; }},
+       [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "decode" && p.units_per_warp >= 2 && M > 8; }},
+      {"decode cluster combine (sm_90)", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "decode" && p.cluster > 0; }},
+      {"decode flat combine (slots)", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "decode" && p.cluster == 0 && p.blocks > 1; }},
+      {"decode per-column scales (G = 1)", [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "decode" && gs == K; }},
+      {"decode most groups (G >= 64)", [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "decode" && gs != K && K / gs >= 64; }},
+      {"tiled M 17..63", [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && in(M, 17, 63); }},
+      {"tiled M 64..255", [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && in(M, 64, 255); }},
+      {"tiled M 256..4095", [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && in(M, 256, 4095); }},
+      {"tiled M >= 4096", [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && M >= 4096; }},
       {"tiled remainder slice of <= 16 rows",
-       [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && p.slices >= 2 && p.last_slice_rows <= 16; }},
-      {"tiled several tiles per block", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && p.tiles_per_block >= 2; }},
+       [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && p.slices >= 2 && p.last_slice_rows <= 16; }},
+      {"tiled several tiles per block", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && p.tiles_per_block >= 2; }},
       {"tiled two blocks per SM (16-row slice of a large layer)",
-       [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && p.last_blocks_per_sm == 2; }},
-      {"tiled per-column scales (G = 1)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "tiled" && gs == K; }},
-      {"tiled most groups (G >= 64)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "tiled" && gs != K && K / gs >= 64; }},
+       [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "tiled" && p.last_blocks_per_sm == 2; }},
+      {"tiled per-column scales (G = 1)", [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "tiled" && gs == K; }},
+      {"tiled most groups (G >= 64)", [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "tiled" && gs != K && K / gs >= 64; }},
       // The runtime's prefill floor (KernelBackend::prefill_floor_min_m): what serves M >= 256.
-      {"dequant floor + cuBLAS (the runtime's M >= crossover)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "dequant"; }},
-      {"dequant floor, several column chunks", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "dequant" && p.slices >= 2; }},
-      {"dequant floor per-column scales (G = 1)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "dequant" && gs == K; }},
+      {"dequant floor + cuBLAS (the runtime's M >= crossover)", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "dequant"; }},
+      {"dequant floor, several column chunks", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "dequant" && p.slices >= 2; }},
+      {"dequant floor grouped scales (G >= 2)", [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "dequant" && gs != K; }},
+      {"dequant floor per-column scales (G = 1)", [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "dequant" && gs == K; }},
       // The Hopper kernel (sm_90; KernelBackend::hopper_kernel): what the runtime runs at M > 16 there.
-      {"hopper 32-token tiles (M 17..32)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.rows_per_block == 32; }},
-      {"hopper 64-token tiles (M 33..64)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.rows_per_block == 64; }},
-      {"hopper 128-token tiles, two consumers", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.rows_per_block == 128; }},
-      {"hopper M >= 1024", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && M >= 1024; }},
-      {"hopper last tile row cut by M", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.last_slice_rows < p.rows_per_block; }},
-      {"hopper k split over a cluster", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.k_splits > 1; }},
-      {"hopper persistent, several tiles per CTA", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.k_splits == 1 && !p.stream_k && p.tiles_per_block >= 2; }},
-      {"hopper stream-K (tiles cut between CTAs)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.stream_k; }},
-      {"hopper half tile (N % 256 == 128)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.ragged_n; }},
-      {"hopper per-column scales (G = 1)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "hopper" && gs == K; }},
-      {"hopper most groups (G >= 64)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "hopper" && gs != K && K / gs >= 64; }},
+      {"hopper 32-token tiles (M 17..32)", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.rows_per_block == 32; }},
+      {"hopper 64-token tiles (M 33..64)", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.rows_per_block == 64; }},
+      {"hopper 128-token tiles, two consumers", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.rows_per_block == 128; }},
+      {"hopper M >= 1024", [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && M >= 1024; }},
+      {"hopper last tile row cut by M", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.last_slice_rows < p.rows_per_block; }},
+      {"hopper k split over a cluster", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.k_splits > 1; }},
+      {"hopper persistent, several tiles per CTA", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.k_splits == 1 && !p.stream_k && p.tiles_per_block >= 2; }},
+      {"hopper stream-K (tiles cut between CTAs)", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.stream_k; }},
+      {"hopper half tile (N % 256 == 128)", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "hopper" && p.ragged_n; }},
+      {"hopper per-column scales (G = 1)", [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "hopper" && gs == K; }},
+      {"hopper most groups (G >= 64)", [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "hopper" && gs != K && K / gs >= 64; }},
   };
   return r;
 }
 
 const std::vector<Requirement>& native_requirements() {
   static const std::vector<Requirement> r = {
-      {"native 1 row per block (M = 1)", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && M == 1; }},
-      {"native 2 rows per block (M = 2)", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && M == 2; }},
-      {"native M = 3 on 4-row blocks", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && M == 3; }},
-      {"native M 4..16", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && in(M, 4, 16); }},
-      {"native M 17..63", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && in(M, 17, 63); }},
-      {"native M 64..4096", [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && M >= 64; }},
-      {"native split-K (fp32 partials)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "native" && p.k_splits > 1; }},
-      {"native no split", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "native" && p.k_splits == 1; }},
-      {"native ragged N (byte loads)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "native" && p.ragged_n; }},
+      {"native 1 row per block (M = 1)", [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && M == 1; }},
+      {"native 2 rows per block (M = 2)", [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && M == 2; }},
+      {"native M = 3 on 4-row blocks", [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && M == 3; }},
+      {"native M 4..16", [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && in(M, 4, 16); }},
+      {"native M 17..63", [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && in(M, 17, 63); }},
+      {"native M 64..4096", [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && M >= 64; }},
+      {"native split-K (fp32 partials)", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "native" && p.k_splits > 1; }},
+      {"native no split", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "native" && p.k_splits == 1; }},
+      {"native ragged N (byte loads)", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "native" && p.ragged_n; }},
       {"native split boundary inside a group",
-       [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) {
+       [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) {
          return p.kernel == "native" && p.k_splits > 1 && ((K + p.k_splits - 1) / p.k_splits) % gs != 0;
        }},
       {"native partial last row block (M % 4 != 0, M > 4)",
-       [](const KernelPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && M > 4 && M % 4 != 0; }},
-      {"native smallest group (32)", [](const KernelPlan& p, int64_t, int64_t, int64_t, int64_t gs) { return p.kernel == "native" && gs == 32; }},
-      {"native per-row (G = 1)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "native" && gs == K; }},
-      {"native most groups (G >= 64)", [](const KernelPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "native" && gs != K && K / gs >= 64; }},
+       [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "native" && M > 4 && M % 4 != 0; }},
+      {"native ragged last group (K % group size != 0)",
+       [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "native" && K % gs != 0; }},
+      {"native smallest group (32)", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t gs) { return p.kernel == "native" && gs == 32; }},
+      {"native per-row (G = 1)", [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "native" && gs == K; }},
+      {"native most groups (G >= 64)", [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "native" && gs != K && K / gs >= 64; }},
   };
   return r;
 }
@@ -87,13 +90,13 @@ const std::vector<Requirement>& native_requirements() {
 // The correction pair has no plan to ask for: its requirements are on the shape alone.
 const std::vector<Requirement>& correction_requirements() {
   static const std::vector<Requirement> r = {
-      {"correction M 1..16", [](const KernelPlan&, int64_t M, int64_t, int64_t, int64_t) { return M <= 16; }},
-      {"correction M 17..63", [](const KernelPlan&, int64_t M, int64_t, int64_t, int64_t) { return in(M, 17, 63); }},
-      {"correction M 64..4096", [](const KernelPlan&, int64_t M, int64_t, int64_t, int64_t) { return M >= 64; }},
-      {"correction smallest group (32)", [](const KernelPlan&, int64_t, int64_t, int64_t, int64_t gs) { return gs == 32; }},
-      {"correction one group (G = 1)", [](const KernelPlan&, int64_t, int64_t K, int64_t, int64_t gs) { return gs == K; }},
-      {"correction most groups (G >= 64)", [](const KernelPlan&, int64_t, int64_t K, int64_t, int64_t gs) { return gs != K && K / gs >= 64; }},
-      {"correction N not a multiple of 128", [](const KernelPlan&, int64_t, int64_t, int64_t N, int64_t) { return N % 128 != 0; }},
+      {"correction M 1..16", [](const GemmPlan&, int64_t M, int64_t, int64_t, int64_t) { return M <= 16; }},
+      {"correction M 17..63", [](const GemmPlan&, int64_t M, int64_t, int64_t, int64_t) { return in(M, 17, 63); }},
+      {"correction M 64..4096", [](const GemmPlan&, int64_t M, int64_t, int64_t, int64_t) { return M >= 64; }},
+      {"correction smallest group (32)", [](const GemmPlan&, int64_t, int64_t, int64_t, int64_t gs) { return gs == 32; }},
+      {"correction one group (G = 1)", [](const GemmPlan&, int64_t, int64_t K, int64_t, int64_t gs) { return gs == K; }},
+      {"correction most groups (G >= 64)", [](const GemmPlan&, int64_t, int64_t K, int64_t, int64_t gs) { return gs != K && K / gs >= 64; }},
+      {"correction N not a multiple of 128", [](const GemmPlan&, int64_t, int64_t, int64_t N, int64_t) { return N % 128 != 0; }},
   };
   return r;
 }
@@ -106,7 +109,7 @@ const std::vector<Requirement>& requirements(TierId tier) {
 
 struct Candidate {
   int64_t M, K, N, gs;
-  KernelPlan plan;
+  GemmPlan plan;
   double cost;
   bool floor = false;   // planned (and to be run) with the runtime's prefill floor
   bool hopper = false;  // ... with the Hopper kernel
@@ -121,7 +124,7 @@ std::vector<std::string> tier_paths(TierId tier) {
   return out;
 }
 
-std::vector<std::string> plan_covers(TierId tier, const KernelPlan& plan, int64_t M, int64_t K, int64_t N,
+std::vector<std::string> plan_covers(TierId tier, const GemmPlan& plan, int64_t M, int64_t K, int64_t N,
                                      int64_t group_size) {
   std::vector<std::string> out;
   for (const Requirement& r : requirements(tier))
@@ -144,6 +147,10 @@ TierShapes tier_shapes(TierId tier, KernelBackend& backend, bool small, bool tho
     for (auto kn : {std::make_pair(int64_t(256), int64_t(200)), std::make_pair(int64_t(256), int64_t(201)),
                     std::make_pair(int64_t(1024), int64_t(1001)), std::make_pair(int64_t(8192), int64_t(1001))})
       KN.push_back(kn);
+  if (tier == TierId::kNative)
+    // K no multiple of the group: a ragged last group (K = 172: 5 groups of 32 and one of 12, as
+    // upstream GPTQ writes a down_proj of 172 rows).
+    KN.push_back({172, 64});
   const PlanKernel pk = tier == TierId::kNative   ? PlanKernel::kNative
                         : tier == TierId::kWrapper ? PlanKernel::kMarlinAsymmetric
                                                    : PlanKernel::kMarlinSymmetric;
@@ -156,8 +163,9 @@ TierShapes tier_shapes(TierId tier, KernelBackend& backend, bool small, bool tho
           if (small && (K > 1024 || N > 1024 || M > 100)) continue;
           if (gs == K && K == 128) continue;  // the same case as gs = 128
           // Marlin runs group 128 or one group per column (core/group_size.h, the gate); the
-          // native kernel and the correction pair take any group dividing K.
+          // correction pair takes any group dividing K, the native kernel any group <= K.
           if (gs == 32 && tier != TierId::kNative && tier != TierId::kCorrection) continue;
+          if (!effective_group_size_ok(K, gs) || (tier != TierId::kNative && K % gs != 0)) continue;
           Candidate c{M, K, N, gs, {}, 0, floor, hopper};
           if (tier != TierId::kCorrection) {
             c.plan = backend.plan(pk, int(M), int(N), int(K), int(gs));

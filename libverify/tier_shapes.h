@@ -35,7 +35,7 @@ TierShapes tier_shapes(TierId tier, KernelBackend& backend, bool small, bool tho
 std::vector<std::string> tier_paths(TierId tier);
 
 // The requirement names a plan of a case meets (for the report; also used on file cases).
-std::vector<std::string> plan_covers(TierId tier, const KernelPlan& plan, int64_t M, int64_t K, int64_t N,
+std::vector<std::string> plan_covers(TierId tier, const GemmPlan& plan, int64_t M, int64_t K, int64_t N,
                                      int64_t group_size);
 
 }  // namespace tl::verify

@@ -29,17 +29,21 @@ note() { summary+=("$1"); }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 note "gpu: $(head -1 "$OUT/gpu.txt")"
-[ -x "$bin/test_cuda" ] || { echo "device_run: $bin/test_cuda missing (scripts/stage_device.sh)"; exit 2; }
+for runner in test_cuda test_gpu; do
+  [ -x "$bin/$runner" ] || { echo "device_run: $bin/$runner missing (scripts/stage_device.sh)"; exit 2; }
+done
 ldd "$bin/test_cuda" | grep -q "not found" && { ldd "$bin/test_cuda"; echo "device_run: missing libraries"; exit 2; }
 
 doctest_line() { grep -E "^\[doctest\] (test cases|assertions)" "$1" | tr '\n' ' '; }
 
 for step in "${steps[@]}"; do
   case "$step" in
-    test)
-      start=$(date +%s)
-      timeout "${TEST_TIMEOUT:-180}" "$bin/test_cuda" > "$OUT/test_cuda.log" 2>&1; rc=$?
-      note "test_cuda: rc=$rc $(doctest_line "$OUT/test_cuda.log") ($(( $(date +%s) - start )) s)"
+    test)  # the GPU runners: test_cuda (cuda/) and test_gpu (libgpu)
+      for runner in test_cuda test_gpu; do
+        start=$(date +%s)
+        timeout "${TEST_TIMEOUT:-180}" "$bin/$runner" > "$OUT/$runner.log" 2>&1; rc=$?
+        note "$runner: rc=$rc $(doctest_line "$OUT/$runner.log") ($(( $(date +%s) - start )) s)"
+      done
       ;;
     sanitize)
       for tool in memcheck racecheck synccheck; do
@@ -135,7 +139,7 @@ for step in "${steps[@]}"; do
     sanitize-model)  # memcheck on the model runner's GPU tests
       start=$(date +%s)
       timeout "${SANITIZER_TIMEOUT:-120}" compute-sanitizer --tool memcheck --error-exitcode 9 \
-        "$bin/test_cuda" -tc="model gpu*" > "$OUT/memcheck_model.log" 2>&1; rc=$?
+        "$bin/test_gpu" -tc="model gpu*" > "$OUT/memcheck_model.log" 2>&1; rc=$?
       note "memcheck (model gpu tests): rc=$rc $(grep -E "ERROR SUMMARY" "$OUT/memcheck_model.log" | tail -1) ($(( $(date +%s) - start )) s)"
       ;;
     gptq-devices)

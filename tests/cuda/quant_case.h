@@ -9,7 +9,7 @@
 
 #include "core/group_size.h"
 #include "core/half.h"
-#include "gpu_test_util.h"
+#include "gpu_support/gpu_test_util.h"
 
 namespace tl::test {
 

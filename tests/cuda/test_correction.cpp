@@ -7,7 +7,7 @@
 
 #include "cuda/kernels_ref.h"
 #include "cuda/tl_kernels.h"
-#include "gpu_test_util.h"
+#include "gpu_support/gpu_test_util.h"
 
 namespace tl::test {
 
@@ -56,6 +56,7 @@ TEST_CASE("correction_accum: C += a_sum * delta vs fp64") {
   struct Case {
     int64_t M, N, G;
   };
+  constexpr int kGroup = 128;  // the launcher takes K and the group size: K = G * kGroup
   std::vector<Case> cases{{1, 4096, 32}, {7, 129, 1}, {16, 1000, 64}, {100, 256, 86}, {1024, 512, 8}};
   if (quick_mode()) cases = {{7, 129, 1}, {5, 256, 4}};
   uint64_t stream = 4000;
@@ -71,7 +72,7 @@ TEST_CASE("correction_accum: C += a_sum * delta vs fp64") {
     DeviceBuffer<half_bits> C(c0), D(delta);
     DeviceBuffer<float> S(a_sum);
     TL_REQUIRE_LAUNCH(tl::cuda::correction_accum(C.half(), S.get(), D.half(), int(c.M), int(c.N),
-                                                 int(c.G), nullptr));
+                                                 int(c.G) * kGroup, kGroup, nullptr));
     std::vector<double> ref(size_t(c.M * c.N));
     tl::cuda::correction_accum_ref(c0.data(), a_sum.data(), delta.data(), c.M, c.N, c.G, ref.data());
     std::vector<int64_t> rows;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "cuda/tl_kernels.h"
-#include "gpu_test_util.h"
+#include "gpu_support/gpu_test_util.h"
 #include "quant_case.h"
 
 namespace tl::test {

@@ -14,7 +14,7 @@
 #include "cuda/marlin_gemm.h"
 #include "cuda/tl_kernels.h"
 #include "core/half.h"
-#include "gpu_test_util.h"
+#include "gpu_support/gpu_test_util.h"
 #include "quant_case.h"
 
 namespace tl::test {
@@ -91,8 +91,8 @@ void check_case(const QuantCase& c, const tl::cuda::KernelOptions& options = {})
   const Reference ref_hat = ref_w_hat(c, rows);
   TL_REQUIRE_LAUNCH(tl::cuda::a_group_sum(g.A.half(), g.a_sum.get(), M, K, int(c.group_size),
                                           nullptr));
-  TL_REQUIRE_LAUNCH(tl::cuda::correction_accum(g.C.half(), g.a_sum.get(), g.delta.half(), M, N,
-                                               int(c.G()), nullptr));
+  TL_REQUIRE_LAUNCH(tl::cuda::correction_accum(g.C.half(), g.a_sum.get(), g.delta.half(), M, N, K,
+                                               int(c.group_size), nullptr));
   const CompareResult rc = compare_rows("marlin+correction " + c.name(), g.C.download(), rows,
                                         c.N, ref_composed(c, rows), kMaxUlpComposed, kMaxRelFro);
   CHECK_MESSAGE(rc.nonfinite == 0, c.name());
@@ -163,7 +163,7 @@ TEST_CASE("marlin: the dequantize + cuBLAS floor (prefill), whole and in column 
         CAPTURE(c.name());
         tl::cuda::GemmPlan plan;
         REQUIRE(tl::cuda::marlin_plan(int(M), int(sh.N), int(sh.K), int(c.group_size), true, o, &plan) == 0);
-        CHECK(std::string(plan.kernel) == "dequant");
+        CHECK(plan.kernel == "dequant");
         const int cols = tl::cuda::detail::dequant_chunk_cols(int(sh.N), int(sh.K), o);
         CHECK(plan.slices == int((sh.N + cols - 1) / cols));
         if (sh.scratch > 0) CHECK(plan.slices > 1);
@@ -172,7 +172,7 @@ TEST_CASE("marlin: the dequantize + cuBLAS floor (prefill), whole and in column 
   // Off by default in the launchers (the tiers test the tiled kernel), on in the runtime's options.
   tl::cuda::GemmPlan plan;
   REQUIRE(tl::cuda::marlin_plan(1024, 4096, 4096, 128, true, tl::cuda::KernelOptions{}, &plan) == 0);
-  CHECK(std::string(plan.kernel) == "tiled");
+  CHECK(plan.kernel == "tiled");
   CHECK(tl::cuda::runtime_kernel_options().dequant_min_m == tl::cuda::kDefaultDequantMinM);
 }
 
@@ -189,11 +189,11 @@ TEST_CASE("marlin: the Hopper kernel (wgmma, sm_90) at every tile variant and gr
   tl::cuda::GemmPlan plan;
   REQUIRE(tl::cuda::marlin_plan(64, 4096, 4096, 128, true, o, &plan) == 0);
   if (!tl::cuda::hopper_kernel_available(device)) {
-    CHECK(std::string(plan.kernel) != "hopper");  // another GPU: the option changes nothing
+    CHECK(plan.kernel != "hopper");  // another GPU: the option changes nothing
     MESSAGE("not an sm_90 GPU: the Hopper kernel is not run");
     return;
   }
-  CHECK(std::string(plan.kernel) == "hopper");
+  CHECK(plan.kernel == "hopper");
   struct Shape {
     int64_t K, N;
     std::vector<int64_t> Ms;
@@ -231,7 +231,7 @@ TEST_CASE("marlin: the Hopper kernel (wgmma, sm_90) at every tile variant and gr
         const QuantCase c = make_quant_case(M, sh.K, sh.N, gs < 0 ? sh.K : gs, ++stream);
         CAPTURE(c.name());
         REQUIRE(tl::cuda::marlin_plan(int(M), int(sh.N), int(sh.K), int(c.group_size), true, o, &plan) == 0);
-        REQUIRE(std::string(plan.kernel) == "hopper");
+        REQUIRE(plan.kernel == "hopper");
         splits.insert(plan.k_splits);
         rows.insert(plan.rows_per_block);
         several = several || (plan.k_splits == 1 && !plan.stream_k && plan.tiles_per_block >= 2);
@@ -267,7 +267,7 @@ TEST_CASE("marlin: the Hopper kernel (wgmma, sm_90) at every tile variant and gr
       CAPTURE(c.name());
       CAPTURE(f.stream_k);
       REQUIRE(tl::cuda::marlin_plan(int(f.M), int(f.N), int(f.K), int(c.group_size), true, fo, &plan) == 0);
-      REQUIRE(std::string(plan.kernel) == "hopper");
+      REQUIRE(plan.kernel == "hopper");
       CHECK(plan.stream_k == (f.stream_k > 0));
       streamk = streamk || plan.stream_k;
       if (plan.stream_k) sk_groups.insert(plan.stream_k_group);
@@ -290,11 +290,11 @@ TEST_CASE("marlin: the Hopper kernel (wgmma, sm_90) at every tile variant and gr
   // The runtime's options: the Hopper kernel from M = 17, the floor from kDefaultHopperMaxM.
   const tl::cuda::KernelOptions rt = tl::cuda::runtime_kernel_options();
   REQUIRE(tl::cuda::marlin_plan(17, 4096, 4096, 128, true, rt, &plan) == 0);
-  CHECK(std::string(plan.kernel) == "hopper");
+  CHECK(plan.kernel == "hopper");
   REQUIRE(tl::cuda::marlin_plan(tl::cuda::kDefaultHopperMaxM - 1, 4096, 4096, 128, true, rt, &plan) == 0);
-  CHECK(std::string(plan.kernel) == "hopper");
+  CHECK(plan.kernel == "hopper");
   REQUIRE(tl::cuda::marlin_plan(tl::cuda::kDefaultHopperMaxM, 4096, 4096, 128, true, rt, &plan) == 0);
-  CHECK(std::string(plan.kernel) == "dequant");
+  CHECK(plan.kernel == "dequant");
   if (!quick_mode()) {
     CHECK(rows == std::set<int>{32, 64, 128});
     CHECK(splits.count(1));

@@ -97,11 +97,11 @@ KernelStatus EmulatedBackend::mm_asymmetric(const half_bits* A, const int32_t* B
 KernelStatus EmulatedBackend::native_gemm(const half_bits* A, const uint8_t* q_packed, const half_bits* scale,
                                           const half_bits* zero, half_bits* C, int M, int N, int K, int group_size) {
   ++calls;
-  if (M < 1 || N < 1 || K < 1 || group_size < 1 || K % group_size)
+  if (M < 1 || N < 1 || K < 1 || !effective_group_size_ok(K, group_size))
     return KernelStatus::failure("emulated int4_gemm: rc=1 (problem shape unsupported) for k=" + std::to_string(K) +
                                  " group_size=" + std::to_string(group_size));
   const std::vector<uint8_t> q = unpack_nibbles(q_packed, K, N);
-  const int G = K / group_size;
+  const int G = int(group_count(K, group_size));
   std::vector<float> acc(static_cast<size_t>(N));
   for (int m = 0; m < M; ++m) {
     std::fill(acc.begin(), acc.end(), 0.0f);
@@ -120,11 +120,11 @@ KernelStatus EmulatedBackend::native_gemm(const half_bits* A, const uint8_t* q_p
   return {};
 }
 
-KernelPlan EmulatedBackend::plan(PlanKernel kernel, int M, int N, int K, int group_size) {
+GemmPlan EmulatedBackend::plan(PlanKernel kernel, int M, int N, int K, int group_size) {
   constexpr int kSms = 132;
-  KernelPlan p;
+  GemmPlan p;
   if (kernel == PlanKernel::kNative) {
-    if (M < 1 || N < 1 || K < 1 || group_size < 1 || K % group_size) return p;
+    if (M < 1 || N < 1 || K < 1 || !effective_group_size_ok(K, group_size)) return p;
     p.kernel = "native";
     p.rows_per_block = M >= 4 ? 4 : (M == 3 ? 4 : M);
     const long long base = (N + 255) / 256 * ((M + p.rows_per_block - 1) / p.rows_per_block);

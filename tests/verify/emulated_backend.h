@@ -39,7 +39,7 @@ class EmulatedBackend final : public KernelBackend {
   // the shape selection runs here: decode: 8 warps per SM, per_warp = ceil(units / warps);
   // tiled: slices of 64 rows, 128 x 128 tiles, 2 blocks per SM at 16 rows and >= 28 tiles per
   // SM; native: the int4_gemm split-K rule.
-  KernelPlan plan(PlanKernel kernel, int M, int N, int K, int group_size) override;
+  GemmPlan plan(PlanKernel kernel, int M, int N, int K, int group_size) override;
   // The prefill floor's plan as the launchers make it (M >= 256, column chunks of a 64 MiB
   // scratch); its arithmetic is modelled by the same emulation (weights rounded to fp16).
   int prefill_floor_min_m() const override { return floor_min_m; }

@@ -33,7 +33,7 @@ class FaultyBackend final : public KernelBackend {
                              half_bits* C, int M, int N, int K, int group_size) override;
   KernelStatus native_gemm(const half_bits* A, const uint8_t* q_packed, const half_bits* scale,
                            const half_bits* zero, half_bits* C, int M, int N, int K, int group_size) override;
-  KernelPlan plan(PlanKernel kernel, int M, int N, int K, int group_size) override {
+  GemmPlan plan(PlanKernel kernel, int M, int N, int K, int group_size) override {
     return inner_.plan(kernel, M, N, K, group_size);
   }
   int prefill_floor_min_m() const override { return inner_.prefill_floor_min_m(); }

@@ -99,11 +99,11 @@ TEST_CASE("small selections stay cheap; --thorough adds a second shape per path"
 
 TEST_CASE("file cases are described by the same paths") {
   EmulatedBackend emu;
-  const KernelPlan p = emu.plan(PlanKernel::kMarlinSymmetric, 80, 256, 256, 128);
+  const GemmPlan p = emu.plan(PlanKernel::kMarlinSymmetric, 80, 256, 256, 128);
   const std::vector<std::string> c = plan_covers(TierId::kSymmetric, p, 80, 256, 256, 128);
   CHECK(std::count(c.begin(), c.end(), "tiled remainder slice of <= 16 rows") == 1);
   CHECK(std::count(c.begin(), c.end(), "tiled M 64..255") == 1);
-  const KernelPlan d = emu.plan(PlanKernel::kMarlinSymmetric, 16, 256, 256, 256);
+  const GemmPlan d = emu.plan(PlanKernel::kMarlinSymmetric, 16, 256, 256, 256);
   const std::vector<std::string> dc = plan_covers(TierId::kSymmetric, d, 16, 256, 256, 256);
   CHECK(std::count(dc.begin(), dc.end(), "decode per-column scales (G = 1)") == 1);
   CHECK(emu.plan(PlanKernel::kMarlinSymmetric, 16, 200, 256, 128).kernel.empty());  // N % 128 != 0
@@ -128,13 +128,15 @@ TEST_CASE("the runtime's prefill floor is a path of its own: run with the floor 
     const std::set<std::string> got = covered(s);
     CHECK(got.count("dequant floor, several column chunks") == 1);
     CHECK(got.count("dequant floor per-column scales (G = 1)") == 1);
+    CHECK(got.count("dequant floor grouped scales (G >= 2)") == 1);  // a group-indexing fault shows by default
   }
   // A runtime without the floor (TL_MARLIN_DEQUANT_MIN_M=0) names its paths as not reached.
   EmulatedBackend off;
   off.floor_min_m = 0;
   const TierShapes s = tier_shapes(TierId::kSymmetric, off, false, false);
   CHECK(s.not_reached == std::vector<std::string>{"decode cluster combine (sm_90)", "dequant floor + cuBLAS (the runtime's M >= crossover)",
-                                                  "dequant floor, several column chunks", "dequant floor per-column scales (G = 1)"});
+                                                  "dequant floor, several column chunks", "dequant floor grouped scales (G >= 2)",
+                                                  "dequant floor per-column scales (G = 1)"});
   for (const ShapeCase& c : s.cases) CHECK_FALSE(c.prefill_floor);
 }
 
@@ -166,7 +168,7 @@ TEST_CASE("the Hopper kernel is a path of its own: its cases run with it on, bes
   for (const ShapeCase& c : tier_shapes(TierId::kSymmetric, emu, false, false).cases) {
     if (!c.hopper) continue;
     emu.set_hopper_kernel(true);
-    const KernelPlan p = emu.plan(PlanKernel::kMarlinSymmetric, int(c.M), int(c.N), int(c.K), int(c.group_size));
+    const GemmPlan p = emu.plan(PlanKernel::kMarlinSymmetric, int(c.M), int(c.N), int(c.K), int(c.group_size));
     emu.set_hopper_kernel(false);
     if (p.k_splits > 1) CHECK(p.blocks <= 132);  // every cluster runs at once
     if (p.k_splits == 1 && !p.stream_k && p.tiles_per_block >= 2) CHECK(p.blocks == 132);

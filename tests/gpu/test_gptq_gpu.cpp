@@ -31,7 +31,7 @@
 #include "core/half.h"
 #include "formats/calib_file.h"
 #include "formats/token_file.h"
-#include "gpu_test_util.h"
+#include "gpu_support/gpu_test_util.h"
 #include "libconvert/gptq.h"
 #include "libconvert/gptq_quantize_tool.h"
 #include "libconvert/model_forward.h"

@@ -110,9 +110,10 @@ int a_group_sum(const __half* A, float* a_sum, int M, int K, int group_size, cud
   return kOk;
 }
 
-int correction_accum(__half* C, const float* a_sum, const __half* delta, int M, int N, int G,
+int correction_accum(__half* C, const float* a_sum, const __half* delta, int M, int N, int K, int group_size,
                      cudaStream_t stream) {
-  if (M < 1 || N < 1 || G < 1) return kShapeUnsupported;
+  if (M < 1 || N < 1 || K < 1 || group_size < 1 || K % group_size != 0) return kShapeUnsupported;
+  const int G = K / group_size;
   if (!C || !a_sum || !delta) return kShapeUnsupported;
   const bool pair = N % 2 == 0 && (reinterpret_cast<uintptr_t>(C) & 3) == 0 &&
                     (reinterpret_cast<uintptr_t>(delta) & 3) == 0;

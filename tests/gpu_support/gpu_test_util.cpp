@@ -1,5 +1,5 @@
 // Implementation of the GPU test helpers (see gpu_test_util.h).
-#include "gpu_test_util.h"
+#include "gpu_support/gpu_test_util.h"
 
 #include <algorithm>
 #include <random>

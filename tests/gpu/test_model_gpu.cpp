@@ -11,7 +11,7 @@
 #include "cuda/model_ops.h"
 #include "cuda/tl_kernels.h"
 #include "formats/token_file.h"
-#include "gpu_test_util.h"
+#include "gpu_support/gpu_test_util.h"
 #include "formats/marlin_layout.h"
 #include "libconvert/minmax_quantizer.h"
 #include "libconvert/model_forward.h"
