@@ -1,6 +1,7 @@
 // Native INT4 GEMM on TinyLoop's own layout: C[M, N] = A[M, K] * W_hat[K, N] with
 // W_hat[k, n] = q[k, n] * scale[g, n] + zero[g, n], q packed two per byte [K, ceil(N/2)]
-// (low nibble = even n), g = k / group_size. The always-available path (any M, N, K >= 1, any
+// (low nibble = even n), g = k / group_size, G = ceil(K / group_size) (a ragged last group of
+// K % group_size rows, as upstream GPTQ writes K = 172 with groups of 32). The always-available path (any M, N, K >= 1, any
 // GPU) and the runtime's fallback for shapes Marlin does not take.
 //
 // Design (skinny M, memory-bound): a thread owns 8 consecutive columns and reads their 4 code
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "core/group_size.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_context.h"
 #include "cuda/tl_kernels.h"
@@ -177,7 +179,7 @@ Int4Grid plan_int4(int M, int N, int K, int sms) {
 
 int int4_gemm_plan(int M, int N, int K, int group_size, GemmPlan* plan) {
   *plan = GemmPlan{};
-  if (M < 1 || N < 1 || K < 1 || group_size < 1 || K % group_size != 0) return kShapeUnsupported;
+  if (M < 1 || N < 1 || K < 1 || !effective_group_size_ok(K, group_size)) return kShapeUnsupported;
   int device = 0, sms = 0;
   if (int rc = detail::current_device_sms(&device, &sms)) return rc;
   const Int4Grid g = plan_int4(M, N, K, sms);
@@ -192,7 +194,7 @@ int int4_gemm_plan(int M, int N, int K, int group_size, GemmPlan* plan) {
 
 int int4_gemm(const __half* A, const uint8_t* q, const __half* scale, const __half* zero,
               __half* C, int M, int N, int K, int group_size, cudaStream_t stream) {
-  if (M < 1 || N < 1 || K < 1 || group_size < 1 || K % group_size != 0) return kShapeUnsupported;
+  if (M < 1 || N < 1 || K < 1 || !effective_group_size_ok(K, group_size)) return kShapeUnsupported;
   if (!A || !q || !scale || !zero || !C) return kShapeUnsupported;
   int device = 0, sms = 0;
   if (int rc = detail::current_device_sms(&device, &sms)) return rc;

@@ -261,6 +261,15 @@ void marlin_unpermute_scales(const half_bits* s_packed, int64_t G, int64_t N, bo
   for (int64_t i = 0; i < G * N; ++i) out[scale_source(i, per_column)] = s_packed[i];
 }
 
+std::vector<half_bits> compact_delta(const QuantWeight& w) {
+  if (w.scale.size() != w.zero.size())
+    throw Error("scale and zero differ in size (" + std::to_string(w.scale.size()) + " vs " +
+                    std::to_string(w.zero.size()) + ")", "", w.name);
+  std::vector<half_bits> d(w.zero.size());
+  marlin_delta(w.scale.data(), w.zero.data(), int64_t(d.size()), d.data());
+  return d;
+}
+
 void marlin_delta(const half_bits* scale, const half_bits* zero, int64_t count, half_bits* delta) {
   // Both terms are exact in float32 (8 * scale only shifts the exponent, so a fused multiply-add
   // gives the same result); the sum is rounded once to float32 and once to float16, exactly as

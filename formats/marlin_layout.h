@@ -38,6 +38,9 @@ void marlin_unpermute_scales(const half_bits* s_packed, int64_t G, int64_t N, bo
                              half_bits* out);
 // delta = float16(float32(zero) + 8 * float32(scale)), [G, N].
 void marlin_delta(const half_bits* scale, const half_bits* zero, int64_t count, half_bits* delta);
+// The delta of a compact weight (no stored delta): derived from its scale and zero, the one step
+// that TinyloopReader::read_quant and the verifier's section reader both take.
+std::vector<half_bits> compact_delta(const QuantWeight& w);
 
 // The whole section for one weight (gate checked by the caller; throws tl::Error otherwise).
 MarlinSection marlin_pack(const QuantWeight& w);

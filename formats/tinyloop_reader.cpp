@@ -272,10 +272,7 @@ QuantWeight TinyloopReader::read_quant(const std::string& name, bool with_marlin
     MarlinDecoded d = marlin_decode(m, w.K, w.N, w.group_size, path, name);
     w.q = std::move(d.q);
     w.scale = std::move(d.scale);
-    if (with_marlin) {
-      m.delta.resize(w.zero.size());
-      marlin_delta(w.scale.data(), w.zero.data(), int64_t(w.zero.size()), m.delta.data());
-    }
+    if (with_marlin) m.delta = compact_delta(w);
   } else {
     const std::vector<uint8_t> packed = h5::read<uint8_t>(f, gp + "/q", path, nullptr, {w.K, (w.N + 1) / 2});
     w.q = unpack_nibbles(packed.data(), w.K, w.N);

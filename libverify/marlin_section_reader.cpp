@@ -35,10 +35,10 @@ MarlinSection MarlinSectionReader::read(const QuantWeight& w, bool compact) cons
   m.B = h5::read<int32_t>(f, mp + "/B", path, nullptr, {w.K / 16, 2 * w.N});
   m.s = h5::read_half_bits(f, mp + "/s", path, nullptr, {w.groups(), w.N});
   if (compact) {
-    // A compact weight stores no delta: it is marlin_delta(scale, zero), and w's scale is this
-    // very section's s un-permuted (TinyloopReader::read_quant), so a fault in s shows in both.
-    m.delta.resize(w.zero.size());
-    marlin_delta(w.scale.data(), w.zero.data(), int64_t(w.zero.size()), m.delta.data());
+    // A compact weight stores no delta: the reader's own step derives it (compact_delta), and
+    // w's scale is this very section's s un-permuted (TinyloopReader::read_quant), so a fault in
+    // s shows in both; the pack tier checks the result against its own delta_contract.
+    m.delta = compact_delta(w);
   } else {
     m.delta = h5::read_half_bits(f, mp + "/delta", path, nullptr, {w.groups(), w.N});
   }

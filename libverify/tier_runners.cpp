@@ -118,17 +118,11 @@ void run_native_on_file(const TierBounds& b, const RunContext& ctx, const std::v
     for (size_t mi = 0; mi < std::size(kFileTierMs); ++mi) {
       const int64_t M = kFileTierMs[mi];
       CaseResult c;
-      if (w.K % w.group_size != 0) {
-        c.status = Status::kSkipped;
-        c.message = "int4_gemm needs K % group_size == 0 (K = " + std::to_string(w.K) + ", group_size = " +
-                    std::to_string(w.group_size) + ")";
-      } else {
-        Rng rng = case_rng(ctx.seed, "native", wi * std::size(kFileTierMs) + mi);
-        c = run_native_case(*ctx.backend, w, random_halves(rng, M, w.K), M, b);
-        c.covers = plan_covers(TierId::kNative, ctx.backend->plan(PlanKernel::kNative, int(M), int(w.N), int(w.K),
-                                                                   int(w.group_size)),
-                               M, w.K, w.N, w.group_size);
-      }
+      Rng rng = case_rng(ctx.seed, "native", wi * std::size(kFileTierMs) + mi);
+      c = run_native_case(*ctx.backend, w, random_halves(rng, M, w.K), M, b);
+      c.covers = plan_covers(TierId::kNative, ctx.backend->plan(PlanKernel::kNative, int(M), int(w.N), int(w.K),
+                                                                 int(w.group_size)),
+                             M, w.K, w.N, w.group_size);
       c.weight = w.name;
       c.label = w.name + " m=" + std::to_string(M);
       progress.done(c);

@@ -20,7 +20,7 @@ QuantCase make_quant_case(int64_t M, int64_t K, int64_t N, int64_t group_size, u
   c.K = K;
   c.N = N;
   c.group_size = group_size;
-  const int64_t G = K / group_size;
+  const int64_t G = group_count(K, group_size);  // a ragged last group where group_size does not divide K
   c.A = random_halves(rng, size_t(M * K), -1.0, 1.0);
   c.codes = random_codes(rng, size_t(K * N));
   c.scale = random_halves(rng, size_t(G * N), 0.002, 0.02);

@@ -1,11 +1,12 @@
 // Native int4_gemm (TinyLoop layout) against the fp64 reference: ragged N (odd, below a warp's
-// 256 columns), K not a multiple of 128, group sizes 32 / 128 / per-row, the split-K path.
+// 256 columns), K not a multiple of 128, group sizes 32 / 128 / per-row, a ragged last group
+// (K % group_size != 0), the split-K path.
 #include <doctest/doctest.h>
 
 #include <vector>
 
 #include "cuda/tl_kernels.h"
-#include "gpu_test_util.h"
+#include "gpu_support/gpu_test_util.h"
 #include "quant_case.h"
 
 namespace tl::test {
@@ -16,7 +17,7 @@ struct Int4Case {
 };
 
 std::vector<Int4Case> int4_cases() {
-  if (quick_mode()) return {{1, 256, 129, 128}, {7, 128, 256, 0}, {17, 512, 100, 32}};
+  if (quick_mode()) return {{1, 256, 129, 128}, {7, 128, 256, 0}, {17, 512, 100, 32}, {16, 172, 64, 32}};
   std::vector<Int4Case> cases;
   for (int64_t M : {1, 7, 16, 17, 64, 100})
     for (Int4Case s : {Int4Case{0, 128, 128, 128}, Int4Case{0, 256, 129, 128},
@@ -27,6 +28,11 @@ std::vector<Int4Case> int4_cases() {
   cases.push_back({1024, 512, 256, 0});
   cases.push_back({1, 8192, 8192, 128});
   cases.push_back({4, 11008, 4096, 128});
+  // A ragged last group (K % group_size != 0), as upstream GPTQ writes a 172-row down_proj with
+  // groups of 32 (5 of 32 + one of 12), and split-K cutting through groups of 128 (K = 1000).
+  for (int64_t M : {1, 16, 4096}) cases.push_back({M, 172, 64, 32});
+  cases.push_back({3, 1000, 1001, 128});
+  cases.push_back({64, 300, 256, 128});
   return cases;
 }
 
@@ -63,7 +69,8 @@ TEST_CASE("int4_gemm: shape return codes") {
                                gs, nullptr);
   };
   CHECK(run(0, 8, 8, 8) == tl::cuda::kShapeUnsupported);
-  CHECK(run(1, 8, 100, 64) == tl::cuda::kShapeUnsupported);  // K % group_size
+  CHECK(run(1, 8, 100, 128) == tl::cuda::kShapeUnsupported);  // a group larger than K
+  CHECK(run(1, 8, 100, 64) == tl::cuda::kOk);                 // a ragged last group of 36 rows
   CHECK(run(1, 8, 8, 0) == tl::cuda::kShapeUnsupported);
   TL_CUDA_THROW(cudaGetLastError());
 }
