@@ -42,6 +42,21 @@ int main(int argc, char** argv) {
                  "e2e: bound on PPL(FILE) / PPL(reference) per path (0 = not gated)")->capture_default_str();
   app.add_option("--max-ref-kld", opt.e2e.max_ref_kld,
                  "e2e: bound on the mean KLD(reference || FILE) per path (0 = not gated)")->capture_default_str();
+  std::string e2e_mode = "auto";
+  app.add_option("--e2e-mode", e2e_mode,
+                 "e2e: prefill (every GEMM at M = batch x ctx), decode (--decode-batch windows token by token, "
+                 "every GEMM at M = decode-batch: the decode kernel), both, or auto (both on the GPU, prefill on "
+                 "the CPU)")
+      ->capture_default_str();
+  app.add_option("--decode-batch", opt.e2e.decode_batch,
+                 "e2e decode: windows in lockstep, the M of every decode GEMM (1..16); with decode it is also "
+                 "the prefill batch")
+      ->capture_default_str();
+  app.add_option("--batch", opt.e2e.batch, "e2e prefill: windows per forward")->capture_default_str();
+  app.add_option("--cpu-check-tokens", opt.e2e.cpu_check_tokens,
+                 "e2e on the GPU: the first N tokens of window 0 through the CPU forward against the GPU's fp16 "
+                 "path (0 = off)")
+      ->capture_default_str();
   app.add_option("--threads", opt.e2e.threads, "e2e on the CPU: forward threads (0 = every core)")->capture_default_str();
   app.add_option("--ctx", opt.e2e.ctx, "e2e: window length")->capture_default_str();
   app.add_option("--stride", opt.e2e.stride, "e2e: window stride (0 = ctx)")->capture_default_str();
@@ -91,6 +106,7 @@ int main(int argc, char** argv) {
     if (!tiers.empty()) opt.tiers = tv::parse_tier_list(lower(tiers));
     opt.e2e.device = tv::parse_e2e_device(lower(device));
     opt.e2e.score = tv::parse_score_mode(lower(score));
+    opt.e2e.mode = tv::parse_e2e_mode(lower(e2e_mode));
     if (seed_opt->count() > 0) opt.seed = seed;
     opt.kernel = tl::kernel_options_from_env();  // the runtime's options, as this shell sets them
     for (size_t i = 0; i < flags.size(); ++i)

@@ -12,7 +12,10 @@
 // sum over kinds of remaining work x that kind's seconds per unit (a kind not yet seen runs at
 // the average rate). A phase with nothing to print per item reports with advance(). On a terminal a live bar -- "[#####.....] 3/15 ETA 0:17 pre.1.attn_qkv" --
 // is redrawn below the lines; elsewhere (a pipe, a log file, CI) only plain lines appear. quiet:
-// nothing at all. Thread-safe: workers may report concurrently.
+// nothing at all. sparse (set_sparse; runs of hundreds of like items, the e2e tier's windows):
+// without a terminal, a line only every 10 % of the items or 10 s, and for the last item. The
+// "[i/n]" count is taken under the lock, so the lines come in order under threads. Thread-safe:
+// workers may report concurrently.
 #pragma once
 
 #include <algorithm>
@@ -44,7 +47,7 @@ class Progress {
   // and total_work: what finishes the run (total_work 0: count items), of kind 0.
   Progress(std::string tool, size_t total_items, double total_work, bool quiet, std::ostream* out = nullptr)
       : tool_(std::move(tool)), out_(out ? out : &std::cerr), total_(total_items), by_items_(total_work <= 0),
-        quiet_(quiet), tty_(out == nullptr && isatty(2) != 0), t0_(now()), last_(t0_) {
+        quiet_(quiet), tty_(out == nullptr && isatty(2) != 0), t0_(now()), last_(t0_), printed_at_(t0_) {
     kinds_[0].total = total_work > 0 ? total_work : double(total_items);
   }
   ~Progress() { end(); }
@@ -63,12 +66,27 @@ class Progress {
     current_ = what;
     if (!quiet_ && tty_) redraw();
   }
+  // Lines only every kSparseFraction of the items or kSparseSeconds (and the last), without a
+  // terminal; on one, every line as before.
+  static constexpr double kSparseFraction = 0.1, kSparseSeconds = 10;
+  void set_sparse(bool on) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sparse_ = on;
+  }
   // One item finished: "[ i/n] line | elapsed, ETA".
   void finished(const std::string& line, double work = 1, int kind = 0) {
     std::lock_guard<std::mutex> lock(mu_);
     ++done_;
     charge(kind, by_items_ && kind == 0 ? 1 : work);
     if (quiet_) return;
+    if (sparse_ && !tty_) {
+      const double t = now();
+      const bool due = done_ >= total_ || double(done_ - printed_done_) >= kSparseFraction * double(total_) ||
+                       t - printed_at_ >= kSparseSeconds;
+      if (!due) return;
+      printed_done_ = done_;
+      printed_at_ = t;
+    }
     clear();
     const int w = int(std::to_string(total_).size());
     char head[48];
@@ -110,6 +128,7 @@ class Progress {
     clock_ = std::move(clock);
     t0_ += shift;
     last_ += shift;
+    printed_at_ += shift;
   }
 
  private:
@@ -170,10 +189,11 @@ class Progress {
   std::ostream* out_;
   size_t total_, done_ = 0;
   Kind kinds_[kKinds];
-  bool by_items_, quiet_, tty_, bar_shown_ = false;
+  bool by_items_, quiet_, tty_, bar_shown_ = false, sparse_ = false;
+  size_t printed_done_ = 0;
   std::string current_;
   std::function<double()> clock_;
-  double t0_, last_;
+  double t0_, last_, printed_at_;
   std::mutex mu_;
 };
 

@@ -71,15 +71,16 @@ __global__ void swiglu_kernel(__half* gate, const __half* up, int64_t n) {
 
 // One thread per (row, head of the H + 2 Hkv, pair i < dh/2).
 __global__ void qkv_split_rope_kernel(const __half* qkv, const float* cos_tab, const float* sin_tab,
-                                      __half* q, __half* k, __half* v, int T, int H, int Hkv, int dh,
-                                      int64_t total) {
+                                      __half* q, __half* k, __half* v, int n_seq, int T, int H, int Hkv, int dh,
+                                      int position_major, int64_t total) {
   const int half = dh / 2, heads = H + 2 * Hkv;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int i = int(idx % half);
     const int head = int((idx / half) % heads);
     const int64_t row = idx / (int64_t(half) * heads);
-    const int s = int(row / T), t = int(row % T);
+    const int s = int(position_major ? row % n_seq : row / T);
+    const int t = int(position_major ? row / n_seq : row % T);
     const __half* src = qkv + row * int64_t(heads) * dh + int64_t(head) * dh;
     float a = __half2float(src[i]), b = __half2float(src[i + half]);
     __half* dst;
@@ -151,7 +152,7 @@ __global__ void add_bias_kernel(__half* y, const float* bias, int64_t N, int64_t
 
 template <int DPL, bool kFull>  // dims per lane: dh <= 32 * DPL (== when kFull)
 __global__ void attention_kernel(const __half* q, const __half* k, const __half* v, __half* out,
-                                 int T, int H, int Hkv, int dh_runtime, int window) {
+                                 int T, int H, int Hkv, int dh_runtime, int window, int position_major) {
   constexpr int DH = 32 * DPL;  // the tiles' row length
   const int dh = kFull ? DH : dh_runtime;
   extern __shared__ float attn_smem[];
@@ -217,7 +218,8 @@ __global__ void attention_kernel(const __half* q, const __half* k, const __half*
     m = m_new;
   }
   if (active) {
-    __half* o = out + (int64_t(s) * T + i) * int64_t(H) * dh + int64_t(h) * dh;
+    const int64_t row = position_major ? int64_t(i) * gridDim.z + s : int64_t(s) * T + i;
+    __half* o = out + row * int64_t(H) * dh + int64_t(h) * dh;
     const float inv = 1.0f / l;
 #pragma unroll
     for (int u = 0; u < DPL; ++u)
@@ -227,14 +229,15 @@ __global__ void attention_kernel(const __half* q, const __half* k, const __half*
 
 template <int DPL>
 int launch_attention(const __half* q, const __half* k, const __half* v, __half* out, int n_seq, int T, int H,
-                     int Hkv, int dh, int window, cudaStream_t stream) {
+                     int Hkv, int dh, int window, RowOrder order, cudaStream_t stream) {
   const dim3 grid((T + kAttnWarps - 1) / kAttnWarps, H, n_seq);
   constexpr size_t smem = attention_smem_bytes(DPL);
   const bool full = dh == 32 * DPL;
   auto kernel = full ? attention_kernel<DPL, true> : attention_kernel<DPL, false>;
   if (smem > 48 * 1024)  // above the default dynamic limit: opt in
     TL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  kernel<<<grid, kAttnWarps * 32, smem, stream>>>(q, k, v, out, T, H, Hkv, dh, window);
+  kernel<<<grid, kAttnWarps * 32, smem, stream>>>(q, k, v, out, T, H, Hkv, dh, window,
+                                                  order == RowOrder::kPositionMajor ? 1 : 0);
   TL_CHECK_LAUNCH("attention_kernel");
   return kOk;
 }
@@ -321,13 +324,13 @@ int rms_norm_rows(const float* x, const float* gain, __half* out, int rows, int 
 }
 
 int qkv_split_rope(const __half* qkv, const float* cos_tab, const float* sin_tab, __half* q,
-                   __half* k, __half* v, int n_seq, int T, int H, int Hkv, int dh,
+                   __half* k, __half* v, int n_seq, int T, int H, int Hkv, int dh, RowOrder order,
                    cudaStream_t stream) {
   if (dh <= 0 || dh % 2 != 0 || H <= 0 || Hkv <= 0 || H % Hkv != 0 || T <= 0) return kShapeUnsupported;
   const int64_t total = int64_t(n_seq) * T * (H + 2 * Hkv) * (dh / 2);
   if (total == 0) return kOk;
-  qkv_split_rope_kernel<<<grid_for(total, 256), 256, 0, stream>>>(qkv, cos_tab, sin_tab, q, k, v, T, H,
-                                                                   Hkv, dh, total);
+  qkv_split_rope_kernel<<<grid_for(total, 256), 256, 0, stream>>>(
+      qkv, cos_tab, sin_tab, q, k, v, n_seq, T, H, Hkv, dh, order == RowOrder::kPositionMajor ? 1 : 0, total);
   TL_CHECK_LAUNCH("qkv_split_rope_kernel");
   return kOk;
 }
@@ -351,19 +354,19 @@ int add_bias_rows(__half* y, const float* bias, int64_t rows, int64_t N, cudaStr
 }
 
 int causal_attention(const __half* q, const __half* k, const __half* v, __half* out, int n_seq,
-                     int T, int H, int Hkv, int dh, int window, cudaStream_t stream) {
+                     int T, int H, int Hkv, int dh, int window, RowOrder order, cudaStream_t stream) {
   if (H <= 0 || Hkv <= 0 || H % Hkv != 0 || T <= 0 || n_seq <= 0 || n_seq > 65535 || window < 0)
     return kShapeUnsupported;
   if (dh < 2 || dh % 2 != 0 || dh > 32 * kAttnMaxDpl) return kShapeUnsupported;
   switch ((dh + 31) / 32) {
-    case 1: return launch_attention<1>(q, k, v, out, n_seq, T, H, Hkv, dh, window, stream);
-    case 2: return launch_attention<2>(q, k, v, out, n_seq, T, H, Hkv, dh, window, stream);
-    case 3: return launch_attention<3>(q, k, v, out, n_seq, T, H, Hkv, dh, window, stream);
-    case 4: return launch_attention<4>(q, k, v, out, n_seq, T, H, Hkv, dh, window, stream);
-    case 5: return launch_attention<5>(q, k, v, out, n_seq, T, H, Hkv, dh, window, stream);
-    case 6: return launch_attention<6>(q, k, v, out, n_seq, T, H, Hkv, dh, window, stream);
-    case 7: return launch_attention<7>(q, k, v, out, n_seq, T, H, Hkv, dh, window, stream);
-    default: return launch_attention<8>(q, k, v, out, n_seq, T, H, Hkv, dh, window, stream);
+    case 1: return launch_attention<1>(q, k, v, out, n_seq, T, H, Hkv, dh, window, order, stream);
+    case 2: return launch_attention<2>(q, k, v, out, n_seq, T, H, Hkv, dh, window, order, stream);
+    case 3: return launch_attention<3>(q, k, v, out, n_seq, T, H, Hkv, dh, window, order, stream);
+    case 4: return launch_attention<4>(q, k, v, out, n_seq, T, H, Hkv, dh, window, order, stream);
+    case 5: return launch_attention<5>(q, k, v, out, n_seq, T, H, Hkv, dh, window, order, stream);
+    case 6: return launch_attention<6>(q, k, v, out, n_seq, T, H, Hkv, dh, window, order, stream);
+    case 7: return launch_attention<7>(q, k, v, out, n_seq, T, H, Hkv, dh, window, order, stream);
+    default: return launch_attention<8>(q, k, v, out, n_seq, T, H, Hkv, dh, window, order, stream);
   }
 }
 

@@ -14,6 +14,13 @@
 
 namespace tl::cuda {
 
+// The order of an activation matrix's rows for n_seq sequences of T tokens: sequence-major
+// (row s * T + t: the prefill forward) or position-major (row t * n_seq + s: the decode forward,
+// where the n_seq rows of one position are contiguous, so that every linear runs on them at
+// M = n_seq as a runtime generating n_seq sequences does). Only the ops that map a row to its
+// (sequence, position) take it; the row-wise ops do not care.
+enum class RowOrder { kSequenceMajor, kPositionMajor };
+
 // x[r, :] = float(table[tokens[r], :]); table fp16 [vocab, D]. Ids are checked by the caller.
 int embed_gather(const __half* table, const int32_t* tokens, float* x, int rows, int D,
                  cudaStream_t stream);
@@ -22,13 +29,13 @@ int embed_gather(const __half* table, const int32_t* tokens, float* x, int rows,
 int rms_norm_rows(const float* x, const float* gain, __half* out, int rows, int D, float eps,
                   cudaStream_t stream);
 
-// Splits the fused projection qkv [n_seq * T, (H + 2 Hkv) dh] (q | k | v per row) into
+// Splits the fused projection qkv [n_seq * T, (H + 2 Hkv) dh] (q | k | v per row, in `order`) into
 // head-major q [n_seq, H, T, dh], k, v [n_seq, Hkv, T, dh] and applies RoPE to q and k in the HF
 // rotate_half convention: pairs (i, i + dh/2) rotated by the angle whose cos / sin are
 // cos_tab / sin_tab [T, dh/2] (fp32, built on the host from the same function the CPU forward
 // uses, so both sides see identical angles). dh even.
 int qkv_split_rope(const __half* qkv, const float* cos_tab, const float* sin_tab, __half* q,
-                   __half* k, __half* v, int n_seq, int T, int H, int Hkv, int dh,
+                   __half* k, __half* v, int n_seq, int T, int H, int Hkv, int dh, RowOrder order,
                    cudaStream_t stream);
 
 // Qwen3's q_norm / k_norm, in place on the fused projection qkv [rows, (H + 2 Hkv) dh]: each of
@@ -37,12 +44,13 @@ int qkv_split_rope(const __half* qkv, const float* cos_tab, const float* sin_tab
 int head_rms_norm(__half* qkv, const float* q_gain, const float* k_gain, int rows, int H, int Hkv,
                   int dh, float eps, cudaStream_t stream);
 
-// out [n_seq * T, H dh] = softmax(q k^T / sqrt(dh), causal) v per (sequence, head); query head
+// out [n_seq * T, H dh] (rows in `order`) = softmax(q k^T / sqrt(dh), causal) v per (sequence,
+// head), from the head-major q, k, v of qkv_split_rope; query head
 // h reads kv head h / (H / Hkv). window > 0: query i sees only keys i - window < j <= i (the
 // sliding window of Mistral / Qwen2); 0: the whole causal prefix. Any even dh from 2 to 256
 // (else kShapeUnsupported).
 int causal_attention(const __half* q, const __half* k, const __half* v, __half* out, int n_seq,
-                     int T, int H, int Hkv, int dh, int window, cudaStream_t stream);
+                     int T, int H, int Hkv, int dh, int window, RowOrder order, cudaStream_t stream);
 
 // y[r, n] = half(float(y[r, n]) + bias[n]) over rows x N (a linear's bias, fp32 [N], added once
 // after the GEMM and, on the Marlin path, after its delta correction).

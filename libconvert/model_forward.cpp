@@ -11,13 +11,29 @@ namespace {
 
 using ConstWeightMap = Eigen::Map<const ActMatrix>;
 
-// Y = X W (+ bias) with the hook told about X first.
-void linear(const LinearWeight& l, const ActMatrix& X, ActMatrix& Y, const LinearInputHook& hook) {
+// Y = X W (+ bias) with the hook told about X first. kDecode: once per position t of seq_len on
+// the rows s * seq_len + t of every sequence s (M = n_seq; strided views, no copies).
+void linear(const LinearWeight& l, const ActMatrix& X, ActMatrix& Y, const LinearInputHook& hook,
+            ForwardMode mode = ForwardMode::kPrefill, int64_t seq_len = 0) {
   if (X.cols() != l.K)
     throw Error("input has " + std::to_string(X.cols()) + " columns, expected K = " + std::to_string(l.K), "", l.name);
-  if (hook) hook(l.name, X.data(), X.rows(), X.cols());
   pin_eigen_blocking();  // the same summation order on every CPU
-  Y.noalias() = X * ConstWeightMap(l.W.data(), l.K, l.N);
+  const ConstWeightMap W(l.W.data(), l.K, l.N);
+  if (mode == ForwardMode::kPrefill) {
+    if (hook) hook(l.name, X.data(), X.rows(), X.cols());
+    Y.noalias() = X * W;
+  } else {
+    if (hook) throw Error("a decode-mode forward reports no linear inputs", "", l.name);
+    if (seq_len <= 0 || X.rows() % seq_len != 0) throw Error("rows are not whole sequences", "", l.name);
+    const int64_t n_seq = X.rows() / seq_len;
+    Y.resize(X.rows(), l.N);
+    using Stride = Eigen::OuterStride<>;
+    for (int64_t t = 0; t < seq_len; ++t) {
+      const Eigen::Map<const ActMatrix, 0, Stride> Xt(X.data() + t * l.K, n_seq, l.K, Stride(seq_len * l.K));
+      Eigen::Map<ActMatrix, 0, Stride> Yt(Y.data() + t * l.N, n_seq, l.N, Stride(seq_len * l.N));
+      Yt.noalias() = Xt * W;
+    }
+  }
   if (!l.bias.empty()) Y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(l.bias.data(), l.N);
 }
 
@@ -97,6 +113,7 @@ float rope_inv_freq(int64_t i, int64_t dh, double theta) {
 
 }  // namespace
 
+const char* forward_mode_name(ForwardMode m) { return m == ForwardMode::kDecode ? "decode" : "prefill"; }
 
 std::vector<float> rope_inv_freqs(const ModelConfig& c) {
   const int64_t half = c.d_head / 2;
@@ -176,36 +193,40 @@ ActMatrix embed_tokens(const ModelWeights& w, const int32_t* tokens, int64_t row
 }
 
 void run_block(const ModelConfig& c, const BlockWeights& b, ActMatrix& x, int64_t seq_len,
-               const LinearInputHook& hook) {
+               const LinearInputHook& hook, ForwardMode mode) {
   if (seq_len <= 0 || x.rows() % seq_len != 0)
     throw Error(std::to_string(x.rows()) + " rows are not whole sequences of " + std::to_string(seq_len), "", b.prefix);
   ActMatrix h, qkv, attn, y, gate, up;
   rms_norm_rows(x, b.attn_norm, c.norm_eps, h);
-  linear(b.attn_qkv, h, qkv, hook);
+  linear(b.attn_qkv, h, qkv, hook, mode, seq_len);
+  // Row i's scores see keys j <= i only (the rest get probability 0 before they meet v), so the
+  // attention of a whole window is the attention of each position over its KV cache.
   attention(c, b, qkv, seq_len, block_window(c, b.prefix), attn);
-  linear(b.attn_out, attn, y, hook);
+  linear(b.attn_out, attn, y, hook, mode, seq_len);
   x += y;
   rms_norm_rows(x, b.mlp_norm, c.norm_eps, h);
-  linear(b.mlp_gate, h, gate, hook);
-  linear(b.mlp_up, h, up, hook);
+  linear(b.mlp_gate, h, gate, hook, mode, seq_len);
+  linear(b.mlp_up, h, up, hook, mode, seq_len);
   // SwiGLU: silu(g) * u, silu(g) = g / (1 + e^-g).
   gate = gate.unaryExpr([](float g) { return g / (1.0f + std::exp(-g)); }).cwiseProduct(up);
-  linear(b.mlp_down, gate, y, hook);
+  linear(b.mlp_down, gate, y, hook, mode, seq_len);
   x += y;
 }
 
-ActMatrix final_logits(const ModelWeights& w, const ActMatrix& x, const LinearInputHook& hook) {
+ActMatrix final_logits(const ModelWeights& w, const ActMatrix& x, const LinearInputHook& hook, ForwardMode mode,
+                       int64_t seq_len) {
   ActMatrix h, logits;
   rms_norm_rows(x, w.final_norm, w.config.norm_eps, h);
-  linear(w.head, h, logits, hook);
+  linear(w.head, h, logits, hook, mode, seq_len);
   return logits;
 }
 
 ActMatrix forward_logits(const ModelWeights& w, const int32_t* tokens, int64_t n_seq,
-                         int64_t seq_len, const LinearInputHook& hook) {
+                         int64_t seq_len, const LinearInputHook& hook, ForwardMode mode) {
   ActMatrix x = embed_tokens(w, tokens, n_seq * seq_len);
-  for (const BlockStep& s : block_schedule(w.config)) run_block(w.config, block_weights(w, s), x, seq_len, hook);
-  return final_logits(w, x, hook);
+  for (const BlockStep& s : block_schedule(w.config))
+    run_block(w.config, block_weights(w, s), x, seq_len, hook, mode);
+  return final_logits(w, x, hook, mode, seq_len);
 }
 
 }  // namespace tl

@@ -17,6 +17,16 @@
 //
 // rms(x) = x / sqrt(mean(x^2) + eps). Positions restart at 0 in every sequence.
 //
+// Two evaluation orders of the same function (ForwardMode):
+//   prefill  every linear once on all n_seq * seq_len rows (M = n_seq * seq_len), as a runtime
+//            runs a prompt;
+//   decode   every linear once per position t on the n_seq rows of position t (M = n_seq), as a
+//            runtime generating n_seq sequences in lockstep runs it, token by token. Attention
+//            reads the keys and values of positions <= t only, exactly the KV cache a token-by-
+//            token decode holds; the forward runs layer by layer (all positions of a block,
+//            then the next), which gives the values a token-major decode gives with the same
+//            kernels, without re-reading the cache once per token.
+//
 // For calibration the forward can run piece by piece (embed, one block, final) and reports the
 // input of every linear weight to a hook before the product, so GPTQ can accumulate Hessians;
 // a caller quantizes block i, writes W_hat into the ModelWeights and re-runs block i before
@@ -43,6 +53,9 @@ using ActMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Ro
 using LinearInputHook =
     std::function<void(const std::string& name, const float* X, int64_t rows, int64_t K)>;
 
+enum class ForwardMode { kPrefill, kDecode };
+const char* forward_mode_name(ForwardMode m);  // "prefill", "decode"
+
 // One step of the block schedule: which block runs, and which loop iteration it belongs to.
 struct BlockStep {
   bool loop = false;
@@ -59,16 +72,19 @@ const BlockWeights& block_weights(const ModelWeights& w, const BlockStep& s);
 ActMatrix embed_tokens(const ModelWeights& w, const int32_t* tokens, int64_t rows);
 
 // x <- block(x); rows = n_seq * seq_len, sequences contiguous (the block's attention window:
-// block_window(c, b.prefix)).
+// block_window(c, b.prefix)). kDecode: the linears per position (no hook: tl::Error).
 void run_block(const ModelConfig& c, const BlockWeights& b, ActMatrix& x, int64_t seq_len,
-               const LinearInputHook& hook = {});
+               const LinearInputHook& hook = {}, ForwardMode mode = ForwardMode::kPrefill);
 
-// logits = (rms(x) * final_norm) head.
-ActMatrix final_logits(const ModelWeights& w, const ActMatrix& x, const LinearInputHook& hook = {});
+// logits = (rms(x) * final_norm) head (kDecode: the head per position of seq_len).
+ActMatrix final_logits(const ModelWeights& w, const ActMatrix& x, const LinearInputHook& hook = {},
+                       ForwardMode mode = ForwardMode::kPrefill, int64_t seq_len = 0);
 
-// The whole forward: tokens [n_seq, seq_len] -> logits [n_seq * seq_len, vocab].
+// The whole forward: tokens [n_seq, seq_len] -> logits [n_seq * seq_len, vocab] (row s * seq_len
+// + t in both modes).
 ActMatrix forward_logits(const ModelWeights& w, const int32_t* tokens, int64_t n_seq,
-                         int64_t seq_len, const LinearInputHook& hook = {});
+                         int64_t seq_len, const LinearInputHook& hook = {},
+                         ForwardMode mode = ForwardMode::kPrefill);
 
 // Pieces, exposed for tests and for the GPU runner's CPU references.
 void rms_norm_rows(const ActMatrix& x, const std::vector<float>& gain, double eps, ActMatrix& out);

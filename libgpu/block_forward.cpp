@@ -47,26 +47,38 @@ BlockBufferSizes block_buffer_elements(const ModelConfig& c, int64_t rows) {
           rows * c.n_kv_heads * c.d_head, rows * c.ffn};
 }
 
+void mode_linear(ForwardMode mode, int n_seq, int T, int64_t K, int64_t N, const __half* X, __half* Y,
+                 const std::function<void(const __half* X, __half* Y, int M)>& linear) {
+  if (mode == ForwardMode::kPrefill) {
+    linear(X, Y, n_seq * T);
+    return;
+  }
+  for (int t = 0; t < T; ++t) linear(X + int64_t(t) * n_seq * K, Y + int64_t(t) * n_seq * N, n_seq);
+}
+
 void block_forward(const ModelConfig& c, const BlockParams& p, const BlockBuffers& b, int n_seq, int T,
-                   const BlockLinear& linear) {
+                   const BlockLinear& linear, ForwardMode mode) {
   const int M = n_seq * T, D = int(c.d_model), H = int(c.n_heads), Hkv = int(c.n_kv_heads);
   const int dh = int(c.d_head);
   const int64_t F = c.ffn, qkv_n = int64_t(H + 2 * Hkv) * dh;
-  const int64_t out_n[5] = {qkv_n, D, F, F, D};
+  const int64_t out_n[5] = {qkv_n, D, F, F, D}, in_k[5] = {D, int64_t(H) * dh, D, D, F};
+  const cuda::RowOrder order = mode == ForwardMode::kDecode ? cuda::RowOrder::kPositionMajor
+                                                            : cuda::RowOrder::kSequenceMajor;
   const float eps = float(c.norm_eps);
   // The linear, then its bias: once, after the whole product (on the Marlin path after its
   // delta correction too).
   auto linear_bias = [&](int i, const __half* X, __half* Y) {
-    linear(i, X, Y, M);
+    mode_linear(mode, n_seq, T, in_k[i], out_n[i], X, Y,
+                [&](const __half* x, __half* y, int rows) { linear(i, x, y, rows); });
     if (p.bias[i]) check_launch(cuda::add_bias_rows(Y, p.bias[i], M, out_n[i], nullptr), kBlockLinearNames[i]);
   };
   check_launch(cuda::rms_norm_rows(b.x, p.attn_norm, b.h, M, D, eps, nullptr), "rms_norm attn");
   linear_bias(0, b.h, b.qkv);
   if (p.q_norm)
     check_launch(cuda::head_rms_norm(b.qkv, p.q_norm, p.k_norm, M, H, Hkv, dh, eps, nullptr), "head_rms_norm");
-  check_launch(cuda::qkv_split_rope(b.qkv, b.cos_tab, b.sin_tab, b.q, b.k, b.v, n_seq, T, H, Hkv, dh, nullptr),
+  check_launch(cuda::qkv_split_rope(b.qkv, b.cos_tab, b.sin_tab, b.q, b.k, b.v, n_seq, T, H, Hkv, dh, order, nullptr),
            "qkv_split_rope");
-  check_launch(cuda::causal_attention(b.q, b.k, b.v, b.att, n_seq, T, H, Hkv, dh, p.window, nullptr),
+  check_launch(cuda::causal_attention(b.q, b.k, b.v, b.att, n_seq, T, H, Hkv, dh, p.window, order, nullptr),
            "causal_attention (d_head " + std::to_string(dh) + ")");
   linear_bias(1, b.att, b.y);
   check_launch(cuda::residual_add(b.x, b.y, int64_t(M) * D, nullptr), "residual_add");

@@ -8,6 +8,10 @@
 //   x += att W1 + b1;  h = rms(x) * mlp_norm;  gate = h W2 + b2;  up = h W3 + b3
 //   gate = silu(gate) * up;  x += gate W4 + b4    (W0..W4: kBlockLinearNames order; a bias
 //                                                  only where the config has it)
+// ForwardMode (libconvert/model_forward.h): kPrefill runs each linear once on the n_seq * T rows
+// (sequence-major, row s * T + t); kDecode holds the rows position-major (row t * n_seq + s) and
+// runs each linear once per position on its n_seq rows (M = n_seq: the decode kernel), the
+// row-wise ops once on all rows, attention over each position's keys.
 // Only in a CUDA build.
 #pragma once
 
@@ -19,6 +23,7 @@
 
 #include "cuda/device_buffer.h"
 #include "formats/model_config.h"
+#include "libconvert/model_forward.h"
 #include "libconvert/model_weights.h"
 
 namespace tl::gpu {
@@ -69,9 +74,14 @@ class BlockParamBuffers {
 void upload_rope_tables(const ModelConfig& c, int T, cuda::DeviceBuffer<float>& cos_tab,
                         cuda::DeviceBuffer<float>& sin_tab);
 
-// x <- block(x) over n_seq sequences of T tokens. Throws tl::Error when an op refuses the shape
-// or CUDA fails.
+// x <- block(x) over n_seq sequences of T tokens, rows in the mode's order. Throws tl::Error
+// when an op refuses the shape or CUDA fails.
 void block_forward(const ModelConfig& c, const BlockParams& p, const BlockBuffers& b, int n_seq, int T,
-                   const BlockLinear& linear);
+                   const BlockLinear& linear, ForwardMode mode = ForwardMode::kPrefill);
+
+// The mode's linear: Y [n_seq * T, N] = X [n_seq * T, K] * W, once (prefill) or once per position
+// on its n_seq contiguous rows (decode, position-major rows). linear(X, Y, M) runs one GEMM.
+void mode_linear(ForwardMode mode, int n_seq, int T, int64_t K, int64_t N, const __half* X, __half* Y,
+                 const std::function<void(const __half* X, __half* Y, int M)>& linear);
 
 }  // namespace tl::gpu

@@ -42,7 +42,7 @@ GpuModel::~GpuModel() = default;
 const GpuModelInfo& GpuModel::info() const { static GpuModelInfo i; return i; }
 const ModelConfig& GpuModel::config() const { static ModelConfig c; return c; }
 bool GpuModel::has_path(GpuPath) const { return false; }
-const void* GpuModel::forward(const int32_t*, int, int, GpuPath) { return nullptr; }
+const void* GpuModel::forward(const int32_t*, int, int, GpuPath, ForwardMode) { return nullptr; }
 void GpuModel::logits_to_host(std::vector<float>*) const {}
 int64_t GpuModel::last_rows() const { return 0; }
 void GpuModel::row_stats(const int32_t*, std::vector<float>*, std::vector<int32_t>*, std::vector<float>*,
@@ -100,7 +100,7 @@ struct GpuModel::Impl {
   // Activations for the current batch.
   int64_t rows = 0;
   int T = 0;
-  DevBuf tokens, x, h, qkv, q, k, v, att, y, gate, up, logits, cos_tab, sin_tab;
+  DevBuf tokens, x, h, qkv, q, k, v, att, y, gate, up, logits, head_rows, cos_tab, sin_tab;
   DevBuf ref_logits, ref_lse, targets, s_lse, s_arg, s_tgt, s_kld;
   bool has_ref = false;
   int64_t ref_rows = 0;
@@ -217,7 +217,7 @@ struct GpuModel::Impl {
     }
   }
 
-  void run_block(const GpuBlock& b, GpuPath p, int n_seq) {
+  void run_block(const GpuBlock& b, GpuPath p, int n_seq, ForwardMode mode) {
     BlockBuffers bb;
     bb.x = x.as<float>();
     bb.h = h.as<__half>();
@@ -232,7 +232,7 @@ struct GpuModel::Impl {
     bb.cos_tab = cos_tab.as<float>();
     bb.sin_tab = sin_tab.as<float>();
     block_forward(c, b.params.params(), bb, n_seq, T,
-                  [&](int i, const __half* X, __half* Y, int M) { gemm(b.lin[i], p, X, Y, M); });
+                  [&](int i, const __half* X, __half* Y, int M) { gemm(b.lin[i], p, X, Y, M); }, mode);
   }
 };
 
@@ -285,7 +285,7 @@ bool GpuModel::has_path(GpuPath p) const {
   return impl_->info.quantized > 0;
 }
 
-const void* GpuModel::forward(const int32_t* tokens, int n_seq, int T, GpuPath p) {
+const void* GpuModel::forward(const int32_t* tokens, int n_seq, int T, GpuPath p, ForwardMode mode) {
   Impl& m = *impl_;
   if (!has_path(p)) throw Error(std::string("this model has no ") + gpu_path_name(p) + " path", "", "gpu model");
   if (n_seq <= 0 || T <= 0) throw Error("expected n_seq > 0 and T > 0", "", "gpu forward");
@@ -296,15 +296,34 @@ const void* GpuModel::forward(const int32_t* tokens, int n_seq, int T, GpuPath p
                   "token " + std::to_string(r));
   m.reserve(R, T);
   m.rows = R;
-  TL_CUDA_THROW(cudaMemcpy(m.tokens.as<int32_t>(), tokens, size_t(R) * 4, cudaMemcpyHostToDevice));
+  const bool decode = mode == ForwardMode::kDecode;
+  std::vector<int32_t> order;  // decode: the rows position-major, row t * n_seq + s
+  if (decode) {
+    order.resize(size_t(R));
+    for (int s = 0; s < n_seq; ++s)
+      for (int t = 0; t < T; ++t) order[size_t(t) * n_seq + s] = tokens[size_t(s) * T + t];
+  }
+  TL_CUDA_THROW(cudaMemcpy(m.tokens.as<int32_t>(), decode ? order.data() : tokens, size_t(R) * 4,
+                           cudaMemcpyHostToDevice));
   check_launch(cuda::embed_gather(m.embed.as<__half>(), m.tokens.as<int32_t>(), m.x.as<float>(), int(R),
                               int(m.c.d_model), nullptr), "embed_gather");
-  for (const auto& b : m.pre) m.run_block(*b, p, n_seq);
+  for (const auto& b : m.pre) m.run_block(*b, p, n_seq, mode);
   for (int64_t it = 0; it < m.c.loops; ++it)
-    for (const auto& b : m.loop) m.run_block(*b, p, n_seq);
+    for (const auto& b : m.loop) m.run_block(*b, p, n_seq, mode);
   check_launch(cuda::rms_norm_rows(m.x.as<float>(), m.final_norm.as<float>(), m.h.as<__half>(), int(R),
                                int(m.c.d_model), float(m.c.norm_eps), nullptr), "rms_norm final");
-  m.gemm(m.head, p, m.h.as<__half>(), m.logits.as<__half>(), int(R));
+  if (!decode) {
+    m.gemm(m.head, p, m.h.as<__half>(), m.logits.as<__half>(), int(R));
+  } else {
+    // The head per position too (M = n_seq), each position's logits copied to rows s * T + t.
+    const size_t V = size_t(m.c.vocab), D = size_t(m.c.d_model);
+    m.head_rows.reserve(size_t(n_seq) * V * 2);
+    for (int t = 0; t < T; ++t) {
+      m.gemm(m.head, p, m.h.as<__half>() + size_t(t) * n_seq * D, m.head_rows.as<__half>(), n_seq);
+      TL_CUDA_THROW(cudaMemcpy2DAsync(m.logits.as<__half>() + size_t(t) * V, size_t(T) * V * 2, m.head_rows.as<void>(),
+                                      V * 2, V * 2, size_t(n_seq), cudaMemcpyDeviceToDevice, nullptr));
+    }
+  }
   TL_CUDA_THROW(cudaDeviceSynchronize());
   return m.logits.as<void>();
 }

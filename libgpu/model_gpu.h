@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/kernel_options.h"
+#include "libconvert/model_forward.h"
 #include "libconvert/model_weights.h"
 
 namespace tl::gpu {
@@ -68,8 +69,11 @@ class GpuModel {
   bool has_path(GpuPath p) const;  // fp16 needs with_fp16; native / marlin need a quantized weight
 
   // Runs tokens [n_seq, T] (host) through the model on `path`; the logits stay on the device
-  // (fp16 [n_seq * T, vocab]) until the next forward. Returns the device pointer.
-  const void* forward(const int32_t* tokens, int n_seq, int T, GpuPath path);
+  // (fp16 [n_seq * T, vocab], row s * T + t in both modes) until the next forward. Returns the
+  // device pointer. kDecode: every linear, the head included, once per position on its n_seq
+  // rows (M = n_seq; libgpu/block_forward.h).
+  const void* forward(const int32_t* tokens, int n_seq, int T, GpuPath path,
+                      ForwardMode mode = ForwardMode::kPrefill);
   // The last forward's logits as fp32 on the host.
   void logits_to_host(std::vector<float>* out) const;
   int64_t last_rows() const;

@@ -35,14 +35,20 @@ const char* path_key(gpu::GpuPath p) {
   return "?";
 }
 
-const char* path_label(const E2ePathRow& row) {
-  if (row.device == "cpu") return "native (CPU fp32 forward on W_hat)";
-  switch (row.path) {
-    case gpu::GpuPath::kFp16: return "fp16 (W_hat as fp16 copies, cuBLAS)";
-    case gpu::GpuPath::kNative: return "native INT4 (int4_gemm)";
-    case gpu::GpuPath::kMarlin: return "Marlin + correction";
+std::string path_label(const E2ePathRow& row) {
+  std::string s = "?";
+  if (row.device == "cpu") {
+    s = "native (CPU fp32 forward on W_hat)";
+  } else {
+    switch (row.path) {
+      case gpu::GpuPath::kFp16: s = "fp16 (W_hat as fp16 copies, cuBLAS)"; break;
+      case gpu::GpuPath::kNative: s = "native INT4 (int4_gemm)"; break;
+      case gpu::GpuPath::kMarlin: s = "Marlin + correction"; break;
+    }
   }
-  return "?";
+  // Decode rows say so (prefill rows keep the plain name: the mode every report had).
+  if (row.mode == ForwardMode::kDecode) s += " (decode, M = " + std::to_string(row.gemm_m) + ")";
+  return s;
 }
 
 long long total_fallbacks(const E2ePathRow& row) {
@@ -62,8 +68,10 @@ std::string kernel_note(const E2eModelResult& m, const E2ePathRow& row) {
     s << "KLD vs fp16 mean " << fmt("%.2e", row.s.kld_mean) << ", p99 " << fmt("%.2e", row.s.kld_p99) << ", max "
       << fmt("%.2e", row.s.kld_max) << "; top-1 " << fmt("%.2f", 100 * row.s.top1_agreement) << " %";
   }
-  if (row.path == gpu::GpuPath::kMarlin) {
-    if (m.has_drift) s << "; drift " << fmt("%+.3f", m.drift_pct) << " % vs native";
+  if (row.has_vs_prefill) s << "; PPL vs prefill " << fmt("%+.4f", row.vs_prefill_pct) << " %";
+  s << "; GEMMs: " << kernel_counts_text(row);
+  if (row.path == gpu::GpuPath::kMarlin && row.device == "cuda") {
+    if (m.has_drift && row.mode == ForwardMode::kPrefill) s << "; drift " << fmt("%+.3f", m.drift_pct) << " % vs native";
     s << "; " << m.info.marlin_packed << "/" << m.info.quantized << " packed, " << row.dispatches[1]
       << " Marlin GEMMs, " << total_fallbacks(row) << " fallbacks";
     for (const auto& [reason, n] : row.fallbacks) s << " (" << reason << ": " << n << ")";
@@ -117,6 +125,12 @@ std::string verdict(const E2eResult& r) {
 
 nlohmann::json or_null(bool has, const nlohmann::json& j) { return has ? j : nlohmann::json(nullptr); }
 
+nlohmann::json modes_json(const E2eResult& r) {
+  nlohmann::json a = nlohmann::json::array();
+  for (ForwardMode m : r.modes) a.push_back(forward_mode_name(m));
+  return a;
+}
+
 nlohmann::json kld_json(const KldSummary& k) {
   return {{"mean", k.mean}, {"mean_err", k.mean_err}, {"median", k.median}, {"p90", k.p90}, {"p95", k.p95},
           {"p99", k.p99},   {"p999", k.p999},         {"max", k.max}};
@@ -135,6 +149,8 @@ nlohmann::json path_json(const E2eResult& r, const E2eModelResult& m, const E2eP
       {"model", &m == &r.main ? "main" : "baseline"},
       {"file", m.file},
       {"name", path_key(row.path)},
+      {"mode", forward_mode_name(row.mode)},
+      {"gemm_m", row.gemm_m},
       {"device", row.device},
       {"ppl", row.s.ppl},
       {"ppl_err", row.s.ppl_err},
@@ -159,7 +175,9 @@ nlohmann::json path_json(const E2eResult& r, const E2eModelResult& m, const E2eP
       {"seconds", row.seconds},
       {"gemm_calls", or_null(row.device == "cuda", {{"fp16-copy", row.dispatches[0]}, {"marlin", row.dispatches[1]},
                                                     {"native-int4", row.dispatches[2]}})},
-      {"fallbacks", row.fallbacks}};
+      {"fallbacks", row.fallbacks},
+      {"kernels", row.kernels},
+      {"vs_prefill_pct", or_null(row.has_vs_prefill, row.vs_prefill_pct)}};
   return j;
 }
 
@@ -173,6 +191,7 @@ nlohmann::json model_json(const E2eModelResult& m) {
           {"first_dispatch_line", m.first_dispatch_line},
           {"drift_pct", or_null(m.has_drift, m.drift_pct)},
           {"cpu_check", or_null(m.cpu_checked, {{"max_abs", m.cpu_max_abs}, {"rel_fro", m.cpu_rel},
+                                                {"tokens", m.cpu_check_tokens}, {"seconds", m.cpu_check_seconds},
                                                 {"bound_rel", kE2eCpuCheckMaxRel}})}};
 }
 
@@ -293,7 +312,11 @@ nlohmann::json drift_report_json(const E2eResult& r) {
       {"windows", r.windows},
       {"scored_tokens", r.scored},
       {"first_scored_position", r.first_target},
+      {"modes", modes_json(r)},
+      {"batch", o.batch},
+      {"decode_batch", o.decode_batch},
       {"bounds", {{"max_drift_pct", o.max_drift_pct}, {"max_mean_kld", o.max_kld},
+                  {"max_decode_vs_prefill_pct", kE2eDecodeMaxPplPct},
                   {"max_ppl_ratio", or_null(o.max_ppl_ratio > 0, o.max_ppl_ratio)},
                   {"max_ref_kld", or_null(o.max_ref_kld > 0, o.max_ref_kld)}}},
       {"seconds", r.seconds},
@@ -330,7 +353,7 @@ void write_drift_markdown(const E2eResult& r, std::ostream& out) {
       for (const E2ePathRow& row : m->rows) {
         const RefComparison& c = row.vs_ref;
         out << "| " << (m == &r.main ? "FILE" : "baseline " + basename_of(m->file)) << " | " << path_key(row.path)
-            << " (" << row.device << ") | " << pm("%.4f", row.s.ppl, row.s.ppl_err) << " | "
+            << " (" << row.device << ", " << forward_mode_name(row.mode) << ") | " << pm("%.4f", row.s.ppl, row.s.ppl_err) << " | "
             << pm("%.4f", c.ratio, c.ratio_err) << " | " << pm("%.5f", c.ln_ratio, c.ln_ratio_err) << " | "
             << fmt("%.3e", c.kld.mean) << " ± " << fmt("%.1e", c.kld.mean_err) << " | " << fmt("%.2e", c.kld.median)
             << " | " << fmt("%.2e", c.kld.p99) << " | " << fmt("%.2e", c.kld.max) << " | "
@@ -345,7 +368,9 @@ void write_drift_markdown(const E2eResult& r, std::ostream& out) {
     for (const E2eModelResult* m : models_of(r))
       for (const E2ePathRow& row : m->rows)
         if (row.path != gpu::GpuPath::kFp16 || row.device == "cpu")
-          series.push_back({(m == &r.main ? std::string("") : "baseline ") + path_key(row.path), &row.vs_ref.kld});
+          series.push_back({(m == &r.main ? std::string("") : "baseline ") + path_key(row.path) +
+                                (row.mode == ForwardMode::kDecode ? " decode" : ""),
+                            &row.vs_ref.kld});
     out << svg_kld_histogram(series) << "\n";
   }
   if (r.device_kind == "cuda") {
@@ -378,6 +403,8 @@ void write_drift_markdown(const E2eResult& r, std::ostream& out) {
     out << " (|drift| <= " << fmt("%g", r.options.max_drift_pct) << " %, mean KLD vs fp16 <= " << fmt("%g", r.options.max_kld);
   else
     out << " (CPU: no kernel bounds";
+  if (std::count(r.modes.begin(), r.modes.end(), ForwardMode::kDecode) && r.modes.size() > 1)
+    out << ", decode PPL within " << fmt("%g", kE2eDecodeMaxPplPct) << " % of prefill";
   if (r.options.max_ppl_ratio > 0) out << ", PPL ratio <= " << fmt("%g", r.options.max_ppl_ratio);
   if (r.options.max_ref_kld > 0) out << ", KLD vs reference <= " << fmt("%g", r.options.max_ref_kld);
   out << ")\n";

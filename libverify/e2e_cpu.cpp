@@ -9,12 +9,13 @@
 namespace tl::verify::e2e {
 namespace {
 
-// Row statistics of one window's logits [ctx, V] into a trace (and KLD against ref_logits).
-void record_cpu(const WindowPlan& plan, int64_t w, const int32_t* win, const ActMatrix& logits,
+// Row statistics of one window's logits (rows row0 .. row0 + ctx - 1 of `logits`) into a trace
+// (and KLD against the window's ref_logits [ctx, V]).
+void record_cpu(const WindowPlan& plan, int64_t w, const int32_t* win, const ActMatrix& logits, int64_t row0,
                 const ActMatrix* ref_logits, PathTrace& tr) {
   const int64_t V = logits.cols();
   for (int64_t t = plan.first_target; t < plan.ctx; ++t) {
-    const float* x = logits.data() + (t - 1) * V;
+    const float* x = logits.data() + (row0 + t - 1) * V;
     const double lse = log_sum_exp(x, V);
     const size_t i = trace_index(plan, w, t);
     tr.nll[i] = lse - double(x[win[t]]);
@@ -25,18 +26,36 @@ void record_cpu(const WindowPlan& plan, int64_t w, const int32_t* win, const Act
     }
   }
 }
+void record_cpu(const WindowPlan& plan, int64_t w, const int32_t* win, const ActMatrix& logits,
+                const ActMatrix* ref_logits, PathTrace& tr) {
+  record_cpu(plan, w, win, logits, 0, ref_logits, tr);
+}
+
+// GEMMs of one forward of n_seq windows: every linear of every block step and the head, once
+// (prefill) or once per position (decode).
+long long cpu_gemms(const ModelWeights& w, ForwardMode mode, int64_t ctx) {
+  const long long per = 5 * (long long)block_schedule(w.config).size() + 1;
+  return mode == ForwardMode::kDecode ? per * ctx : per;
+}
 
 }  // namespace
 
-// Every window through the CPU forward (fp32): the reference and every model's W_hat, one
-// task per window on the thread pool (the numbers do not depend on the thread count).
+// Every window through the CPU forward (fp32): the reference and every model's W_hat, one row
+// per mode. Prefill: one task per window on the thread pool; decode: one task per batch of
+// opt.batch windows in lockstep (M = the batch at every linear). The numbers do not depend on
+// the thread count.
 void score_cpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt,
-               const ModelWeights* ref_w, E2eReference* ref, std::vector<Scored*>& models) {
+               const std::vector<ForwardMode>& modes, const ModelWeights* ref_w, E2eReference* ref,
+               std::vector<Scored*>& models) {
   for (Scored* m : models) {
-    m->res.rows.resize(1);
-    m->res.rows[0].path = gpu::GpuPath::kNative;
-    m->res.rows[0].device = "cpu";
-    size_trace(m->res.rows[0].trace, plan, ref_w != nullptr);
+    m->res.rows.assign(modes.size(), E2ePathRow{});
+    for (size_t i = 0; i < modes.size(); ++i) {
+      E2ePathRow& row = m->res.rows[i];
+      row.path = gpu::GpuPath::kNative;
+      row.mode = modes[i];
+      row.device = "cpu";
+      size_trace(row.trace, plan, ref_w != nullptr);
+    }
     for (const std::string& n : m->w.linear_names()) {
       const LinearWeight* l = m->w.find_linear(n);
       m->res.info.linear_weights++;
@@ -47,26 +66,44 @@ void score_cpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
     }
   }
   if (ref) size_trace(ref->trace, plan, false);
-  const int64_t ctx = plan.ctx, n_win = int64_t(plan.starts.size());
-  Progress progress("tl-verify", size_t(n_win), double(n_win), opt.progress == nullptr, opt.progress);
-  parallel_for(n_win, resolve_threads(opt.threads), [&](int64_t w) {
-    const int32_t* win = tokens.data() + plan.starts[size_t(w)];
-    ActMatrix ref_logits;
-    if (ref_w) {
-      ref_logits = forward_logits(*ref_w, win, 1, ctx);
-      record_cpu(plan, w, win, ref_logits, nullptr, ref->trace);
-    }
+  const int64_t ctx = plan.ctx, n_win = int64_t(plan.starts.size()), batch = std::max<int64_t>(1, opt.batch);
+  const int threads = resolve_threads(opt.threads);
+  for (size_t mi = 0; mi < modes.size(); ++mi) {
+    const ForwardMode mode = modes[mi];
+    const bool decode = mode == ForwardMode::kDecode;
+    const int64_t per_task = decode ? batch : 1, tasks = (n_win + per_task - 1) / per_task;
+    Progress progress("tl-verify", size_t(tasks), double(n_win), opt.progress == nullptr, opt.progress);
+    progress.set_sparse(true);
+    parallel_for(tasks, threads, [&](int64_t task) {
+      const int64_t w0 = task * per_task, nb = std::min(per_task, n_win - w0);
+      std::vector<int32_t> chunk;
+      gather_windows(tokens, plan, w0, nb, &chunk);
+      // The reference per window, as prefill scores it (its trace once, in the first mode).
+      std::vector<ActMatrix> ref_logits(size_t(ref_w ? nb : 0));
+      for (int64_t i = 0; ref_w && i < nb; ++i) {
+        ref_logits[size_t(i)] = forward_logits(*ref_w, chunk.data() + i * ctx, 1, ctx);
+        if (mi == 0) record_cpu(plan, w0 + i, chunk.data() + i * ctx, ref_logits[size_t(i)], nullptr, ref->trace);
+      }
+      for (Scored* m : models) {
+        const ActMatrix logits = forward_logits(m->w, chunk.data(), nb, ctx, {}, mode);
+        for (int64_t i = 0; i < nb; ++i)
+          record_cpu(plan, w0 + i, chunk.data() + i * ctx, logits, i * ctx, ref_w ? &ref_logits[size_t(i)] : nullptr,
+                     m->res.rows[mi].trace);
+      }
+      progress.finished(std::string("e2e windows (cpu, ") + forward_mode_name(mode) + ")", double(nb));
+    });
     for (Scored* m : models) {
-      const ActMatrix logits = forward_logits(m->w, win, 1, ctx);
-      record_cpu(plan, w, win, logits, ref_w ? &ref_logits : nullptr, m->res.rows[0].trace);
+      E2ePathRow& row = m->res.rows[mi];
+      row.gemm_m = decode ? std::min(batch, n_win) : ctx;
+      row.kernels["cpu-fp32"] = cpu_gemms(m->w, mode, ctx) * (decode ? tasks : n_win);
     }
-    progress.finished("e2e window " + std::to_string(w + 1) + "/" + std::to_string(n_win), 1.0);
-  });
-  for (Scored* m : models) {
-    PathAccum a;
-    for (double v : m->res.rows[0].trace.nll) a.nll.add(v);
-    m->res.rows[0].s = summarize_path("native", a);
   }
+  for (Scored* m : models)
+    for (E2ePathRow& row : m->res.rows) {
+      PathAccum a;
+      for (double v : row.trace.nll) a.nll.add(v);
+      row.s = summarize_path("native", a);
+    }
 }
 
 // One swapped weight's trace on the first windows against the reference's trace there.

@@ -12,11 +12,13 @@ namespace tl::verify::e2e {
 
 // ---- GPU ----
 
-// Every batch of windows through the reference (when given) and then every path of every
-// model, all resident on the device, so that the reference logits of the batch are there for
-// each path's KLD, and the fp16 path's for the kernel comparison.
+// Every batch of windows through the reference (when given, prefill) and then every path of
+// every model in each mode, all resident on the device, so that the reference logits of the
+// batch are there for each path's KLD, and the mode's fp16 path's (its first row) for the kernel
+// comparison.
 void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt,
-               const ModelWeights* ref_w, E2eReference* ref, std::vector<Scored*>& models) {
+               const std::vector<ForwardMode>& modes, const ModelWeights* ref_w, E2eReference* ref,
+               std::vector<Scored*>& models) {
   std::unique_ptr<gpu::GpuModel> ref_gm;
   if (ref_w) ref_gm = std::make_unique<gpu::GpuModel>(*ref_w, /*with_fp16=*/true, opt.kernel);
   std::vector<std::unique_ptr<gpu::GpuModel>> gms;
@@ -27,13 +29,17 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
     std::vector<gpu::GpuPath> paths = {gpu::GpuPath::kFp16};
     if (gm.has_path(gpu::GpuPath::kNative)) paths.push_back(gpu::GpuPath::kNative);
     if (gm.has_path(gpu::GpuPath::kMarlin)) paths.push_back(gpu::GpuPath::kMarlin);
-    m->acc.assign(paths.size(), PathAccum{});
-    m->res.rows.resize(paths.size());
-    for (size_t p = 0; p < paths.size(); ++p) {
-      m->res.rows[p].path = paths[p];
-      m->res.rows[p].device = "cuda";
-      size_trace(m->res.rows[p].trace, plan, ref_w != nullptr);
-    }
+    m->res.rows.clear();
+    for (ForwardMode mode : modes)
+      for (gpu::GpuPath path : paths) {
+        E2ePathRow row;
+        row.path = path;
+        row.mode = mode;
+        row.device = "cuda";
+        size_trace(row.trace, plan, ref_w != nullptr);
+        m->res.rows.push_back(std::move(row));
+      }
+    m->acc.assign(m->res.rows.size(), PathAccum{});
   }
   if (ref) size_trace(ref->trace, plan, false);
 
@@ -46,6 +52,7 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
   for (Scored* m : models) forwards += m->res.rows.size();
   Progress progress("tl-verify", size_t((n_win + batch - 1) / batch), double(n_win), opt.progress == nullptr,
                     opt.progress);
+  progress.set_sparse(true);
   for (int64_t w0 = 0; w0 < n_win; w0 += batch) {
     const int64_t nb = std::min(batch, n_win - w0);
     gather_batch(tokens, plan, w0, nb, &chunk, &targets);
@@ -64,8 +71,9 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
         E2ePathRow& row = m.res.rows[p];
         const auto tp = Clock::now();
         reset_dispatch();
-        gm.forward(chunk.data(), int(nb), int(ctx), row.path);
+        gm.forward(chunk.data(), int(nb), int(ctx), row.path, row.mode);
         add_dispatch(row);
+        row.gemm_m = std::max(row.gemm_m, row.mode == ForwardMode::kDecode ? nb : nb * ctx);
         const bool is_fp16 = row.path == gpu::GpuPath::kFp16;
         if (is_fp16) gm.save_reference();
         gm.row_stats(targets.data(), &lse, &arg, &tgt, is_fp16 ? nullptr : &kld, ref_gm ? &ref_logits : nullptr,
@@ -90,9 +98,11 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
                           std::to_string(forwards) + " forwards per batch)", double(nb));
   }
   for (Scored* m : models) {
-    for (size_t p = 0; p < m->res.rows.size(); ++p)
-      m->res.rows[p].s = summarize_path(gpu::gpu_path_name(m->res.rows[p].path), m->acc[p],
-                                        p == 0 ? "" : gpu::gpu_path_name(gpu::GpuPath::kFp16));
+    for (size_t p = 0; p < m->res.rows.size(); ++p) {
+      const E2ePathRow& row = m->res.rows[p];
+      m->res.rows[p].s = summarize_path(gpu::gpu_path_name(row.path), m->acc[p],
+                                        row.path == gpu::GpuPath::kFp16 ? "" : gpu::gpu_path_name(gpu::GpuPath::kFp16));
+    }
     m->res.first_dispatch_line = first_dispatch_line();
   }
 }
@@ -136,13 +146,18 @@ std::vector<LayerDrift> per_layer_gpu(const std::vector<int32_t>& tokens, const 
   return out;
 }
 
-// GPU fp16 path vs the CPU forward on window 0 (fp32, W_hat): the GPU model runner's check.
+// GPU fp16 path vs the CPU forward on the first opt.cpu_check_tokens tokens of window 0 (fp32,
+// W_hat): the GPU model runner's check.
 void cpu_check(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt, Scored& m) {
-  std::vector<int32_t> chunk;
-  gather_windows(tokens, plan, 0, 1, &chunk);
-  const ActMatrix cpu = forward_logits(m.w, chunk.data(), 1, plan.ctx);
+  const int64_t n = std::min(plan.ctx, opt.cpu_check_tokens);
+  const std::vector<int32_t> chunk(tokens.begin() + plan.starts[0], tokens.begin() + plan.starts[0] + n);
+  if (opt.progress)
+    *opt.progress << "tl-verify: CPU check: the first " << n << " tokens of window 0 through the CPU forward\n"
+                  << std::flush;
+  const auto t0 = Clock::now();
+  const ActMatrix cpu = forward_logits(m.w, chunk.data(), 1, n);
   gpu::GpuModel gm(m.w, /*with_fp16=*/true, opt.kernel);
-  gm.forward(chunk.data(), 1, int(plan.ctx), gpu::GpuPath::kFp16);
+  gm.forward(chunk.data(), 1, int(n), gpu::GpuPath::kFp16);
   std::vector<float> gpu;
   gm.logits_to_host(&gpu);
   double num = 0, den = 0, mx = 0;
@@ -153,6 +168,8 @@ void cpu_check(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
     mx = std::max(mx, std::abs(d));
   }
   m.res.cpu_checked = true;
+  m.res.cpu_check_tokens = n;
+  m.res.cpu_check_seconds = seconds_since(t0);
   m.res.cpu_max_abs = mx;
   m.res.cpu_rel = den > 0 ? std::sqrt(num / den) : 0;
 }

@@ -85,11 +85,16 @@ inline void reset_dispatch() {
 #endif
 }
 
+// The dispatcher's counters since reset_dispatch() into the row: calls per path, per Marlin
+// kernel, fallback reasons.
 inline void add_dispatch(E2ePathRow& row) {
 #if TL_HAVE_CUDA
   const cuda::DispatchStats s = cuda::dispatch_stats();
   for (int i = 0; i < 3; ++i) row.dispatches[i] += s.dispatches[i];
   for (const auto& [reason, n] : s.fallbacks) row.fallbacks[reason] += n;
+  for (const auto& [kernel, n] : s.marlin_kernels) row.kernels["marlin-" + kernel] += n;
+  row.kernels["native-int4"] += s.dispatches[int(cuda::GemmPath::kNativeInt4)];
+  row.kernels["cublas-fp16"] += s.dispatches[int(cuda::GemmPath::kFp16Copy)];
 #else
   (void)row;
 #endif
@@ -116,11 +121,14 @@ LayerDrift layer_drift(const std::string& name, const PathTrace& tr, const PathT
 
 // Every batch of windows through the reference (when given) and every path of every model on
 // the GPU (e2e_gpu.cpp).
+// Rows: every path in each mode of `modes`, the reference scored once (prefill).
 void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt,
-               const ModelWeights* ref_w, E2eReference* ref, std::vector<Scored*>& models);
-// Every window through the CPU forward (e2e_cpu.cpp).
+               const std::vector<ForwardMode>& modes, const ModelWeights* ref_w, E2eReference* ref,
+               std::vector<Scored*>& models);
+// Every window through the CPU forward (e2e_cpu.cpp), one row per mode.
 void score_cpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt,
-               const ModelWeights* ref_w, E2eReference* ref, std::vector<Scored*>& models);
+               const std::vector<ForwardMode>& modes, const ModelWeights* ref_w, E2eReference* ref,
+               std::vector<Scored*>& models);
 // The KLD each quantized weight of `q` adds on its own, on the CPU / on the GPU.
 std::vector<LayerDrift> per_layer_cpu(const std::vector<int32_t>& tokens, const WindowPlan& plan,
                                       const E2eOptions& opt, const ModelWeights& ref_w, const PathTrace& ref_trace,

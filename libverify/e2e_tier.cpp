@@ -76,11 +76,50 @@ E2eDevice parse_e2e_device(const std::string& s) {
   throw Error("expected cpu, cuda or auto, got '" + s + "'", "", "--device");
 }
 
+const char* e2e_mode_name(E2eMode m) {
+  switch (m) {
+    case E2eMode::kAuto: return "auto";
+    case E2eMode::kPrefill: return "prefill";
+    case E2eMode::kDecode: return "decode";
+    case E2eMode::kBoth: return "both";
+  }
+  return "?";
+}
+
+E2eMode parse_e2e_mode(const std::string& s) {
+  for (E2eMode m : {E2eMode::kAuto, E2eMode::kPrefill, E2eMode::kDecode, E2eMode::kBoth})
+    if (s == e2e_mode_name(m)) return m;
+  throw Error("expected prefill, decode, both or auto, got '" + s + "'", "", "--e2e-mode");
+}
+
+std::vector<ForwardMode> e2e_forward_modes(E2eMode m, bool on_gpu) {
+  switch (m) {
+    case E2eMode::kPrefill: return {ForwardMode::kPrefill};
+    case E2eMode::kDecode: return {ForwardMode::kDecode};
+    case E2eMode::kBoth: return {ForwardMode::kPrefill, ForwardMode::kDecode};
+    case E2eMode::kAuto: break;
+  }
+  if (on_gpu) return {ForwardMode::kPrefill, ForwardMode::kDecode};
+  return {ForwardMode::kPrefill};
+}
+
 std::string e2e_gpu_unavailable_reason() { return gpu::gpu_model_unavailable_reason(); }
 
-const E2ePathRow* E2eModelResult::row(gpu::GpuPath p) const {
+std::string row_name(const E2ePathRow& row) {
+  const std::string base = row.device == "cpu" ? "native" : gpu::gpu_path_name(row.path);
+  return row.mode == ForwardMode::kDecode ? base + " decode" : base;
+}
+
+std::string kernel_counts_text(const E2ePathRow& row) {
+  std::string s;
+  for (const auto& [kernel, n] : row.kernels)
+    if (n > 0) s += (s.empty() ? "" : ", ") + kernel + " " + std::to_string(n);
+  return s.empty() ? "none" : s;
+}
+
+const E2ePathRow* E2eModelResult::row(gpu::GpuPath p, ForwardMode mode) const {
   for (const E2ePathRow& r : rows)
-    if (r.path == p) return &r;
+    if (r.path == p && r.mode == mode) return &r;
   return nullptr;
 }
 
@@ -100,6 +139,10 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
     throw Error("expected non-negative bounds", "", "--max-drift / --max-kld / --max-ppl-ratio / --max-ref-kld");
   if (opt.per_layer && opt.reference.empty())
     throw Error("--per-layer measures each weight against the original model: give --reference", "", "--per-layer");
+  if (opt.batch < 1) throw Error("expected --batch >= 1, got " + std::to_string(opt.batch), "", "--batch");
+  if (opt.decode_batch < 1 || opt.decode_batch > kE2eMaxDecodeBatch)
+    throw Error("expected 1 <= --decode-batch <= " + std::to_string(kE2eMaxDecodeBatch) +
+                    " (the decode kernel's M), got " + std::to_string(opt.decode_batch), "", "--decode-batch");
   if (opt.per_layer && opt.per_layer_windows < 1)
     throw Error("expected --per-layer-windows >= 1, got " + std::to_string(opt.per_layer_windows), "",
                 "--per-layer-windows");
@@ -133,6 +176,11 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
   if (opt.device == E2eDevice::kCuda && !gpu_why.empty()) return skip("--device cuda: " + gpu_why);
   const bool on_gpu = opt.device != E2eDevice::kCpu && gpu_why.empty();
   r.device_kind = on_gpu ? "cuda" : "cpu";
+  r.modes = e2e_forward_modes(opt.mode, on_gpu);
+  // With decode, both modes score batches of decode_batch windows (one reference per batch).
+  E2eOptions run = opt;
+  if (std::count(r.modes.begin(), r.modes.end(), ForwardMode::kDecode)) run.batch = opt.decode_batch;
+  r.options.batch = run.batch;
 
   Scored main, base;
   main.file = opt.file;
@@ -150,8 +198,10 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
     r.reference->source = opt.reference;
   }
   const auto ts = Clock::now();
-  if (on_gpu) score_gpu(tokens, plan, opt, ref_w ? &*ref_w : nullptr, r.reference ? &*r.reference : nullptr, models);
-  else score_cpu(tokens, plan, opt, ref_w ? &*ref_w : nullptr, r.reference ? &*r.reference : nullptr, models);
+  if (on_gpu)
+    score_gpu(tokens, plan, run, r.modes, ref_w ? &*ref_w : nullptr, r.reference ? &*r.reference : nullptr, models);
+  else
+    score_cpu(tokens, plan, run, r.modes, ref_w ? &*ref_w : nullptr, r.reference ? &*r.reference : nullptr, models);
   const double score_s = seconds_since(ts);
   size_t forwards = ref_w ? 1 : 0;
   for (const Scored* m : models) forwards += m->res.rows.size();
@@ -169,14 +219,23 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
         row.has_ref = true;
         row.vs_ref = compare_to_reference(row.trace, r.reference->trace);
       }
-    const E2ePathRow* nat = res.row(gpu::GpuPath::kNative);
-    const E2ePathRow* mar = res.row(gpu::GpuPath::kMarlin);
+    // The drift of the first mode scored (prefill where it runs).
+    const E2ePathRow* nat = res.row(gpu::GpuPath::kNative, r.modes.front());
+    const E2ePathRow* mar = res.row(gpu::GpuPath::kMarlin, r.modes.front());
     if (nat && mar) {
       res.has_drift = true;
       res.drift_pct = (mar->s.ppl / nat->s.ppl - 1.0) * 100.0;
     }
+    for (E2ePathRow& row : res.rows)
+      if (row.mode == ForwardMode::kDecode)
+        if (const E2ePathRow* pre = res.row(row.path, ForwardMode::kPrefill)) {
+          row.has_vs_prefill = true;
+          row.vs_prefill_pct = (row.s.ppl / pre->s.ppl - 1.0) * 100.0;
+        }
   }
-  if (on_gpu && opt.cpu_check) cpu_check(tokens, plan, opt, main);
+  if (opt.cpu_check_tokens < 0)
+    throw Error("expected --cpu-check-tokens >= 0, got " + std::to_string(opt.cpu_check_tokens), "", "--cpu-check-tokens");
+  if (on_gpu && opt.cpu_check_tokens > 0) cpu_check(tokens, plan, opt, main);
   if (opt.per_layer) {
     r.per_layer_windows = std::min(opt.per_layer_windows, r.windows);
     r.per_layer = on_gpu ? per_layer_gpu(tokens, plan, opt, *ref_w, r.reference->trace, main.w, r.per_layer_windows)
@@ -195,20 +254,23 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
       r.failures.push_back("drift " + fmt("%.3f", m.drift_pct) + " % exceeds --max-drift " + fmt("%g", opt.max_drift_pct) + " %");
     for (const E2ePathRow& row : m.rows)
       if (row.s.has_reference && row.s.kld_mean > opt.max_kld)
-        r.failures.push_back(std::string(gpu::gpu_path_name(row.path)) + ": mean KLD vs fp16 " + fmt("%.3g", row.s.kld_mean) +
-                             " exceeds " + fmt("%g", opt.max_kld));
+        r.failures.push_back(row_name(row) + ": mean KLD vs fp16 " + fmt("%.3g", row.s.kld_mean) + " exceeds " +
+                             fmt("%g", opt.max_kld));
     if (m.cpu_checked && !(m.cpu_rel <= kE2eCpuCheckMaxRel))
       r.failures.push_back("GPU fp16 vs CPU forward: relative error " + fmt("%.3g", m.cpu_rel) + " exceeds " +
                            fmt("%g", kE2eCpuCheckMaxRel));
   }
   for (const E2ePathRow& row : m.rows) {
+    if (row.has_vs_prefill && !(std::abs(row.vs_prefill_pct) <= kE2eDecodeMaxPplPct))
+      r.failures.push_back(row_name(row) + ": PPL " + fmt("%.4f", row.s.ppl) + " differs from prefill's by " +
+                           fmt("%+.3f", row.vs_prefill_pct) + " % (bound " + fmt("%g", kE2eDecodeMaxPplPct) + " %)");
     if (!row.has_ref) continue;
     if (opt.max_ppl_ratio > 0 && !(row.vs_ref.ratio <= opt.max_ppl_ratio))
-      r.failures.push_back(std::string(gpu::gpu_path_name(row.path)) + ": PPL ratio vs reference " +
-                           fmt("%.4f", row.vs_ref.ratio) + " exceeds --max-ppl-ratio " + fmt("%g", opt.max_ppl_ratio));
+      r.failures.push_back(row_name(row) + ": PPL ratio vs reference " + fmt("%.4f", row.vs_ref.ratio) +
+                           " exceeds --max-ppl-ratio " + fmt("%g", opt.max_ppl_ratio));
     if (opt.max_ref_kld > 0 && !(row.vs_ref.kld.mean <= opt.max_ref_kld))
-      r.failures.push_back(std::string(gpu::gpu_path_name(row.path)) + ": mean KLD vs reference " +
-                           fmt("%.3g", row.vs_ref.kld.mean) + " exceeds --max-ref-kld " + fmt("%g", opt.max_ref_kld));
+      r.failures.push_back(row_name(row) + ": mean KLD vs reference " + fmt("%.3g", row.vs_ref.kld.mean) +
+                           " exceeds --max-ref-kld " + fmt("%g", opt.max_ref_kld));
   }
   r.status = r.failures.empty() ? Status::kPassed : Status::kFailed;
   for (size_t i = 0; i < r.failures.size(); ++i) r.reason += (i ? "; " : "") + r.failures[i];
@@ -227,10 +289,9 @@ TierResult e2e_tier_result(const E2eResult& r) {
   auto add = [&](const E2eModelResult& m, const std::string& tag) {
     for (const E2ePathRow& row : m.rows) {
       CaseResult c;
-      c.label = tag + (row.device == "cpu" ? std::string("native") : gpu::gpu_path_name(row.path)) + " ctx=" +
-                std::to_string(r.options.ctx) + (row.device == "cpu" ? " (cpu)" : "");
+      c.label = tag + row_name(row) + " ctx=" + std::to_string(r.options.ctx) + (row.device == "cpu" ? " (cpu)" : "");
       c.weight = m.file;
-      c.M = r.options.batch * r.options.ctx;
+      c.M = row.gemm_m;
       c.has_stats = false;
       c.total = row.s.tokens;
       std::ostringstream msg;
@@ -241,8 +302,8 @@ TierResult e2e_tier_result(const E2eResult& r) {
       if (row.s.has_reference)
         msg << ", KLD vs fp16 mean " << fmt("%.3g", row.s.kld_mean) << " p99 " << fmt("%.3g", row.s.kld_p99) << " max "
             << fmt("%.3g", row.s.kld_max) << ", top-1 " << fmt("%.2f", 100 * row.s.top1_agreement) << " %";
-      if (row.device == "cuda")
-        msg << ", gemms fp16=" << row.dispatches[0] << " marlin=" << row.dispatches[1] << " native=" << row.dispatches[2];
+      if (row.has_vs_prefill) msg << ", vs prefill " << fmt("%+.4f", row.vs_prefill_pct) << " %";
+      msg << ", GEMMs " << kernel_counts_text(row);
       for (const auto& [reason, n] : row.fallbacks) msg << ", fallback '" << reason << "' x" << n;
       c.message = msg.str();
       bool bad = false;
@@ -250,6 +311,7 @@ TierResult e2e_tier_result(const E2eResult& r) {
       if (tag.empty() && row.path == gpu::GpuPath::kMarlin && m.has_drift && std::abs(m.drift_pct) > r.options.max_drift_pct) bad = true;
       if (tag.empty() && row.has_ref && r.options.max_ppl_ratio > 0 && !(row.vs_ref.ratio <= r.options.max_ppl_ratio)) bad = true;
       if (tag.empty() && row.has_ref && r.options.max_ref_kld > 0 && !(row.vs_ref.kld.mean <= r.options.max_ref_kld)) bad = true;
+      if (tag.empty() && row.has_vs_prefill && !(std::abs(row.vs_prefill_pct) <= kE2eDecodeMaxPplPct)) bad = true;
       c.status = r.status == Status::kSkipped ? Status::kSkipped : (bad ? Status::kFailed : Status::kPassed);
       t.cases.push_back(std::move(c));
     }

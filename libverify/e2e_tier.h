@@ -20,8 +20,17 @@
 // Reported per path besides: PPL +- error (perplexity.h), on the GPU KL divergence against the
 // fp16 path (mean, p99, max), top-1 agreement, dispatch counts per GEMM path and the reasons of
 // every fallback; per model: weights packed, the VRAM the Marlin sections add, the dispatcher's
-// first-dispatch line, and a CPU check (window 0 through the CPU forward vs the GPU fp16 path).
+// first-dispatch line, and a CPU check (a prefix of window 0 through the CPU forward vs the GPU
+// fp16 path).
 // drift % = (PPL_marlin / PPL_native - 1) * 100.
+//
+// Modes (--e2e-mode; libconvert/model_forward.h ForwardMode): prefill scores batches of windows
+// with every linear at M = windows x ctx (the tiled / Hopper kernels or the floor); decode scores
+// --decode-batch B windows in lockstep, every linear once per position at M = B (the decode
+// kernel, 1 <= B <= 16), attention over each position's keys: what a runtime generating B
+// sequences runs. auto: both on the GPU, prefill on the CPU (whose decode re-reads every weight
+// once per position). Each path row names its mode and the GEMMs each kernel ran; a decode row's
+// PPL must match the prefill row of its path within kE2eDecodeMaxPplPct.
 // Pass (GPU): |drift| <= max_drift_pct, mean KLD(fp16 || native) and mean KLD(fp16 || marlin) <=
 // max_kld, and the CPU check within kE2eCpuCheckMaxRel. With a reference, on any device:
 // PPL ratio <= max_ppl_ratio and mean KLD(reference || path) <= max_ref_kld for FILE's paths
@@ -61,10 +70,27 @@ constexpr double kE2eMaxMeanKld = 2e-3;
 // activations at every GEMM input (2^-12 relative RMS each, ~7 roundings per block, random
 // accumulation over <= 16 blocks) give ~ 2^-12 * sqrt(112) ~ 3e-3; bound 2e-2.
 constexpr double kE2eCpuCheckMaxRel = 2e-2;
+// Decode vs prefill on one path: |PPL_decode / PPL_prefill - 1| in %. The same weights and the
+// same function, evaluated with GEMMs of another M: on the GPU other kernels (decode vs tiled /
+// Hopper / floor) whose fp16 outputs round their fp32 sums differently (~2^-11 relative per GEMM
+// output, the CPU check's 5e-4 .. 1e-3 relative on the logits being fp32 vs fp16, a larger
+// difference), on the CPU the same fp32 products in other blocks. Such perturbations move each
+// token's NLL by ~1e-3 at most with random sign, so the mean NLL by far less; 0.1 % (1e-3 on
+// ln PPL) keeps a > 10x margin, while a decode kernel that misreads one group or tile moves PPL
+// by percents (the drift bound's faults).
+constexpr double kE2eDecodeMaxPplPct = 0.1;
+// The decode batch: windows in lockstep, M of every decode-mode GEMM; the decode kernel's M.
+constexpr int64_t kE2eMaxDecodeBatch = 16;
 
 enum class E2eDevice { kAuto, kCpu, kCuda };
 const char* e2e_device_name(E2eDevice d);  // "auto", "cpu", "cuda"
 E2eDevice parse_e2e_device(const std::string& s);  // tl::Error naming --device
+
+enum class E2eMode { kAuto, kPrefill, kDecode, kBoth };
+const char* e2e_mode_name(E2eMode m);        // "auto", "prefill", "decode", "both"
+E2eMode parse_e2e_mode(const std::string& s);  // tl::Error naming --e2e-mode
+// The forward modes a run scores, in order (auto: both on the GPU, prefill on the CPU).
+std::vector<ForwardMode> e2e_forward_modes(E2eMode m, bool on_gpu);
 
 struct E2eOptions {
   std::string file;            // the quantized (ideally Marlin-packed) .tinyloop
@@ -81,16 +107,24 @@ struct E2eOptions {
   int64_t ctx = 512;           // window length (capped by the model's max_seq only by choice)
   int64_t stride = 0;          // 0 = ctx
   int64_t max_tokens = 0;      // 0 = the whole stream
-  int64_t batch = 16;          // windows per forward (M = batch * ctx rows per GEMM)
+  int64_t batch = 16;          // windows per forward (M = batch * ctx rows per GEMM); a run with
+                               // decode scores batches of decode_batch windows in both modes
+  E2eMode mode = E2eMode::kAuto;
+  int64_t decode_batch = kE2eMaxDecodeBatch;  // decode: windows in lockstep, M = decode_batch
   double max_drift_pct = kE2eMaxDriftPct;
   double max_kld = kE2eMaxMeanKld;
-  bool cpu_check = true;       // window 0 through the CPU forward (skip for huge models)
+  // The CPU check: the first cpu_check_tokens tokens of window 0 (at most ctx) through the CPU
+  // forward against the GPU fp16 path; 0: off. A prefix bounds its cost on large models (the CPU
+  // forward of a 7B model runs ~0.1 s per token on 16 cores) while its logits (tokens x vocab
+  // values) still measure the runner's error.
+  int64_t cpu_check_tokens = 64;
   cuda::KernelOptions kernel = cuda::runtime_kernel_options();  // the GPU paths' launcher options
-  std::ostream* progress = nullptr;  // one line per path and batch group, ETA
+  std::ostream* progress = nullptr;  // progress lines (every 10 % or 10 s without a terminal), ETA
 };
 
 struct E2ePathRow {
   gpu::GpuPath path = gpu::GpuPath::kFp16;
+  ForwardMode mode = ForwardMode::kPrefill;
   std::string device = "cuda"; // "cuda" or "cpu"
   PathSummary s;               // PPL, and on the GPU KLD vs the fp16 path, top-1 agreement
   PathTrace trace;             // per scored token (KLD against the reference, when there is one)
@@ -99,6 +133,12 @@ struct E2ePathRow {
   double seconds = 0;
   long long dispatches[3] = {0, 0, 0};          // GEMM calls per tl::cuda::GemmPath
   std::map<std::string, long long> fallbacks;   // reason -> calls (Marlin wanted, not taken)
+  // GEMM calls per kernel that ran them: "marlin-decode", "marlin-tiled", "marlin-hopper",
+  // "marlin-dequant" (the floor), "native-int4", "cublas-fp16"; on the CPU "cpu-fp32".
+  std::map<std::string, long long> kernels;
+  int64_t gemm_m = 0;                           // rows of each GEMM (the head's too)
+  bool has_vs_prefill = false;                  // decode rows: the prefill row of the path exists
+  double vs_prefill_pct = 0;                    // (PPL / PPL of that prefill row - 1) * 100
 };
 
 struct E2eModelResult {
@@ -109,8 +149,10 @@ struct E2eModelResult {
   double drift_pct = 0;              // (PPL_marlin / PPL_native - 1) * 100
   std::string first_dispatch_line;
   bool cpu_checked = false;
-  double cpu_max_abs = 0, cpu_rel = 0;  // GPU fp16 path vs CPU forward, window 0
-  const E2ePathRow* row(gpu::GpuPath p) const;
+  double cpu_max_abs = 0, cpu_rel = 0;  // GPU fp16 path vs CPU forward, a prefix of window 0
+  int64_t cpu_check_tokens = 0;
+  double cpu_check_seconds = 0;
+  const E2ePathRow* row(gpu::GpuPath p, ForwardMode mode = ForwardMode::kPrefill) const;
 };
 
 struct E2eReference {
@@ -136,6 +178,7 @@ struct E2eResult {
   int64_t windows = 0, scored = 0, first_target = 0;
   std::string device;                // "NVIDIA H200 (sm_90)" or "CPU (N threads)"
   std::string device_kind;           // "cuda" or "cpu"
+  std::vector<ForwardMode> modes;    // the modes scored, in order (e2e_forward_modes)
   E2eModelResult main;
   std::optional<E2eModelResult> baseline;
   std::optional<E2eReference> reference;
@@ -146,6 +189,12 @@ struct E2eResult {
 };
 
 E2eResult run_e2e_tier(const E2eOptions& options);
+
+// A row's name in reports and failures: "marlin", "native-int4", "fp16", "native" (CPU), with
+// " decode" for decode rows.
+std::string row_name(const E2ePathRow& row);
+// "marlin-decode 448, cublas-fp16 16": the GEMMs each kernel ran, or "none".
+std::string kernel_counts_text(const E2ePathRow& row);
 
 // Why --device auto would not use the GPU here (empty: it would).
 std::string e2e_gpu_unavailable_reason();

@@ -132,9 +132,10 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
 }
 
 // Compares the forward's logits of n_seq sequences with the reference run per sequence.
-void check_against_reference(const ModelWeights& w, int64_t n_seq, int64_t T, uint64_t seed) {
+void check_against_reference(const ModelWeights& w, int64_t n_seq, int64_t T, uint64_t seed,
+                             tl::ForwardMode mode = tl::ForwardMode::kPrefill) {
   const auto tok = random_tokens(n_seq * T, w.config.vocab, seed);
-  const tl::ActMatrix got = tl::forward_logits(w, tok.data(), n_seq, T);
+  const tl::ActMatrix got = tl::forward_logits(w, tok.data(), n_seq, T, {}, mode);
   REQUIRE(got.rows() == n_seq * T);
   REQUIRE(got.cols() == w.config.vocab);
   double max_ref = 0, max_err = 0;
@@ -225,6 +226,29 @@ TEST_CASE("model forward: piecewise run and the linear-input hook") {
   CHECK(steps[4].iteration == 2);
   for (const auto& s : steps) tl::run_block(w.config, tl::block_weights(w, s), x, T);
   CHECK((tl::final_logits(w, x) - full).cwiseAbs().maxCoeff() == 0.0f);
+}
+
+TEST_CASE("model forward: decode mode (every linear once per position, M = n_seq) computes the same model") {
+  // Against the fp64 reference directly, with the same bound: a decode that fed a linear the
+  // rows of another position or sequence (a stride or offset error) moves logits by O(0.1 - 1).
+  const ModelWeights w = tl::random_model_weights(tiny_config(2, 1, 3), 16);
+  check_against_reference(w, 3, 17, 107, tl::ForwardMode::kDecode);
+  check_against_reference(w, 1, 5, 108, tl::ForwardMode::kDecode);
+  // Causal in decode too: a later token changes no earlier position of any sequence.
+  const int64_t T = 9, n_seq = 4;
+  auto tok = random_tokens(n_seq * T, w.config.vocab, 109);
+  const tl::ActMatrix dec = tl::forward_logits(w, tok.data(), n_seq, T, {}, tl::ForwardMode::kDecode);
+  tok[2 * T + 6] = (tok[2 * T + 6] + 1) % int32_t(w.config.vocab);  // sequence 2, position 6
+  const tl::ActMatrix changed = tl::forward_logits(w, tok.data(), n_seq, T, {}, tl::ForwardMode::kDecode);
+  for (int64_t s = 0; s < n_seq; ++s)
+    for (int64_t t = 0; t < T; ++t) {
+      const float d = (changed.row(s * T + t) - dec.row(s * T + t)).cwiseAbs().maxCoeff();
+      if (s == 2 && t >= 6) CHECK(d > 0.0f);
+      else CHECK(d == 0.0f);
+    }
+  // The calibration hook sees whole batches only: decode refuses it.
+  auto hook = [](const std::string&, const float*, int64_t, int64_t) {};
+  CHECK_THROWS_AS(tl::forward_logits(w, tok.data(), n_seq, T, hook, tl::ForwardMode::kDecode), tl::Error);
 }
 
 TEST_CASE("model forward: bad token ids and ragged batches are errors") {

@@ -3,7 +3,10 @@
 // the given stream, quiet prints nothing. A fake clock: nothing here waits or reads the time.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "core/progress.h"
 
@@ -67,4 +70,34 @@ TEST_CASE("progress: format_duration") {
   CHECK(tl::format_duration(59.6) == "1:00");
   CHECK(tl::format_duration(754) == "12:34");
   CHECK(tl::format_duration(3723) == "1:02:03");
+}
+
+TEST_CASE("progress: sparse lines without a terminal, every 10 % or 10 s and the last, in order") {
+  std::ostringstream out;
+  FakeClock clock;
+  Progress p("tool", 256, 0, false, &out);  // a stream: no terminal
+  p.set_clock(clock.fn());
+  p.set_sparse(true);
+  for (int i = 0; i < 256; ++i) {
+    clock.t += 0.01;
+    p.finished("e2e windows");
+  }
+  std::istringstream lines(out.str());
+  std::vector<std::string> got;
+  for (std::string l; std::getline(lines, l);) got.push_back(l.substr(0, l.find(']') + 1));
+  // 25.6 items per tenth: lines at 26, 52, ..., 234 and the last, 256; counts rising.
+  const std::vector<std::string> want = {"[ 26/256]", "[ 52/256]", "[ 78/256]", "[104/256]", "[130/256]",
+                                         "[156/256]", "[182/256]", "[208/256]", "[234/256]", "[256/256]"};
+  CHECK(got == want);
+  // Slow items: the 10 s rule prints each one that takes longer.
+  std::ostringstream slow;
+  Progress q("tool", 1000, 0, false, &slow);
+  q.set_clock(clock.fn());
+  q.set_sparse(true);
+  for (int i = 0; i < 3; ++i) {
+    clock.t += 11;
+    q.finished("batch");
+  }
+  const std::string text = slow.str();
+  CHECK(std::count(text.begin(), text.end(), '\n') == 3);
 }

@@ -162,6 +162,49 @@ TEST_CASE("model gpu: every path's logits match the CPU forward (GQA, loop block
   }
 }
 
+TEST_CASE("model gpu: decode mode runs every linear per position on the decode kernel and computes the same model") {
+  const tl::ModelWeights w = quantized_model(32);
+  const int n_seq = 5, T = 45;
+  const auto tok = tl::test::random_tokens(int64_t(n_seq) * T, w.config.vocab, 42);
+  const tl::ActMatrix cpu = tl::forward_logits(w, tok.data(), n_seq, T);
+  tl::gpu::GpuModel gm(w, true, tl::cuda::runtime_kernel_options());
+  for (tl::gpu::GpuPath p : {tl::gpu::GpuPath::kFp16, tl::gpu::GpuPath::kNative, tl::gpu::GpuPath::kMarlin}) {
+    tl::cuda::reset_dispatch_stats();
+    gm.forward(tok.data(), n_seq, T, p, tl::ForwardMode::kDecode);
+    const tl::cuda::DispatchStats st = tl::cuda::dispatch_stats();
+    std::vector<float> dec;
+    gm.logits_to_host(&dec);
+    // Against the CPU forward with the prefill bound: rows in the prefill order, every position.
+    compare_logits(std::string(tl::gpu::gpu_path_name(p)) + " dec", cpu, dec);
+    // 16 GEMMs per position (5 linears x 3 block runs + the head), each at M = n_seq.
+    const long long total = st.dispatches[0] + st.dispatches[1] + st.dispatches[2];
+    CHECK(total == 16LL * T);
+    if (p == tl::gpu::GpuPath::kMarlin) {
+      CHECK(st.dispatches[int(tl::cuda::GemmPath::kMarlin)] == 15LL * T);
+      REQUIRE(st.marlin_kernels.count("decode") == 1);
+      CHECK(st.marlin_kernels.at("decode") == 15LL * T);  // M = 5: the decode kernel, every call
+      CHECK(st.marlin_kernels.size() == 1);
+    }
+    // A later token changes no earlier position's logits of its sequence, and no other sequence.
+    auto tok2 = tok;
+    tok2[size_t(3 * T + 30)] = (tok2[size_t(3 * T + 30)] + 1) % int32_t(w.config.vocab);
+    gm.forward(tok2.data(), n_seq, T, p, tl::ForwardMode::kDecode);
+    std::vector<float> dec2;
+    gm.logits_to_host(&dec2);
+    const size_t V = size_t(w.config.vocab);
+    bool earlier_same = true, later_moved = false;
+    for (int s = 0; s < n_seq; ++s)
+      for (int t = 0; t < T; ++t) {
+        bool same = true;
+        for (size_t v = 0; v < V; ++v) same = same && dec[(size_t(s) * T + t) * V + v] == dec2[(size_t(s) * T + t) * V + v];
+        if (s == 3 && t >= 30) later_moved = later_moved || !same;
+        else earlier_same = earlier_same && same;
+      }
+    CHECK(earlier_same);
+    CHECK(later_moved);
+  }
+}
+
 TEST_CASE("model gpu: any even d_head (8, 80, 256) and GQA group matches the CPU forward") {
   // The generic attention path (d_head not 32 * k, or above 128) and the 256-wide tiles in
   // dynamic shared memory, on dense fp16 copies: only the attention differs from the tests above.
@@ -196,13 +239,13 @@ TEST_CASE("model gpu: the e2e tier passes on a packed file and reports its paths
   o.tokens = dir + "/t.u32";
   o.baseline = dir + "/m.tinyloop";
   o.ctx = 128;
-  o.batch = 5;
+  o.decode_batch = 5;  // the default mode on the GPU (auto) runs prefill and decode, batches of 5
   const tl::verify::E2eResult r = tl::verify::run_e2e_tier(o);
   INFO(r.reason);
   CHECK(r.status == tl::verify::Status::kPassed);
   CHECK(r.windows == 15);
   CHECK(r.scored == 15 * 64);
-  REQUIRE(r.main.rows.size() == 3);
+  REQUIRE(r.main.rows.size() == 6);  // fp16, native, marlin in prefill, then in decode
   CHECK(r.main.has_drift);
   CHECK(std::abs(r.main.drift_pct) < 1.0);
   CHECK(r.main.cpu_checked);
@@ -210,9 +253,21 @@ TEST_CASE("model gpu: the e2e tier passes on a packed file and reports its paths
   REQUIRE(m != nullptr);
   CHECK(m->dispatches[int(tl::cuda::GemmPath::kMarlin)] == 15 * 3);  // 15 packed GEMMs x 3 batches
   CHECK(m->s.top1_agreement > 0.9);
+  CHECK(m->gemm_m == 5 * 128);
+  // Decode: every packed GEMM once per position on the decode kernel (M = 5), PPL as prefill's.
+  const auto* md = r.main.row(tl::gpu::GpuPath::kMarlin, tl::ForwardMode::kDecode);
+  REQUIRE(md != nullptr);
+  CHECK(md->gemm_m == 5);
+  CHECK(md->kernels.at("marlin-decode") == 15LL * 128 * 3);
+  CHECK(md->kernels.at("native-int4") == 128LL * 3);  // the unpacked head
+  REQUIRE(md->has_vs_prefill);
+  MESSAGE("decode vs prefill PPL, marlin: " << md->vs_prefill_pct << " %");
+  CHECK(std::abs(md->vs_prefill_pct) <= tl::verify::kE2eDecodeMaxPplPct);
+  CHECK(md->s.has_reference);  // KLD against the decode fp16 path
+  CHECK(md->s.kld_mean <= tl::verify::kE2eMaxMeanKld);
   REQUIRE(r.baseline.has_value());
   // The same file as baseline scores the same windows: identical PPL per path.
-  for (size_t i = 0; i < 3; ++i) CHECK(r.baseline->rows[i].s.ppl == doctest::Approx(r.main.rows[i].s.ppl).epsilon(1e-6));
+  for (size_t i = 0; i < 6; ++i) CHECK(r.baseline->rows[i].s.ppl == doctest::Approx(r.main.rows[i].s.ppl).epsilon(1e-6));
 }
 
 TEST_CASE("model gpu: the e2e tier against a reference, per layer, and the CPU e2e agreeing with the GPU") {

@@ -79,9 +79,21 @@ E2eResult known_result() {
       row.dispatches[1] = 120;
       row.dispatches[2] = 4;
       row.fallbacks["N % 128 != 0"] = 4;
+      row.kernels = {{"marlin-hopper", 116}, {"native-int4", 4}};
     }
+    row.gemm_m = 4096;
     r.main.rows.push_back(row);
   }
+  // The Marlin path in decode mode: M = 16 on the decode kernel, its PPL beside prefill's.
+  r.modes = {tl::ForwardMode::kPrefill, tl::ForwardMode::kDecode};
+  E2ePathRow dec = r.main.rows[2];
+  dec.mode = tl::ForwardMode::kDecode;
+  dec.gemm_m = 16;
+  dec.s.ppl = 3.0205;
+  dec.kernels = {{"marlin-decode", 59392}, {"native-int4", 2048}};
+  dec.has_vs_prefill = true;
+  dec.vs_prefill_pct = 0.0033;
+  r.main.rows.push_back(dec);
   r.baseline = r.main;
   r.baseline->file = "dir/rtn.tinyloop";
   r.baseline->rows[1].s.ppl = 3.3333;
@@ -313,7 +325,10 @@ TEST_CASE("e2e tier: drift report renders the known numbers") {
   const std::string m = md.str(), t = txt.str();
   INFO(m);
   CHECK(m.find("| path | PPL | note |") != std::string::npos);
-  CHECK(m.find("| fp16 (W_hat as fp16 copies, cuBLAS) | 3.0200 ± 0.0111 | kernel reference; 32768 tokens scored |") != std::string::npos);
+  CHECK(m.find("| fp16 (W_hat as fp16 copies, cuBLAS) | 3.0200 ± 0.0111 | kernel reference; 32768 tokens scored;") != std::string::npos);
+  CHECK(m.find("GEMMs: marlin-hopper 116, native-int4 4") != std::string::npos);
+  CHECK(m.find("| Marlin + correction (decode, M = 16) | 3.0205 ± 0.0111 |") != std::string::npos);
+  CHECK(m.find("PPL vs prefill +0.0033 %; GEMMs: marlin-decode 59392, native-int4 2048") != std::string::npos);
   CHECK(m.find("| Marlin + correction | 3.0204 ± 0.0111 |") != std::string::npos);
   CHECK(m.find("drift +0.012 % vs native") != std::string::npos);
   CHECK(m.find("30/31 packed, 120 Marlin GEMMs, 4 fallbacks (N % 128 != 0: 4); +3.0 MiB VRAM") != std::string::npos);
@@ -324,8 +339,15 @@ TEST_CASE("e2e tier: drift report renders the known numbers") {
   CHECK(j["status"] == "passed");
   CHECK(j["scored_tokens"] == 32768);
   CHECK(j["model"]["drift_pct"].get<double>() == doctest::Approx(0.0123));
-  CHECK(j["paths"].size() == 6);
+  CHECK(j["paths"].size() == 8);
   CHECK(j["paths"][2]["name"] == "marlin");
+  CHECK(j["paths"][2]["mode"] == "prefill");
+  CHECK(j["paths"][2]["vs_prefill_pct"].is_null());
+  CHECK(j["paths"][3]["mode"] == "decode");
+  CHECK(j["paths"][3]["gemm_m"] == 16);
+  CHECK(j["paths"][3]["kernels"]["marlin-decode"] == 59392);
+  CHECK(j["paths"][3]["vs_prefill_pct"].get<double>() == doctest::Approx(0.0033));
+  CHECK(j["modes"] == nlohmann::json::array({"prefill", "decode"}));
   CHECK(j["paths"][2]["fallbacks"]["N % 128 != 0"] == 4);
   CHECK(j["paths"][1]["vs_fp16"]["top1_agreement"].get<double>() == doctest::Approx(0.9991));
   CHECK(j["paths"][1]["ppl_ratio"].is_null());  // no --reference
@@ -341,7 +363,9 @@ TEST_CASE("e2e tier: drift report renders the known numbers") {
   CHECK(tl::verify::testing::check_schema(broken, schema, schema) != "");
   // The tier-framework form: one case per (model, path).
   const TierResult tr = e2e_tier_result(r);
-  CHECK(tr.cases.size() == 6);
+  CHECK(tr.cases.size() == 8);
+  CHECK(tr.cases[3].label.find("marlin decode") == 0);
+  CHECK(tr.cases[3].M == 16);
   CHECK(tr.cases[2].message.find("fallback 'N % 128 != 0' x4") != std::string::npos);
   // Files, atomically.
   const std::string dir = scratch("report");
@@ -402,4 +426,49 @@ TEST_CASE("e2e on the CPU: KLD and top-1 against the reference are KL(ref || mod
   CHECK(std::fabs(row.vs_ref.kld.mean / kl - 1) <= kTol);  // relative (doctest's Approx adds 1 to the scale)
   CHECK(std::fabs(kl_reversed - kl) > 10 * kTol * kl);
   CHECK(row.vs_ref.top1 == doctest::Approx(double(agree) / double(n)).epsilon(1e-12));
+}
+
+TEST_CASE("e2e on the CPU in decode mode: a row per mode, the same PPL, the GEMMs counted per position") {
+  const CpuCase c = cpu_case("cpu_decode");
+  E2eOptions o = cpu_options(c);
+  o.reference = c.ref;
+  o.mode = E2eMode::kBoth;
+  o.decode_batch = 3;  // 10 windows: batches of 3, 3, 3 and 1 in lockstep
+  const E2eResult r = run_e2e_tier(o);
+  REQUIRE(r.status == Status::kPassed);
+  REQUIRE(r.modes == std::vector<tl::ForwardMode>{tl::ForwardMode::kPrefill, tl::ForwardMode::kDecode});
+  REQUIRE(r.main.rows.size() == 2);
+  const E2ePathRow& pre = r.main.rows[0];
+  const E2ePathRow& dec = r.main.rows[1];
+  CHECK(pre.mode == tl::ForwardMode::kPrefill);
+  CHECK(dec.mode == tl::ForwardMode::kDecode);
+  CHECK(dec.gemm_m == 3);
+  CHECK(pre.gemm_m == 64);
+  // fp32 products of the same rows in other blocks: the NLLs agree to float rounding (measured
+  // ~1e-7 relative), far inside the decode bound.
+  REQUIRE(dec.has_vs_prefill);
+  CHECK(std::abs(dec.vs_prefill_pct) < 1e-3);
+  CHECK(std::abs(dec.vs_prefill_pct) <= kE2eDecodeMaxPplPct);
+  CHECK(dec.s.tokens == pre.s.tokens);
+  // Against the reference too (its logits per window, as prefill scores them).
+  CHECK(dec.vs_ref.kld.mean == doctest::Approx(pre.vs_ref.kld.mean).epsilon(1e-4));
+  // The GEMMs: 5 linears per block step + the head, once per forward (prefill: 10 windows) or
+  // once per position per batch (decode: 4 batches x 64 positions).
+  const long long per = 5 * (long long)tl::block_schedule(tiny_model(true).config).size() + 1;
+  CHECK(pre.kernels.at("cpu-fp32") == per * 10);
+  CHECK(dec.kernels.at("cpu-fp32") == per * 64 * 4);
+  CHECK(kernel_counts_text(dec) == "cpu-fp32 " + std::to_string(per * 64 * 4));
+  // auto on the CPU: prefill only; decode alone: one row.
+  o.mode = E2eMode::kAuto;
+  CHECK(run_e2e_tier(o).main.rows.size() == 1);
+  o.mode = E2eMode::kDecode;
+  const E2eResult d = run_e2e_tier(o);
+  REQUIRE(d.main.rows.size() == 1);
+  CHECK(d.main.rows[0].s.ppl == dec.s.ppl);
+  CHECK_FALSE(d.main.rows[0].has_vs_prefill);
+  // The decode batch is the decode kernel's M: 1..16.
+  o.decode_batch = 17;
+  CHECK_THROWS_WITH_AS(run_e2e_tier(o), doctest::Contains("--decode-batch"), tl::Error);
+  o.decode_batch = 0;
+  CHECK_THROWS_AS(run_e2e_tier(o), tl::Error);
 }
