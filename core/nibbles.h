@@ -4,8 +4,11 @@
 // nibble 0. The one implementation, used by the file reader and writer and by every upload.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
+
+#include "core/parallel.h"
 
 namespace tl {
 
@@ -15,9 +18,12 @@ inline int64_t packed_row_bytes(int64_t N) { return N / 2 + N % 2; }
 inline std::vector<uint8_t> pack_nibbles(const uint8_t* codes, int64_t K, int64_t N) {
   const int64_t W = packed_row_bytes(N);
   std::vector<uint8_t> p(size_t(K * W), 0);
-  for (int64_t k = 0; k < K; ++k)
-    for (int64_t n = 0; n < N; ++n)
-      p[size_t(k * W + n / 2)] |= uint8_t((codes[k * N + n] & 0xf) << (4 * (n & 1)));
+  const int64_t rows = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(1, N));  // rows per piece
+  parallel_chunks(K, rows, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k)
+      for (int64_t n = 0; n < N; ++n)
+        p[size_t(k * W + n / 2)] |= uint8_t((codes[k * N + n] & 0xf) << (4 * (n & 1)));
+  });
   return p;
 }
 
@@ -25,11 +31,14 @@ inline std::vector<uint8_t> pack_nibbles(const uint8_t* codes, int64_t K, int64_
 inline std::vector<uint8_t> unpack_nibbles(const uint8_t* packed, int64_t K, int64_t N) {
   const int64_t W = packed_row_bytes(N);
   std::vector<uint8_t> q(size_t(K * N));
-  for (int64_t k = 0; k < K; ++k)
-    for (int64_t n = 0; n < N; ++n) {
-      const uint8_t b = packed[k * W + n / 2];
-      q[size_t(k * N + n)] = (n & 1) ? uint8_t(b >> 4) : uint8_t(b & 0xf);
-    }
+  const int64_t rows = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(1, N));
+  parallel_chunks(K, rows, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k)
+      for (int64_t n = 0; n < N; ++n) {
+        const uint8_t b = packed[k * W + n / 2];
+        q[size_t(k * N + n)] = (n & 1) ? uint8_t(b >> 4) : uint8_t(b & 0xf);
+      }
+  });
   return q;
 }
 

@@ -52,4 +52,29 @@ void parallel_for(int64_t n, int threads, Fn&& fn) {
   if (first) std::rethrow_exception(first);
 }
 
+// fn(i0, i1) over [0, n) in pieces of `chunk` items (the last one shorter), on every core: the
+// element-wise conversions of the loaders (a multi-GB checkpoint is tens of GB of fp32).
+template <class Fn>
+void parallel_chunks(int64_t n, int64_t chunk, Fn&& fn) {
+  const int64_t c = std::max<int64_t>(1, chunk), pieces = (n + c - 1) / c;
+  parallel_for(pieces, resolve_threads(0), [&](int64_t p) { fn(p * c, std::min(n, (p + 1) * c)); });
+}
+
+// The first index in [0, n) where bad(i) holds, or -1: pieces on every core, the lowest found.
+template <class Pred>
+int64_t parallel_find_first(int64_t n, Pred&& bad) {
+  constexpr int64_t kChunk = int64_t(1) << 18;
+  std::atomic<int64_t> first{-1};
+  parallel_chunks(n, kChunk, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      if (bad(i)) {
+        int64_t cur = first.load();
+        while ((cur < 0 || i < cur) && !first.compare_exchange_weak(cur, i)) {
+        }
+        return;
+      }
+  });
+  return first.load();
+}
+
 }  // namespace tl

@@ -1,8 +1,10 @@
 // QuantWeight checks and dequantization, the nibble packing of q, and Marlin-section checks.
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 #include "core/group_size.h"
+#include "core/parallel.h"
 #include "formats/tinyloop_schema.h"
 
 namespace tl {
@@ -34,12 +36,15 @@ std::vector<float> QuantWeight::dequantize() const {
   // q * scale is exact in float32 (4-bit code times an 11-bit significand), so this is one
   // rounding whether or not the compiler contracts it into an FMA.
   std::vector<float> w(size_t(K * N));
-  for (int64_t k = 0; k < K; ++k) {
-    const int64_t g = k / group_size;
-    for (int64_t n = 0; n < N; ++n)
-      w[size_t(k * N + n)] = float(q[size_t(k * N + n)]) * half_to_float(scale[size_t(g * N + n)]) +
-                             half_to_float(zero[size_t(g * N + n)]);
-  }
+  const int64_t rows = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, N));  // rows per piece
+  parallel_chunks(K, rows, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      const int64_t g = k / group_size;
+      for (int64_t n = 0; n < N; ++n)
+        w[size_t(k * N + n)] = float(q[size_t(k * N + n)]) * half_to_float(scale[size_t(g * N + n)]) +
+                               half_to_float(zero[size_t(g * N + n)]);
+    }
+  });
   return w;
 }
 

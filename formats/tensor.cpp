@@ -4,8 +4,13 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/parallel.h"
 
 namespace tl {
+
+namespace {
+constexpr int64_t kConvertChunk = int64_t(1) << 18;  // elements per piece of a parallel conversion
+}  // namespace
 
 size_t dtype_size(DType t) {
   switch (t) {
@@ -59,27 +64,46 @@ std::string Tensor::shape_str() const { return tl::shape_str(shape); }
 
 std::vector<float> Tensor::to_float() const {
   const int64_t n = numel();
+  if (!dtype_is_float(dtype)) throw Error(std::string("expected a float tensor, got ") + dtype_name(dtype), "", name);
   std::vector<float> out(static_cast<size_t>(n));
-  switch (dtype) {
-    case DType::F32: for (int64_t i = 0; i < n; ++i) out[i] = as<float>()[i]; break;
-    case DType::F64: for (int64_t i = 0; i < n; ++i) out[i] = float(as<double>()[i]); break;
-    case DType::F16: for (int64_t i = 0; i < n; ++i) out[i] = half_to_float(as<uint16_t>()[i]); break;
-    case DType::BF16: for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(as<uint16_t>()[i]); break;
-    default:
-      throw Error(std::string("expected a float tensor, got ") + dtype_name(dtype), "", name);
-  }
+  float* o = out.data();
+  parallel_chunks(n, kConvertChunk, [&](int64_t i0, int64_t i1) {
+    switch (dtype) {
+      case DType::F32: for (int64_t i = i0; i < i1; ++i) o[i] = as<float>()[i]; break;
+      case DType::F64: for (int64_t i = i0; i < i1; ++i) o[i] = float(as<double>()[i]); break;
+      case DType::F16: for (int64_t i = i0; i < i1; ++i) o[i] = half_to_float(as<uint16_t>()[i]); break;
+      default: for (int64_t i = i0; i < i1; ++i) o[i] = bf16_to_float(as<uint16_t>()[i]); break;
+    }
+  });
   return out;
+}
+
+float Tensor::float_at(int64_t i) const {
+  switch (dtype) {
+    case DType::F32: return as<float>()[i];
+    case DType::F64: return float(as<double>()[i]);
+    case DType::F16: return half_to_float(as<uint16_t>()[i]);
+    case DType::BF16: return bf16_to_float(as<uint16_t>()[i]);
+    default: throw Error(std::string("expected a float tensor, got ") + dtype_name(dtype), "", name);
+  }
 }
 
 void Tensor::check_finite(const std::string& file) const {
   if (!dtype_is_float(dtype)) return;
-  const std::vector<float> v = to_float();
-  for (size_t i = 0; i < v.size(); ++i)
-    if (!std::isfinite(v[i]))
-      throw Error(std::string(std::isnan(v[i]) ? "NaN" : "Inf") + " at flat index " +
-                      std::to_string(i) + " of " + shape_str() +
-                      " (non-finite weights cannot be quantized; fix or re-export the checkpoint)",
-                  file, name);
+  // On the stored bits, without a float copy: an all-ones exponent is Inf or NaN.
+  const int64_t bad = parallel_find_first(numel(), [&](int64_t i) {
+    switch (dtype) {
+      case DType::F16: return (as<uint16_t>()[i] & 0x7c00u) == 0x7c00u;
+      case DType::BF16: return (as<uint16_t>()[i] & 0x7f80u) == 0x7f80u;
+      case DType::F32: return !std::isfinite(as<float>()[i]);
+      default: return !std::isfinite(float(as<double>()[i]));  // as the float copy sees it
+    }
+  });
+  if (bad < 0) return;
+  const float v = float_at(bad);
+  throw Error(std::string(std::isnan(v) ? "NaN" : "Inf") + " at flat index " + std::to_string(bad) + " of " +
+                  shape_str() + " (non-finite weights cannot be quantized; fix or re-export the checkpoint)",
+              file, name);
 }
 
 Tensor Tensor::from_float(const std::string& name, std::vector<int64_t> shape, const float* values,

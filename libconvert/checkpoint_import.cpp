@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "formats/file_check.h"
 #include "core/half.h"
+#include "core/parallel.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
 #include "libconvert/model_weights.h"
@@ -35,14 +36,16 @@ float load_elem(const uint8_t* p, DType t, int64_t i) {
 // src [rows, K] (PyTorch [N, K]) -> dst[k * ld + n0 + r] as float32, 32x32 tiles for locality.
 void transpose_into(const uint8_t* src, DType t, int64_t rows, int64_t K, float* dst, int64_t ld, int64_t n0) {
   constexpr int64_t T = 32;
-  for (int64_t r0 = 0; r0 < rows; r0 += T) {
+  // Bands of T rows on every core (a band writes its own T columns of dst), tiles of T x T.
+  parallel_chunks((rows + T - 1) / T, 1, [&](int64_t b0, int64_t) {
+    const int64_t r0 = b0 * T, r1 = std::min(rows, r0 + T);
     for (int64_t k0 = 0; k0 < K; k0 += T) {
-      const int64_t r1 = std::min(rows, r0 + T), k1 = std::min(K, k0 + T);
+      const int64_t k1 = std::min(K, k0 + T);
       for (int64_t r = r0; r < r1; ++r) {
         for (int64_t k = k0; k < k1; ++k) dst[k * ld + n0 + r] = load_elem(src, t, r * K + k);
       }
     }
-  }
+  });
 }
 
 // Same, keeping the dtype (element bytes moved as they are).
@@ -343,12 +346,10 @@ std::vector<float> CheckpointImport::read_linear(const ImportEntry& e) const {
       n0 += se.shape[0];
     }
   }
-  for (size_t i = 0; i < W.size(); ++i) {
-    if (!std::isfinite(W[i])) {
-      throw Error("weight is not finite at [" + std::to_string(int64_t(i) / N) + ", " + std::to_string(int64_t(i) % N) +
-                      "] (K x N orientation): fix or drop it before quantizing", m.path, e.name);
-    }
-  }
+  const int64_t i = parallel_find_first(int64_t(W.size()), [&](int64_t j) { return !std::isfinite(W[size_t(j)]); });
+  if (i >= 0)
+    throw Error("weight is not finite at [" + std::to_string(i / N) + ", " + std::to_string(i % N) +
+                    "] (K x N orientation): fix or drop it before quantizing", m.path, e.name);
   return W;
 }
 

@@ -65,17 +65,17 @@ void attention(const ModelConfig& c, const BlockWeights& b, ActMatrix& qkv, int6
       float* v = &qkv(r, h * dh);
       if (c.qk_norm) head_rms_norm(v, h < H ? b.q_norm : b.k_norm, dh, c.norm_eps);
       for (int64_t i = 0; i < half; ++i) {
-        const float a = v[i], b = v[i + half];
-        v[i] = a * cp[i] - b * sp[i];
-        v[i + half] = b * cp[i] + a * sp[i];
+        const float x0 = v[i], x1 = v[i + half];
+        v[i] = x0 * cp[i] - x1 * sp[i];
+        v[i + half] = x1 * cp[i] + x0 * sp[i];
       }
     }
   }
   out.resize(rows, H * dh);
   const float scale = float(1.0 / std::sqrt(double(dh)));
   ActMatrix q(seq_len, dh), k(seq_len, dh), v(seq_len, dh), s(seq_len, seq_len);
-  for (int64_t b = 0; b < n_seq; ++b) {
-    const int64_t r0 = b * seq_len;
+  for (int64_t sq = 0; sq < n_seq; ++sq) {
+    const int64_t r0 = sq * seq_len;
     for (int64_t kvh = 0; kvh < Hkv; ++kvh) {
       k = qkv.block(r0, k_off + kvh * dh, seq_len, dh);
       v = qkv.block(r0, v_off + kvh * dh, seq_len, dh);

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/nibbles.h"
+#include "core/parallel.h"
 #include "libconvert/model_forward.h"
 
 #if TL_HAVE_CUDA
@@ -21,6 +22,38 @@
 
 namespace tl::gpu {
 
+uint64_t gpu_model_weight_bytes(const ModelWeights& w, bool with_fp16) {
+  const ModelConfig& c = w.config;
+  uint64_t b = uint64_t(c.vocab) * uint64_t(c.d_model) * 2 + uint64_t(c.d_model) * 4;  // embed, final norm
+  for (const std::string& n : w.linear_names()) {
+    const LinearWeight& l = *w.find_linear(n);
+    const uint64_t K = uint64_t(l.K), N = uint64_t(l.N);
+    if (!l.quant || with_fp16) b += K * N * 2;
+    if (!l.quant) continue;
+    const uint64_t G = uint64_t(l.quant->groups());
+    b += K * ((N + 1) / 2) + 2 * G * N * 2;  // q, scale, zero
+    if (l.quant->marlin) b += K * N / 2 + 2 * G * N * 2 + N * 4;  // B, s, delta, workspace
+  }
+  for (const auto* blocks : {&w.pre, &w.loop})
+    for (const BlockWeights& bw : *blocks) {
+      b += uint64_t(bw.attn_norm.size() + bw.mlp_norm.size() + bw.q_norm.size() + bw.k_norm.size()) * 4;
+      for (const char* s : kBlockLinearNames) b += uint64_t(bw.linear(s)->bias.size()) * 4;
+    }
+  return b;
+}
+
+uint64_t gpu_model_batch_bytes(const ModelConfig& c, int64_t rows) {
+  const uint64_t R = uint64_t(rows), D = uint64_t(c.d_model), V = uint64_t(c.vocab);
+  const uint64_t q = uint64_t(c.n_heads) * uint64_t(c.d_head), kv = uint64_t(c.n_kv_heads) * uint64_t(c.d_head);
+  uint64_t b = R * 4 * 2 + R * D * 4;                 // tokens, targets; residual stream x (fp32)
+  b += R * D * 2 * 2 + R * (q + 2 * kv) * 2;          // h, y; qkv
+  b += R * q * 2 * 2 + R * kv * 2 * 2;                // q, att; k, v
+  b += R * uint64_t(c.ffn) * 2 * 2;                   // gate, up
+  b += R * V * 2 * 2 + R * 4 * 2;                     // logits and the saved reference logits, their lse
+  b += R * 4 * 4 + uint64_t(c.max_seq) * uint64_t(c.d_head) * 4;  // row statistics, RoPE tables
+  return b;
+}
+
 const char* gpu_path_name(GpuPath p) {
   switch (p) {
     case GpuPath::kFp16: return "fp16";
@@ -33,6 +66,7 @@ const char* gpu_path_name(GpuPath p) {
 #if !TL_HAVE_CUDA
 
 std::string gpu_model_unavailable_reason() { return "built without CUDA (no nvcc at configure time)"; }
+uint64_t device_free_bytes() { return 0; }
 
 struct GpuModel::Impl {};
 GpuModel::GpuModel(const ModelWeights&, bool, const cuda::KernelOptions&) {
@@ -69,7 +103,9 @@ void upload(DevBuf& b, const void* src, size_t bytes) {
 
 std::vector<half_bits> to_half(const std::vector<float>& v) {
   std::vector<half_bits> h(v.size());
-  for (size_t i = 0; i < v.size(); ++i) h[i] = float_to_half(v[i]);
+  parallel_chunks(int64_t(v.size()), int64_t(1) << 18, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) h[size_t(i)] = float_to_half(v[size_t(i)]);
+  });
   return h;
 }
 
@@ -235,6 +271,15 @@ struct GpuModel::Impl {
                   [&](int i, const __half* X, __half* Y, int M) { gemm(b.lin[i], p, X, Y, M); }, mode);
   }
 };
+
+uint64_t device_free_bytes() {
+  size_t free_b = 0, total_b = 0;
+  if (cudaSetDevice(0) != cudaSuccess || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return uint64_t(free_b);
+}
 
 std::string gpu_model_unavailable_reason() {
   const std::string why = tl::cuda::cuda_device_unavailable_reason();

@@ -42,6 +42,15 @@ struct GpuModelInfo {
   uint64_t marlin_bytes = 0;   // device bytes the Marlin sections add (B, s, delta, workspace)
 };
 
+// Device memory a GpuModel of `w` takes (every weight form it uploads; with_fp16: the fp16
+// copies too), and what one forward of `rows` rows adds (activations, logits, the saved
+// reference logits and row statistics), both computed from the shapes before anything is
+// allocated: the e2e tier's admission. device_free_bytes: cudaMemGetInfo's free bytes of device
+// 0 (0 without CUDA).
+uint64_t gpu_model_weight_bytes(const ModelWeights& w, bool with_fp16);
+uint64_t gpu_model_batch_bytes(const ModelConfig& c, int64_t rows);
+uint64_t device_free_bytes();
+
 // One batch's logits kept on the device for comparisons with other models (the e2e tier's
 // --reference: the original model's logits, against which every path's KLD is taken).
 class GpuReference {

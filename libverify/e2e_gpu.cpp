@@ -12,6 +12,34 @@ namespace tl::verify::e2e {
 
 // ---- GPU ----
 
+// Admission: what the run will hold on the GPU, from the shapes, against what is free, before
+// anything is uploaded. Every model (the reference, FILE, --baseline) keeps its weights and its
+// own activations for one batch resident; the reference logits of a batch are kept once more.
+void admit_gpu_memory(const WindowPlan& plan, const E2eOptions& opt, const ModelWeights* ref_w,
+                      const std::vector<Scored*>& models) {
+  const int64_t rows = std::min<int64_t>(std::max<int64_t>(1, opt.batch), int64_t(plan.starts.size())) * plan.ctx;
+  uint64_t weights = 0, batch = 0;
+  std::vector<const ModelWeights*> all;
+  if (ref_w) all.push_back(ref_w);
+  for (const Scored* m : models) all.push_back(&m->w);
+  for (const ModelWeights* w : all) {
+    weights += gpu::gpu_model_weight_bytes(*w, /*with_fp16=*/true);
+    batch += gpu::gpu_model_batch_bytes(w->config, rows);
+  }
+  if (ref_w) batch += uint64_t(rows) * uint64_t(ref_w->config.vocab) * 2 + uint64_t(rows) * 4;  // GpuReference
+  constexpr uint64_t kScratch = uint64_t(1) << 30;  // launcher scratch (the floor's 64 MiB tiles, ...), cuBLAS
+  const uint64_t need = weights + batch + kScratch, free_b = gpu::device_free_bytes();
+  auto gib = [](uint64_t b) { return fmt("%.1f", double(b) / double(1ull << 30)) + " GiB"; };
+  if (free_b > 0 && need > free_b)
+    throw Error("the GPU run needs " + gib(need) + " (weights " + gib(weights) + " for " + std::to_string(all.size()) +
+                    " model(s), activations of " + std::to_string(rows) + " rows " + gib(batch) + ", scratch " +
+                    gib(kScratch) + "), " + gib(free_b) + " free: lower --batch / --decode-batch or --ctx, or drop "
+                    "--baseline",
+                "", "--device cuda");
+  note(opt, "GPU memory: " + gib(need) + " of " + gib(free_b) + " free (weights " + gib(weights) + ", activations " +
+                gib(batch) + ")");
+}
+
 // Every batch of windows through the reference (when given, prefill) and then every path of
 // every model in each mode, all resident on the device, so that the reference logits of the
 // batch are there for each path's KLD, and the mode's fp16 path's (its first row) for the kernel
@@ -19,6 +47,8 @@ namespace tl::verify::e2e {
 void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt,
                const std::vector<ForwardMode>& modes, const ModelWeights* ref_w, E2eReference* ref,
                std::vector<Scored*>& models) {
+  admit_gpu_memory(plan, opt, ref_w, models);
+  const auto t_up = Clock::now();
   std::unique_ptr<gpu::GpuModel> ref_gm;
   if (ref_w) ref_gm = std::make_unique<gpu::GpuModel>(*ref_w, /*with_fp16=*/true, opt.kernel);
   std::vector<std::unique_ptr<gpu::GpuModel>> gms;
@@ -42,6 +72,8 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
     m->acc.assign(m->res.rows.size(), PathAccum{});
   }
   if (ref) size_trace(ref->trace, plan, false);
+  note(opt, "uploaded " + std::to_string(models.size() + (ref_w ? 1 : 0)) + " model(s) to the GPU in " +
+                fmt("%.1f", seconds_since(t_up)) + " s");
 
   const int64_t ctx = plan.ctx, n_win = int64_t(plan.starts.size());
   const int64_t batch = std::max<int64_t>(1, opt.batch);

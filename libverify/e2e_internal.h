@@ -31,6 +31,11 @@ inline std::string fmt(const char* f, double v) {
   return b;
 }
 
+// A phase line on the run's progress stream ("tl-verify: ..."), nothing when quiet.
+inline void note(const E2eOptions& opt, const std::string& line) {
+  if (opt.progress) *opt.progress << "tl-verify: " << line << "\n" << std::flush;
+}
+
 // Window w of the plan, tokens copied into `chunk` at offset w_local * ctx.
 inline void gather_windows(const std::vector<int32_t>& tokens, const WindowPlan& plan, int64_t w0, int64_t nb,
                     std::vector<int32_t>* chunk) {

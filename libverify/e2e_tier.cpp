@@ -162,8 +162,16 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
   r.first_target = plan.first_target;
   if (!opt.baseline.empty()) check_same_shape(config, opt.file, read_config(opt.baseline), opt.baseline);
   std::optional<ModelWeights> ref_w;
+  auto loaded = [&](const std::string& what, const ModelWeights& w, Clock::time_point tl0) {
+    uint64_t params = 0;
+    for (const std::string& n : w.linear_names()) params += uint64_t(w.find_linear(n)->W.size());
+    note(opt, "loaded " + what + " (" + fmt("%.2f", double(params) * 1e-9) + " G linear weights) in " +
+                  fmt("%.1f", seconds_since(tl0)) + " s");
+  };
   if (!opt.reference.empty()) {
+    const auto tl0 = Clock::now();
     ref_w = load_model_weights_any(opt.reference, /*with_marlin=*/false);
+    loaded("the reference " + opt.reference, *ref_w, tl0);
     check_same_shape(config, opt.file, ref_w->config, opt.reference);
     int64_t quantized = 0;
     for (const std::string& n : ref_w->linear_names()) quantized += ref_w->find_linear(n)->quant ? 1 : 0;
@@ -185,12 +193,18 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
   Scored main, base;
   main.file = opt.file;
   main.res.file = opt.file;
-  main.w = load_model_weights(opt.file, /*with_marlin=*/on_gpu);
+  {
+    const auto tl0 = Clock::now();
+    main.w = load_model_weights(opt.file, /*with_marlin=*/on_gpu);
+    loaded(opt.file, main.w, tl0);
+  }
   std::vector<Scored*> models = {&main};
   if (!opt.baseline.empty()) {
     base.file = opt.baseline;
     base.res.file = opt.baseline;
+    const auto tl0 = Clock::now();
     base.w = load_model_weights(opt.baseline, /*with_marlin=*/on_gpu);
+    loaded("the baseline " + opt.baseline, base.w, tl0);
     models.push_back(&base);
   }
   if (ref_w) {

@@ -117,7 +117,7 @@ struct E2eOptions {
   // forward against the GPU fp16 path; 0: off. A prefix bounds its cost on large models (the CPU
   // forward of a 7B model runs ~0.1 s per token on 16 cores) while its logits (tokens x vocab
   // values) still measure the runner's error.
-  int64_t cpu_check_tokens = 64;
+  int64_t cpu_check_tokens = 16;
   cuda::KernelOptions kernel = cuda::runtime_kernel_options();  // the GPU paths' launcher options
   std::ostream* progress = nullptr;  // progress lines (every 10 % or 10 s without a terminal), ETA
 };

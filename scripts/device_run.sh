@@ -4,13 +4,16 @@
 # summary printed last.
 #   bash scripts/device_run.sh [test] [sanitize] [bench-quick] [bench] [ab] [verify] [tiers]
 #                              [tiers-thorough] [faults] [demo] [crosscheck] [hfcalib] [sanitize-model]
-#                              [gptq-devices] [gptq-big] [families]
+#                              [gptq-devices] [gptq-big] [families] [e2e-big]
 # gptq-devices: the demo model's GPTQ on --device cuda and cpu (act-order off and on), each
 # through the e2e tier against the original; their PPLs must agree within 0.3 %.
 # gptq-big: a Llama-2-7B-shaped random bf16 checkpoint (tools/make_llama_checkpoint.py, kept in
 # /tmp/l<shape>-<layers> between calls of one lease; BIG_SHAPE=70b BIG_LAYERS=2 for two 70B
 # blocks), 128 x 2048 random tokens, gptq-quantize --device cuda with act-order off and on
 # (GPTQ_ACT="0 1"); --json, /usr/bin/time -v, the tool's anonymous RSS and the GPU's memory.
+# e2e-big: the e2e tier on the same 7B-shaped checkpoint (RTN g128, marlin-pack --drop-native)
+# against its bf16 original, 16 x 2048 random tokens, once per mode of E2E_MODES ("prefill
+# decode"); end-to-end seconds, max RSS and the tool's phase lines.
 # ab: .device/bin/bench_kernels_base (another commit's build) and bench_kernels alternately,
 # base, new, base, new, with BENCH_ARGS; logs ab-base-N.log / ab-new-N.log.
 # Extra benchmark arguments: BENCH_ARGS="--sets 70b --g 128". SANITIZER_TESTS: a doctest
@@ -208,6 +211,29 @@ PY
         while IFS= read -r l; do note "  $l"; done < <(grep -E "^gptq-quantize: (calibration|pre\.(0|1|31) )" "$OUT/gptq-$shape-$act.log" | head -4)
       done
       rm -f /tmp/big-q.tinyloop
+      ;;
+    e2e-big)  # the e2e tier at 7B scale: an RTN g128 compact file against its bf16 reference, 16 x 2048
+      start=$(date +%s)
+      shape=${BIG_SHAPE:-7b}; layers=${BIG_LAYERS:-0}; ck=/tmp/l$shape-$layers
+      if [ ! -f $ck/model.safetensors.index.json ]; then
+        python3 tools/make_llama_checkpoint.py $ck --shape $shape --layers $layers > "$OUT/make-$shape.log" 2>&1 ||
+          note "make_llama_checkpoint failed"
+      fi
+      python3 -c "import numpy as np; np.random.default_rng(1).integers(0, 32000, 16 * 2048, dtype='<u4').tofile('/tmp/e2e_tokens.u32')"
+      note "$shape checkpoint ready ($(( $(date +%s) - start )) s)"
+      t0=$(date +%s)
+      { "$bin/gptq-quantize" $ck --method rtn --group-size 128 -o /tmp/big-rtn.tinyloop -q &&
+        "$bin/marlin-pack" /tmp/big-rtn.tinyloop -o /tmp/big-rtnm.tinyloop --drop-native --quiet; } > "$OUT/e2e-big-prep.log" 2>&1
+      note "RTN g128 + marlin-pack --drop-native: rc=$? ($(( $(date +%s) - t0 )) s, $(du -h /tmp/big-rtnm.tinyloop | cut -f1))"
+      rm -f /tmp/big-rtn.tinyloop
+      for mode in ${E2E_MODES:-prefill decode}; do
+        t0=$(date +%s)
+        /usr/bin/time -v "$bin/tl-verify" /tmp/big-rtnm.tinyloop --tiers e2e --reference $ck --tokens /tmp/e2e_tokens.u32 \
+          --ctx 2048 --device cuda --e2e-mode $mode --drift-json "$OUT/e2e-big-$mode.json" > "$OUT/e2e-big-$mode.log" 2>&1; rc=$?
+        rss=$(grep -E "Maximum resident set size" "$OUT/e2e-big-$mode.log" | grep -oE "[0-9]+$")
+        note "tl-verify e2e $shape $mode: rc=$rc, $(( $(date +%s) - t0 )) s end to end, max RSS $(( ${rss:-0} / 1000000 )) GB"
+        while IFS= read -r l; do note "  $l"; done < <(grep -E "^tl-verify: (loaded|uploaded|GPU memory|CPU check)|e2e windows|^  (reference|fp16|native|Marlin)" "$OUT/e2e-big-$mode.log" | head -16)
+      done
       ;;
     *) note "unknown step $step" ;;
   esac
