@@ -3,12 +3,14 @@
 #include <memory>
 #include <string>
 
+#include "apps/kernel_env.h"
 #include "apps/tool_main.h"
 #include "formats/memory_budget.h"
 #include "libconvert/gptq_quantize_tool.h"
 #include "libgpu/gptq_device.h"
 
 int main(int argc, char** argv) {
+  tl::run_with_huge_pages(argv);  // first: glibc reads the tunable at startup
   tl::GptqQuantizeOptions o;
   std::string group = "128", zero = "int";
   CLI::App app{"gptq-quantize: quantize a checkpoint's linear weights to 4 bits (asymmetric min-max GPTQ or RTN)\n"

@@ -2,11 +2,13 @@
 // .tinyloop file or a GPTQ checkpoint. The job lives in libconvert/marlin_pack_tool.cpp.
 #include <string>
 
+#include "apps/kernel_env.h"
 #include "apps/tool_main.h"
 #include "formats/marlin_layout.h"
 #include "libconvert/marlin_pack_tool.h"
 
 int main(int argc, char** argv) {
+  tl::run_with_huge_pages(argv);  // first: glibc reads the tunable at startup
   CLI::App app{"Packs 4-bit TinyLoop weights into the Marlin layout (bit-identical to "
                "IST-DASLab/marlin Layer.pack) and adds delta = zero + 8 * scale.\n"
                "Gate: " + tl::marlin_gate_text() + "; other weights stay unpacked and are listed.\n"

@@ -10,6 +10,7 @@
 #include "libverify/verify_tool.h"
 
 int main(int argc, char** argv) {
+  tl::run_with_huge_pages(argv);  // first: glibc reads the tunable at startup
   namespace tv = tl::verify;
   tv::VerifyOptions opt;
   CLI::App app{"tl-verify: check Marlin packing and kernels against fp64 references, with fp16 "

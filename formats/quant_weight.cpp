@@ -21,8 +21,8 @@ void QuantWeight::validate(const std::string& file) const {
     fail("q: expected " + std::to_string(K * N) + " codes [K, N], got " + std::to_string(q.size()));
   if (int64_t(scale.size()) != G * N) fail("scale: expected " + std::to_string(G * N) + " values [G, N], got " + std::to_string(scale.size()));
   if (int64_t(zero.size()) != G * N) fail("zero: expected " + std::to_string(G * N) + " values [G, N], got " + std::to_string(zero.size()));
-  for (size_t i = 0; i < q.size(); ++i)
-    if (q[i] > 15) fail("q" + at2(int64_t(i) / N, int64_t(i) % N) + " = " + std::to_string(q[i]) + ": expected a 4-bit code 0..15");
+  const int64_t bad = parallel_find_first(int64_t(q.size()), [&](int64_t i) { return q[size_t(i)] > 15; });
+  if (bad >= 0) fail("q" + at2(bad / N, bad % N) + " = " + std::to_string(q[size_t(bad)]) + ": expected a 4-bit code 0..15");
   for (size_t i = 0; i < scale.size(); ++i) {
     const float s = half_to_float(scale[i]), z = half_to_float(zero[i]);
     if (!std::isfinite(s) || !(s > 0))

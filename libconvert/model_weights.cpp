@@ -36,8 +36,7 @@ LinearWeight read_linear(const TinyloopReader& r, const std::string& name, int64
     if (q->K != K || q->N != N)
       throw Error("expected a quantized weight of shape " + want + " (K = in, N = out), got [" +
                       std::to_string(q->K) + ", " + std::to_string(q->N) + "]", r.path(), name);
-    q->validate(r.path());
-    lw.W = q->dequantize();
+    lw.W = q->dequantize();  // read_quant validated it
     lw.quant = std::move(q);
   } else if (r.has_dense(name)) {
     const Tensor t = r.read_dense(name);

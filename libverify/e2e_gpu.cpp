@@ -137,6 +137,7 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
     }
     m->res.first_dispatch_line = first_dispatch_line();
   }
+  if (opt.cpu_check_tokens > 0) cpu_check(tokens, plan, opt, *models.front(), *gms.front());
 }
 
 std::vector<LayerDrift> per_layer_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan,
@@ -179,8 +180,9 @@ std::vector<LayerDrift> per_layer_gpu(const std::vector<int32_t>& tokens, const 
 }
 
 // GPU fp16 path vs the CPU forward on the first opt.cpu_check_tokens tokens of window 0 (fp32,
-// W_hat): the GPU model runner's check.
-void cpu_check(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt, Scored& m) {
+// W_hat): the GPU model runner's check, on the model score_gpu has resident.
+void cpu_check(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt, Scored& m,
+               gpu::GpuModel& gm) {
   const int64_t n = std::min(plan.ctx, opt.cpu_check_tokens);
   const std::vector<int32_t> chunk(tokens.begin() + plan.starts[0], tokens.begin() + plan.starts[0] + n);
   if (opt.progress)
@@ -188,7 +190,6 @@ void cpu_check(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
                   << std::flush;
   const auto t0 = Clock::now();
   const ActMatrix cpu = forward_logits(m.w, chunk.data(), 1, n);
-  gpu::GpuModel gm(m.w, /*with_fp16=*/true, opt.kernel);
   gm.forward(chunk.data(), 1, int(n), gpu::GpuPath::kFp16);
   std::vector<float> gpu;
   gm.logits_to_host(&gpu);

@@ -142,6 +142,8 @@ std::vector<LayerDrift> per_layer_gpu(const std::vector<int32_t>& tokens, const 
                                       const E2eOptions& opt, const ModelWeights& ref_w, const PathTrace& ref_trace,
                                       const ModelWeights& q, int64_t n_windows);
 // GPU fp16 path vs the CPU forward on window 0 (e2e_gpu.cpp).
-void cpu_check(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt, Scored& m);
+// (score_gpu runs it on FILE's resident model, opt.cpu_check_tokens > 0.)
+void cpu_check(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt, Scored& m,
+               gpu::GpuModel& gm);
 
 }  // namespace tl::verify::e2e

@@ -139,6 +139,8 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
     throw Error("expected non-negative bounds", "", "--max-drift / --max-kld / --max-ppl-ratio / --max-ref-kld");
   if (opt.per_layer && opt.reference.empty())
     throw Error("--per-layer measures each weight against the original model: give --reference", "", "--per-layer");
+  if (opt.cpu_check_tokens < 0)
+    throw Error("expected --cpu-check-tokens >= 0, got " + std::to_string(opt.cpu_check_tokens), "", "--cpu-check-tokens");
   if (opt.batch < 1) throw Error("expected --batch >= 1, got " + std::to_string(opt.batch), "", "--batch");
   if (opt.decode_batch < 1 || opt.decode_batch > kE2eMaxDecodeBatch)
     throw Error("expected 1 <= --decode-batch <= " + std::to_string(kE2eMaxDecodeBatch) +
@@ -216,7 +218,7 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
     score_gpu(tokens, plan, run, r.modes, ref_w ? &*ref_w : nullptr, r.reference ? &*r.reference : nullptr, models);
   else
     score_cpu(tokens, plan, run, r.modes, ref_w ? &*ref_w : nullptr, r.reference ? &*r.reference : nullptr, models);
-  const double score_s = seconds_since(ts);
+  const double score_s = seconds_since(ts) - main.res.cpu_check_seconds;
   size_t forwards = ref_w ? 1 : 0;
   for (const Scored* m : models) forwards += m->res.rows.size();
   r.tokens_per_second = score_s > 0 ? double(r.windows * plan.ctx) * double(forwards) / score_s : 0;
@@ -247,9 +249,7 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
           row.vs_prefill_pct = (row.s.ppl / pre->s.ppl - 1.0) * 100.0;
         }
   }
-  if (opt.cpu_check_tokens < 0)
-    throw Error("expected --cpu-check-tokens >= 0, got " + std::to_string(opt.cpu_check_tokens), "", "--cpu-check-tokens");
-  if (on_gpu && opt.cpu_check_tokens > 0) cpu_check(tokens, plan, opt, main);
+
   if (opt.per_layer) {
     r.per_layer_windows = std::min(opt.per_layer_windows, r.windows);
     r.per_layer = on_gpu ? per_layer_gpu(tokens, plan, opt, *ref_w, r.reference->trace, main.w, r.per_layer_windows)

@@ -205,6 +205,64 @@ TEST_CASE("model gpu: decode mode runs every linear per position on the decode k
   }
 }
 
+TEST_CASE("model gpu: a ragged last group (K = 172, groups of 32) on every path, as the CPU computes it") {
+  // upstream GPTQ's shape: a down_proj of 172 rows in groups of 32 (5 of 32 and one of 12). It
+  // fails the Marlin gate (K % 128), so the Marlin path runs it on the native kernel, by name.
+  tl::ModelConfig c = gpu_config();
+  c.ffn = 172;
+  tl::ModelWeights w = tl::random_model_weights(c, 33);
+  for (auto* blocks : {&w.pre, &w.loop})
+    for (auto& b : *blocks)
+      for (const char* s : tl::kBlockLinearNames) {
+        tl::LinearWeight& l = *b.linear(s);
+        const int64_t gs = l.K == 172 ? 32 : 128;
+        quantize(l, gs, tl::marlin_gate(l.K, l.N, gs).ok);  // qkv and out packed; gate, up, down not
+      }
+  REQUIRE(w.pre[0].mlp_down.quant->groups() == 6);
+  const int n_seq = 2, T = 40;
+  const auto tok = tl::test::random_tokens(int64_t(n_seq) * T, c.vocab, 44);
+  const tl::ActMatrix cpu = tl::forward_logits(w, tok.data(), n_seq, T);
+  tl::gpu::GpuModel gm(w, true, tl::cuda::runtime_kernel_options());
+  for (tl::gpu::GpuPath p : {tl::gpu::GpuPath::kFp16, tl::gpu::GpuPath::kNative, tl::gpu::GpuPath::kMarlin})
+    for (tl::ForwardMode mode : {tl::ForwardMode::kPrefill, tl::ForwardMode::kDecode}) {
+      tl::cuda::reset_dispatch_stats();
+      gm.forward(tok.data(), n_seq, T, p, mode);
+      std::vector<float> logits;
+      gm.logits_to_host(&logits);
+      compare_logits(std::string(tl::gpu::gpu_path_name(p)) + (mode == tl::ForwardMode::kDecode ? " dec" : ""), cpu,
+                     logits);
+      if (p == tl::gpu::GpuPath::kMarlin) {
+        // gate, up (N = 172) and down (K = 172) carry no Marlin section (they fail the gate):
+        // 3 weights x 3 block runs per forward, once per position in decode, each named.
+        const tl::cuda::DispatchStats st = tl::cuda::dispatch_stats();
+        REQUIRE(st.fallbacks.count("no marlin pack") == 1);
+        CHECK(st.fallbacks.at("no marlin pack") == 9LL * (mode == tl::ForwardMode::kDecode ? T : 1));
+        CHECK(st.fallbacks.size() == 1);
+      }
+    }
+  // The e2e tier on the file: the GPU scores it (no exit 2) and agrees with the CPU's PPL.
+  const std::string dir = std::string(TL_TEST_TMP) + "/model_gpu_ragged";
+  REQUIRE(std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str()) == 0);
+  tl::write_model_tinyloop(w, dir + "/m.tinyloop", tl::DType::F16);
+  tl::write_token_file_u32(dir + "/t.u32", tl::test::random_tokens(1024, c.vocab, 45));
+  tl::verify::E2eOptions o;
+  o.file = dir + "/m.tinyloop";
+  o.tokens = dir + "/t.u32";
+  o.ctx = 128;
+  o.device = tl::verify::E2eDevice::kCuda;
+  const tl::verify::E2eResult g = tl::verify::run_e2e_tier(o);
+  INFO(g.reason);
+  REQUIRE(g.status == tl::verify::Status::kPassed);
+  o.device = tl::verify::E2eDevice::kCpu;
+  const tl::verify::E2eResult cres = tl::verify::run_e2e_tier(o);
+  REQUIRE(cres.status == tl::verify::Status::kPassed);
+  for (tl::ForwardMode mode : {tl::ForwardMode::kPrefill, tl::ForwardMode::kDecode}) {
+    const auto* nat = g.main.row(tl::gpu::GpuPath::kNative, mode);
+    REQUIRE(nat != nullptr);
+    CHECK(std::abs(cres.main.rows[0].s.ppl / nat->s.ppl - 1) < 5e-3);  // fp16 activations on the GPU
+  }
+}
+
 TEST_CASE("model gpu: any even d_head (8, 80, 256) and GQA group matches the CPU forward") {
   // The generic attention path (d_head not 32 * k, or above 128) and the 256-wide tiles in
   // dynamic shared memory, on dense fp16 copies: only the attention differs from the tests above.
