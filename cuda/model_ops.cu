@@ -102,23 +102,27 @@ __global__ void qkv_split_rope_kernel(const __half* qkv, const float* cos_tab, c
 
 // ---- causal attention ----
 //
-// Block = kAttnWarps warps = kAttnWarps consecutive queries of one (sequence, head); grid
-// (ceil(T / kAttnWarps), H, n_seq). Keys and values stream through shared memory in tiles of 32
-// (one key per lane for the scores); each warp keeps an online softmax (running max m, sum l)
-// and its query's output, DPL dims per lane, in registers. K tile rows are padded by one float so
-// the 32 lanes reading 32 different keys at the same dim hit 32 different banks.
+// Block = kAttnWarps warps x kQueriesPerWarp consecutive queries each (32 queries of one
+// (sequence, head)); grid (ceil(T / 32), H, n_seq). Keys and values stream through shared memory
+// in tiles of 32 (one key per lane for the scores); each warp keeps an online softmax (running
+// max m, sum l) and the output, DPL dims per lane, of each of its queries in registers. A tile is
+// loaded once per 32 queries: at 8 (one per warp) the K/V re-reads, T/8 passes over each
+// sequence's keys, were what a 2048-token forward spent its time on. K tile rows are padded by
+// one float so the 32 lanes reading 32 different keys at the same dim hit 32 different banks.
 //
 // Any even d_head up to 256: DPL = ceil(dh / 32) dims per lane, the tiles sized for 32 * DPL
-// (dynamic shared memory, 74 KB at DPL = 8, above the 48 KB static limit). kFull: dh == 32 *
+// (dynamic shared memory, 98 KB at DPL = 8, above the 48 KB static limit). kFull: dh == 32 *
 // DPL, the common head sizes (32, 64, 96, 128, 256) with a compile-time dh, so their loops
-// unroll as before; otherwise (8, 80, 112, ...) dh is read at run time and the lanes or dims
-// beyond it hold zeros.
+// unroll; otherwise (8, 80, 112, ...) dh is read at run time and the lanes or dims beyond it
+// hold zeros.
 constexpr int kAttnWarps = 8;
+constexpr int kQueriesPerWarp = 4;
+constexpr int kAttnQueries = kAttnWarps * kQueriesPerWarp;  // per block
 constexpr int kKeyTile = 32;
 constexpr int kAttnMaxDpl = 8;  // d_head <= 256
 
 constexpr size_t attention_smem_bytes(int dpl) {
-  return sizeof(float) * (size_t(kKeyTile) * (32 * dpl + 1) + size_t(kKeyTile) * 32 * dpl + size_t(kAttnWarps) * 32 * dpl);
+  return sizeof(float) * (size_t(kKeyTile) * (32 * dpl + 1) + size_t(kKeyTile) * 32 * dpl + size_t(kAttnQueries) * 32 * dpl);
 }
 
 // ---- q/k head norms (Qwen3) ----
@@ -154,6 +158,7 @@ template <int DPL, bool kFull>  // dims per lane: dh <= 32 * DPL (== when kFull)
 __global__ void attention_kernel(const __half* q, const __half* k, const __half* v, __half* out,
                                  int T, int H, int Hkv, int dh_runtime, int window, int position_major) {
   constexpr int DH = 32 * DPL;  // the tiles' row length
+  constexpr int QW = kQueriesPerWarp;
   const int dh = kFull ? DH : dh_runtime;
   extern __shared__ float attn_smem[];
   float (*ks)[DH + 1] = reinterpret_cast<float (*)[DH + 1]>(attn_smem);
@@ -161,27 +166,26 @@ __global__ void attention_kernel(const __half* q, const __half* k, const __half*
   float (*qs)[DH] = reinterpret_cast<float (*)[DH]>(attn_smem + kKeyTile * (DH + 1) + kKeyTile * DH);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int s = blockIdx.z, h = blockIdx.y, kvh = h / (H / Hkv);
-  const int q0 = blockIdx.x * kAttnWarps, i = q0 + warp;
-  const bool active = i < T;
+  const int q0 = blockIdx.x * kAttnQueries, i0 = q0 + warp * QW;  // this warp's queries i0 .. i0 + QW - 1
   const __half* kb = k + (int64_t(s) * Hkv + kvh) * T * dh;
   const __half* vb = v + (int64_t(s) * Hkv + kvh) * T * dh;
   const float scale = 1.0f / sqrtf(float(dh));
-  if (active) {
-    const __half* qr = q + ((int64_t(s) * H + h) * T + i) * dh;
-#pragma unroll
-    for (int u = 0; u < DPL; ++u) {
-      const int d = lane + 32 * u;
-      qs[warp][d] = d < dh ? __half2float(qr[d]) * scale : 0.f;
-    }
+  for (int idx = threadIdx.x; idx < kAttnQueries * DH; idx += blockDim.x) {
+    const int r = idx / DH, d = idx % DH, i = q0 + r;
+    qs[r][d] = i < T && d < dh ? __half2float(q[((int64_t(s) * H + h) * T + i) * dh + d]) * scale : 0.f;
   }
-  float m = -INFINITY, l = 0.f, acc[DPL];
+  float m[QW], l[QW], acc[QW][DPL];
 #pragma unroll
-  for (int u = 0; u < DPL; ++u) acc[u] = 0.f;
-  const int last = min(T - 1, q0 + kAttnWarps - 1);  // the last key any query of the block sees
+  for (int j = 0; j < QW; ++j) {
+    m[j] = -INFINITY;
+    l[j] = 0.f;
+#pragma unroll
+    for (int u = 0; u < DPL; ++u) acc[j][u] = 0.f;
+  }
+  const int last = min(T - 1, q0 + kAttnQueries - 1);  // the last key any query of the block sees
   // With a window, the block's first query sees keys from q0 - window + 1: earlier tiles are
   // skipped whole (a window of W costs O(W) per query instead of O(T)).
   const int first = window > 0 ? max(0, q0 - window + 1) / kKeyTile * kKeyTile : 0;
-  const int lo = window > 0 ? i - window + 1 : 0;  // this warp's first visible key
   for (int t0 = first; t0 <= last; t0 += kKeyTile) {
     __syncthreads();  // the previous tile is consumed (and qs is written before its first use)
     for (int idx = threadIdx.x; idx < kKeyTile * DH; idx += blockDim.x) {
@@ -191,46 +195,55 @@ __global__ void attention_kernel(const __half* q, const __half* k, const __half*
       vs[r][d] = in ? __half2float(vb[int64_t(key) * dh + d]) : 0.f;
     }
     __syncthreads();
-    // Uniform per warp; every thread still reaches the syncs. A tile wholly before the window
-    // is skipped, so every tile processed holds a visible key and m stays finite.
-    if (!active || t0 > i || t0 + kKeyTile <= lo) continue;
-    const int key = t0 + lane;
-    const bool visible = key <= i && key >= lo;
-    float sc = -INFINITY;
-    if (visible) {
-      float d = 0.f;
+    // Per query, uniform over the warp; every thread still reaches the syncs. A tile wholly
+    // before a query's window or after it is skipped, so every tile processed holds a visible
+    // key and m stays finite.
+#pragma unroll
+    for (int j = 0; j < QW; ++j) {
+      const int i = i0 + j;
+      const int lo = window > 0 ? i - window + 1 : 0;  // the query's first visible key
+      if (i >= T || t0 > i || t0 + kKeyTile <= lo) continue;
+      const int key = t0 + lane;
+      const bool visible = key <= i && key >= lo;
+      float sc = -INFINITY;
+      if (visible) {
+        float d = 0.f;
 #pragma unroll 16
-      for (int e = 0; e < dh; ++e) d += qs[warp][e] * ks[lane][e];
-      sc = d;
-    }
-    const float m_new = fmaxf(m, warp_max(sc));  // finite: the tile holds a visible key
-    const float corr = expf(m - m_new);          // 0 on the first tile (m = -inf)
-    const float p = visible ? expf(sc - m_new) : 0.f;
-    l = l * corr + warp_sum(p);
+        for (int e = 0; e < dh; ++e) d += qs[warp * QW + j][e] * ks[lane][e];
+        sc = d;
+      }
+      const float m_new = fmaxf(m[j], warp_max(sc));  // finite: the tile holds a visible key
+      const float corr = expf(m[j] - m_new);          // 0 on the first tile (m = -inf)
+      const float p = visible ? expf(sc - m_new) : 0.f;
+      l[j] = l[j] * corr + warp_sum(p);
 #pragma unroll
-    for (int u = 0; u < DPL; ++u) acc[u] *= corr;
-    const int nk = min(kKeyTile, i - t0 + 1);
-    for (int j = 0; j < nk; ++j) {
-      const float pj = __shfl_sync(kFullMask, p, j);
+      for (int u = 0; u < DPL; ++u) acc[j][u] *= corr;
+      const int nk = min(kKeyTile, i - t0 + 1);
+      for (int jj = 0; jj < nk; ++jj) {
+        const float pj = __shfl_sync(kFullMask, p, jj);
 #pragma unroll
-      for (int u = 0; u < DPL; ++u) acc[u] += pj * vs[j][lane + 32 * u];
+        for (int u = 0; u < DPL; ++u) acc[j][u] += pj * vs[jj][lane + 32 * u];
+      }
+      m[j] = m_new;
     }
-    m = m_new;
   }
-  if (active) {
+#pragma unroll
+  for (int j = 0; j < QW; ++j) {
+    const int i = i0 + j;
+    if (i >= T) continue;
     const int64_t row = position_major ? int64_t(i) * gridDim.z + s : int64_t(s) * T + i;
     __half* o = out + row * int64_t(H) * dh + int64_t(h) * dh;
-    const float inv = 1.0f / l;
+    const float inv = 1.0f / l[j];
 #pragma unroll
     for (int u = 0; u < DPL; ++u)
-      if (lane + 32 * u < dh) o[lane + 32 * u] = __float2half_rn(acc[u] * inv);
+      if (lane + 32 * u < dh) o[lane + 32 * u] = __float2half_rn(acc[j][u] * inv);
   }
 }
 
 template <int DPL>
 int launch_attention(const __half* q, const __half* k, const __half* v, __half* out, int n_seq, int T, int H,
                      int Hkv, int dh, int window, RowOrder order, cudaStream_t stream) {
-  const dim3 grid((T + kAttnWarps - 1) / kAttnWarps, H, n_seq);
+  const dim3 grid((T + kAttnQueries - 1) / kAttnQueries, H, n_seq);
   constexpr size_t smem = attention_smem_bytes(DPL);
   const bool full = dh == 32 * DPL;
   auto kernel = full ? attention_kernel<DPL, true> : attention_kernel<DPL, false>;
