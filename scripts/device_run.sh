@@ -39,6 +39,16 @@ ldd "$bin/test_cuda" | grep -q "not found" && { ldd "$bin/test_cuda"; echo "devi
 
 doctest_line() { grep -E "^\[doctest\] (test cases|assertions)" "$1" | tr '\n' ' '; }
 
+# The random Llama-shaped checkpoint of gptq-big and e2e-big (BIG_SHAPE, BIG_LAYERS), written
+# once per lease into /tmp/l<shape>-<layers>; sets shape, layers and ck.
+big_checkpoint() {
+  shape=${BIG_SHAPE:-7b}; layers=${BIG_LAYERS:-0}; ck=/tmp/l$shape-$layers
+  if [ ! -f $ck/model.safetensors.index.json ]; then
+    python3 tools/make_llama_checkpoint.py $ck --shape $shape --layers $layers > "$OUT/make-$shape.log" 2>&1 ||
+      note "make_llama_checkpoint failed"
+  fi
+}
+
 for step in "${steps[@]}"; do
   case "$step" in
     test)  # the GPU runners: test_cuda (cuda/) and test_gpu (libgpu)
@@ -176,11 +186,7 @@ PY
       ;;
     gptq-big)
       start=$(date +%s)
-      shape=${BIG_SHAPE:-7b}; layers=${BIG_LAYERS:-0}; ck=/tmp/l$shape-$layers
-      if [ ! -f $ck/model.safetensors.index.json ]; then
-        python3 tools/make_llama_checkpoint.py $ck --shape $shape --layers $layers > "$OUT/make-$shape.log" 2>&1 ||
-          note "make_llama_checkpoint failed"
-      fi
+      big_checkpoint
       python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 32000, 128 * 2048, dtype='<u4').tofile('/tmp/big_tokens.u32')"
       note "$shape checkpoint ($layers layers; 0: all) ready ($(( $(date +%s) - start )) s; $(du -sh $ck | cut -f1))"
       for act in ${GPTQ_ACT:-0 1}; do
@@ -214,11 +220,7 @@ PY
       ;;
     e2e-big)  # the e2e tier at 7B scale: an RTN g128 compact file against its bf16 reference, 16 x 2048
       start=$(date +%s)
-      shape=${BIG_SHAPE:-7b}; layers=${BIG_LAYERS:-0}; ck=/tmp/l$shape-$layers
-      if [ ! -f $ck/model.safetensors.index.json ]; then
-        python3 tools/make_llama_checkpoint.py $ck --shape $shape --layers $layers > "$OUT/make-$shape.log" 2>&1 ||
-          note "make_llama_checkpoint failed"
-      fi
+      big_checkpoint
       python3 -c "import numpy as np; np.random.default_rng(1).integers(0, 32000, 16 * 2048, dtype='<u4').tofile('/tmp/e2e_tokens.u32')"
       note "$shape checkpoint ready ($(( $(date +%s) - start )) s)"
       t0=$(date +%s)
