@@ -9,6 +9,7 @@
 //   TL_MARLIN_HOPPER=0              no Hopper prefill kernel
 //   TL_MARLIN_HOPPER_MAX_M=M        the floor from M on where the Hopper kernel runs (0: never)
 //   TL_MARLIN_DEQUANT_MIN_M=M       the floor from M on where it does not (0: never)
+//   TL_NATIVE_FLOOR_MIN_M=M         the native path's dequantize + cuBLAS floor from M on (0: never)
 //   TL_MARLIN_HOPPER_SPLIT=1..8     tuning: force the Hopper kernel's k split
 //   TL_MARLIN_HOPPER_STREAM_K=1|-1  tuning: force or rule out stream-K
 //   TL_MARLIN_HOPPER_SK_HANDOVER=S  tuning: stream-K's hand-over cost in stages
@@ -50,6 +51,7 @@ inline cuda::KernelOptions kernel_options_from_env(cuda::KernelOptions o = cuda:
   if (is("TL_MARLIN_HOPPER", "0")) o.hopper_kernel = false;
   integer("TL_MARLIN_HOPPER_MAX_M", 0, INT_MAX, &o.hopper_max_m);
   integer("TL_MARLIN_DEQUANT_MIN_M", 0, INT_MAX, &o.dequant_min_m);
+  integer("TL_NATIVE_FLOOR_MIN_M", 0, INT_MAX, &o.native_floor_min_m);
   integer("TL_MARLIN_HOPPER_SPLIT", 0, cuda::hopper::kMaxSplit, &o.hopper_split);
   integer("TL_MARLIN_HOPPER_STREAM_K", -1, 1, &o.hopper_stream_k);
   integer("TL_MARLIN_HOPPER_SK_HANDOVER", 0, 64, &o.hopper_sk_handover);

@@ -3,7 +3,7 @@
 // same weights (exit 1 on a mismatch), then times: Marlin (symmetric), the fused asymmetric
 // wrapper, the dequantize + cuBLAS floor, the Hopper kernel (sm_90, M > 16; symmetric and
 // asymmetric), what the runtime's options dispatch to, the correction pair (a_group_sum +
-// correction_accum), native int4_gemm and cuBLAS
+// correction_accum), native int4_gemm and its dequantize + cuBLAS floor, and cuBLAS
 // (cublasGemmEx, fp16 in/out, fp32 accumulation). Each time is the median of many runs timed
 // with CUDA events, a point's kernels in interleaved rounds (every kernel once per round, each
 // round's order rotated, so none is timed on a GPU the others warmed or slowed to its power
@@ -395,6 +395,11 @@ int run_bench(int argc, char** argv) {
       auto native = [&](int M) {
         return tl::cuda::int4_gemm(A, q_tl, scale, zero, C, M, L.N, L.K, gsz, stream);
       };
+      tl::cuda::KernelOptions native_floor_opt;  // the native path's floor at every M
+      native_floor_opt.native_floor_min_m = 1;
+      auto native_floor = [&](int M) {
+        return tl::cuda::int4_gemm(A, q_tl, scale, zero, C, M, L.N, L.K, gsz, stream, native_floor_opt);
+      };
       auto cublas = [&](int M, const __half* W, __half* out) {
         return tl::cuda::detail::cublas_fp16_gemm(A, W, out, M, L.N, L.K, stream);
       };
@@ -413,6 +418,7 @@ int run_bench(int argc, char** argv) {
             {"marlin_mm_asymmetric", [&] { return asym(M); }, w_hat},
             {"marlin + correction pair", [&] { int rc = marlin(M); return rc ? rc : pair(M); }, w_hat},
             {"int4_gemm", [&] { return native(M); }, w_hat},
+            {"int4_gemm (dequant + cuBLAS)", [&] { return native_floor(M); }, w_hat},
             {"marlin_mm_asymmetric (dequant + cuBLAS)", [&] { return asym_dq(M); }, w_hat},
             {"marlin (hopper)", [&] { return marlin_hop(M); }, w_marlin},
             {"marlin_mm_asymmetric (hopper)", [&] { return asym_hop(M); }, w_hat},
@@ -437,7 +443,7 @@ int run_bench(int argc, char** argv) {
       for (int M : opt.ms) {
         // The point's kernels, timed together in rounds (Timer::medians_us); NaN: not run here.
         double t_cublas = NAN, t_marlin = NAN, t_asym = NAN, t_pair = NAN, t_native = NAN, t_dq = NAN, t_hop = NAN,
-               t_asym_hop = NAN, t_rt = NAN;
+               t_asym_hop = NAN, t_rt = NAN, t_native_dq = NAN;
         std::vector<std::function<int()>> runs;
         std::vector<double*> into;
         auto time = [&](double* t, std::function<int()> run) {
@@ -452,6 +458,7 @@ int run_bench(int argc, char** argv) {
         time(&t_asym, [&] { return asym(M); });
         time(&t_pair, [&] { return pair(M); });
         if (M <= opt.native_max_m) time(&t_native, [&] { return native(M); });
+        time(&t_native_dq, [&] { return native_floor(M); });
         if (M > 16) time(&t_dq, [&] { return asym_dq(M); });
         if (hop) {
           time(&t_hop, [&] { return marlin_hop(M); });
@@ -476,6 +483,7 @@ int run_bench(int argc, char** argv) {
         add("marlin_asym_runtime", t_rt, int4_bytes + 2.0 * gn, std::string(rt_plan.kernel), schedule_of(rt_plan));
         add("correction_pair", t_pair, 2.0 * gn);
         add("int4_gemm", t_native, double(kn) / 2 + 4.0 * gn);
+        add("int4_gemm_dequant", t_native_dq, double(kn) / 2 + 4.0 * gn, "native-dequant");
         char kxn[24];
         std::snprintf(kxn, sizeof kxn, "%dx%d", L.K, L.N);
         // The decode kernel's grid: blocks x warps : units per warp stripe, cluster size or
@@ -575,6 +583,24 @@ int run_bench(int argc, char** argv) {
     for (const Record& r : records)
       if (r.M == M && r.kernel == "int4_gemm") ratio.push_back(r.us / asym_t[{r.set, r.layer, r.g}]);
     if (!ratio.empty()) std::printf("  M=%5d: %.2f\n", M, geomean(ratio));
+  }
+  // The native path's floor per M (kDefaultNativeFloorMinM): the kernel's time / the floor's, and
+  // the floor against cuBLAS fp16 (geometric means over layers and g).
+  std::printf("\nnative int4_gemm time / its dequantize + cuBLAS floor's, and cuBLAS fp16 time / the floor's:\n");
+  for (int M : opt.ms) {
+    std::map<std::tuple<std::string, std::string, int>, std::map<std::string, double>> t;
+    for (const Record& r : records)
+      if (r.M == M) t[{r.set, r.layer, r.g}][r.kernel] = r.us;
+    std::vector<double> kernel_vs_floor, cublas_vs_floor;
+    for (const auto& [key, k] : t) {
+      if (!k.count("int4_gemm_dequant")) continue;
+      if (k.count("int4_gemm")) kernel_vs_floor.push_back(k.at("int4_gemm") / k.at("int4_gemm_dequant"));
+      cublas_vs_floor.push_back(k.at("cublas_fp16") / k.at("int4_gemm_dequant"));
+    }
+    if (cublas_vs_floor.empty()) continue;
+    char kernel_ratio[16] = "-";
+    if (!kernel_vs_floor.empty()) std::snprintf(kernel_ratio, sizeof kernel_ratio, "%.2f", geomean(kernel_vs_floor));
+    std::printf("  M=%5d: kernel / floor %s, cuBLAS / floor %.2f\n", M, kernel_ratio, geomean(cublas_vs_floor));
   }
 
   if (!opt.tune.empty()) {

@@ -27,7 +27,14 @@ struct KernelOptions {
   // runtime_kernel_options() sets the crossover measured on the H200 (TL_MARLIN_DEQUANT_MIN_M
   // overrides, 0 turns it off).
   int dequant_min_m = 0;
-  size_t dequant_scratch_bytes = 0;  // fp16 tile scratch per call; 0: kDequantScratchBytes
+  size_t dequant_scratch_bytes = 0;  // fp16 tile scratch per call (both floors); 0: kDequantScratchBytes
+  // The native path's prefill floor (cuda/int4_gemm.cu): at M >= native_floor_min_m int4_gemm
+  // dequantizes q * scale + zero into fp16 tiles and runs cuBLAS on them instead of its CUDA-core
+  // kernel, so every weight is rounded to fp16 once (the Marlin floor's error model, not the
+  // kernel's fp32 weights). 0: never (the launchers' default: the native tier tests the kernel);
+  // runtime_kernel_options() sets kDefaultNativeFloorMinM (TL_NATIVE_FLOOR_MIN_M overrides, 0
+  // turns it off). A weight flagged exact_int4 never takes it.
+  int native_floor_min_m = 0;
   // The Hopper prefill kernel (cuda/marlin_hopper.cu, wgmma, built for sm_90a): M > 16 on an
   // sm_90 GPU. Off in the launchers' defaults (the tiers test the tiled kernel and the floor as
   // before, and the Hopper kernel with it on); runtime_kernel_options() turns it on
@@ -57,6 +64,14 @@ constexpr int kDefaultDequantMinM = 256;
 // against 0.91-0.98x). Per layer, 7B o and qkv at g = 128 hand over at 4096, which a crossover
 // table records.
 constexpr int kDefaultHopperMaxM = 8192;
+// M from which int4_gemm takes its floor in a runtime: the first M above decode sizes. The kernel
+// does 2 M K N fp32 FMAs on the CUDA cores; the floor moves ~4.5 bytes per weight (codes in, the
+// fp16 tile out and back into cuBLAS), then runs at fp16 tensor-core speed. Measured on the H200
+// (docs/kernels.md, "Native int4_gemm"; 7B layers, g = 128, kernel time / floor time): 1.78x at
+// M = 16, 3.0x at 32, 5.5x at 64, 16.9x at 256. The floor would already win at M = 16; 17 keeps
+// every decode batch (M <= 16, the e2e tier's --decode-batch range) on the kernel, so the decode
+// mode certifies the kernel end to end and the prefill mode the floor.
+constexpr int kDefaultNativeFloorMinM = 17;
 // The options a runtime runs with: the decode kernel with clusters, the Hopper kernel, the
 // floor, at the crossovers measured on the H200 (apps/kernel_env.h applies the environment's
 // overrides on top of these).
@@ -65,6 +80,7 @@ inline KernelOptions runtime_kernel_options() {
   o.dequant_min_m = kDefaultDequantMinM;
   o.hopper_kernel = true;
   o.hopper_max_m = kDefaultHopperMaxM;
+  o.native_floor_min_m = kDefaultNativeFloorMinM;
   return o;
 }
 
@@ -74,7 +90,8 @@ inline std::string kernel_options_line(const KernelOptions& o) {
                   (o.decode_kernel ? "1" : "0") + " clusters=" + (o.clusters ? "1" : "0") +
                   " tiled_small_m_blocks_per_sm=" + std::to_string(o.tiled_small_m_blocks_per_sm) +
                   " hopper_kernel=" + (o.hopper_kernel ? "1" : "0") + " hopper_max_m=" + std::to_string(o.hopper_max_m) +
-                  " dequant_min_m=" + std::to_string(o.dequant_min_m) + " hopper_split=" + std::to_string(o.hopper_split) +
+                  " dequant_min_m=" + std::to_string(o.dequant_min_m) +
+                  " native_floor_min_m=" + std::to_string(o.native_floor_min_m) + " hopper_split=" + std::to_string(o.hopper_split) +
                   " hopper_stream_k=" + std::to_string(o.hopper_stream_k) +
                   " hopper_sk_handover=" + std::to_string(o.hopper_sk_handover) +
                   " crossovers=" + (o.crossovers ? std::to_string(o.crossovers->shapes.size()) + " shapes" : "none");

@@ -17,6 +17,15 @@
 
 namespace tl {
 
+namespace detail {
+inline thread_local bool t_in_parallel_worker = false;
+}  // namespace detail
+
+// True on a thread while it runs items of a parallel_for of two or more threads, or of one that
+// was asked for one thread: a caller that would split its own work over every core (the CPU
+// forward's linears) runs it inline instead of starting threads^2 of them, or more than asked.
+inline bool in_parallel_worker() { return detail::t_in_parallel_worker; }
+
 // `threads` <= 0 means all cores.
 inline int resolve_threads(int threads) {
   return threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
@@ -27,13 +36,23 @@ void parallel_for(int64_t n, int threads, Fn&& fn) {
   if (n <= 0) return;
   const int t = int(std::min<int64_t>(std::max(1, threads), n));
   if (t == 1) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
+    const bool was = detail::t_in_parallel_worker;
+    if (threads <= 1) detail::t_in_parallel_worker = true;
+    try {
+      for (int64_t i = 0; i < n; ++i) fn(i);
+    } catch (...) {
+      detail::t_in_parallel_worker = was;
+      throw;
+    }
+    detail::t_in_parallel_worker = was;
     return;
   }
   std::atomic<int64_t> next{0};
   std::exception_ptr first;
   std::mutex mu;
   auto worker = [&] {
+    const bool was = detail::t_in_parallel_worker;
+    detail::t_in_parallel_worker = true;
     for (int64_t i; (i = next.fetch_add(1)) < n;) {
       try {
         fn(i);
@@ -43,6 +62,7 @@ void parallel_for(int64_t n, int threads, Fn&& fn) {
         next.store(n);
       }
     }
+    detail::t_in_parallel_worker = was;
   };
   std::vector<std::thread> pool;
   pool.reserve(size_t(t - 1));

@@ -1,6 +1,7 @@
 // cuBLAS fp16 GEMM wrapper; see cublas_gemm.h.
 #include "cuda/cublas_gemm.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -60,6 +61,12 @@ int cublas_fp16_gemm_ld(const __half* X, const __half* W, int ldw, __half* Y, in
                                CUDA_R_16F, K, &beta, Y, CUDA_R_16F, ldy, CUBLAS_COMPUTE_32F,
                                CUBLAS_GEMM_DEFAULT));
   return kOk;
+}
+
+int dequant_chunk_cols(int N, int K, const KernelOptions& options) {
+  const size_t cap = options.dequant_scratch_bytes > 0 ? options.dequant_scratch_bytes : kDequantScratchBytes;
+  const size_t fit = cap / (size_t(K) * sizeof(__half)) / 128 * 128;
+  return int(std::max<size_t>(128, std::min<size_t>(size_t(N), fit)));
 }
 
 }  // namespace tl::cuda::detail

@@ -5,6 +5,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include "core/kernel_options.h"
+
 namespace tl::cuda::detail {
 
 // Y[M, N] = X[M, K] * W[K, N], all row-major fp16, fp32 accumulation (cublasGemmEx,
@@ -15,5 +17,11 @@ int cublas_fp16_gemm(const __half* X, const __half* W, __half* Y, int M, int N, 
 // The same on column slices: W [K, N] with row stride ldw, Y [M, N] with row stride ldy.
 int cublas_fp16_gemm_ld(const __half* X, const __half* W, int ldw, __half* Y, int ldy, int M, int N, int K,
                         cudaStream_t stream);
+
+// The two prefill floors (the Marlin path's, marlin_dequant.cu, and the native path's,
+// int4_gemm.cu) dequantize the weight into fp16 column chunks [K, cols] in the stream's scratch
+// and multiply each with cuBLAS: cols is the largest multiple of 128 whose tile fits
+// options.dequant_scratch_bytes (kDequantScratchBytes when 0), at least 128, at most N.
+int dequant_chunk_cols(int N, int K, const KernelOptions& options);
 
 }  // namespace tl::cuda::detail

@@ -3,7 +3,10 @@
 //   2. Marlin: options.use_marlin, bits == 4, not flagged exact-int4, a Marlin pack is present,
 //      marlin_available(), the Marlin gate of core/group_size.h (K % 128, N % 128, group size)
 //                                                             -> marlin_mm_asymmetric;
-//   3. otherwise, or when the Marlin launcher declines (rc 1/2) -> native int4_gemm.
+//   3. otherwise, or when the Marlin launcher declines (rc 1/2) -> native int4_gemm: its
+//      CUDA-core kernel, or from options.native_floor_min_m its dequantize + cuBLAS floor (never
+//      for a weight flagged exact_int4, whose contract is the kernel's fp32 weights);
+//      dispatch_stats().native_kernels counts each.
 // Inside the Marlin path the launcher picks by M (docs/kernels.md, "Which path serves which M"):
 // the decode kernel (M <= 16); on sm_90 the Hopper kernel up to options.hopper_max_m; the
 // dequantize + cuBLAS floor from options.dequant_min_m (where the Hopper kernel does not run)
@@ -129,7 +132,11 @@ GemmPath quant_gemm(const DeviceQuantWeight& w, const __half* X, __half* Y, int 
     }
     if (path == GemmPath::kNativeInt4) {
       if (enabled) fallback = refusal;
-      status = int4_gemm(X, w.q, w.scale, w.zero, Y, M, w.N, w.K, w.group_size, stream);
+      KernelOptions native = options;
+      if (w.exact_int4) native.native_floor_min_m = 0;
+      status = int4_gemm(X, w.q, w.scale, w.zero, Y, M, w.N, w.K, w.group_size, stream, native);
+      std::lock_guard<std::mutex> lock(g_mutex);
+      g_stats.native_kernels[int4_kernel_for(M, native)]++;
     }
   }
   count(path, fallback);

@@ -11,10 +11,27 @@
 // K range is also split over gridDim.y (split-K): each split writes fp32 partials to a
 // per-stream scratch buffer and a second small kernel adds the splits in a fixed order and
 // rounds once to fp16 (deterministic). Dequantization and accumulation are fp32.
+//
+// The prefill floor (M >= options.native_floor_min_m). The kernel above does 2 M K N fp32 FMAs on
+// the CUDA cores: on a 7B model's 16 x 2048-token prefill (M = 32768) that was 28 s of the e2e
+// tier's 37 s of scoring, against 2.8 s for cuBLAS on fp16 copies. At such M a GEMM is
+// compute-bound, so the floor does what the Marlin path's does (marlin_dequant.cu):
+//
+//   for each column chunk [c0, c0 + cols) (dequant_chunk_cols: the fp16 tile [K, cols] fits the
+//   stream's scratch, 64 MiB by default, no cudaMalloc in steady state):
+//     dequant_native: W_tile[k, n - c0] = fp16(fmaf(q, scale, zero))   8 columns per thread
+//     cublasGemmEx:   C[:, c0 : c0 + cols] = A * W_tile                 (ldc = N)
+//
+// Numerics: q * scale is exact in fp32, so fmaf rounds once, as the host's dequantize() does, and
+// the fp16 rounding is the one of an fp16 copy of W_hat: the floor's tiles equal the fp16 path's
+// weights bit for bit, and its error model is the Marlin floor's (each weight rounded to fp16
+// once, fp32 accumulation), not the kernel's exact weights.
 #include <algorithm>
+#include <string_view>
 #include <type_traits>
 
 #include "core/group_size.h"
+#include "cuda/cublas_gemm.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_context.h"
 #include "cuda/tl_kernels.h"
@@ -137,6 +154,45 @@ __global__ void sum_splits_kernel(const float* __restrict__ partial, __half* __r
   }
 }
 
+// The floor's dequantization: one thread per 8 columns of a row (one 32-bit load of codes, one
+// 16-byte store of fp16 weights where VEC; a warp writes 512 contiguous bytes of a tile row), the
+// block's 8 warp rows stepping through kFloorRows rows of K; scale and zero are reloaded only when
+// a thread's row crosses into another group. W_tile [K, cols] row-major, ld cols.
+constexpr int kFloorRows = 64;   // k rows per block
+constexpr int kMaxGridY = 65535;
+template <bool VEC>
+__global__ void __launch_bounds__(kThreads) dequant_native(const uint8_t* __restrict__ q, const __half* __restrict__ scale,
+                                                           const __half* __restrict__ zero, __half* __restrict__ W,
+                                                           int K, int N, int col0, int cols, int group_size) {
+  const int lane = threadIdx.x % 32, row = threadIdx.x / 32;
+  const int x0 = blockIdx.x * kColsPerBlock + lane * kColsPerThread;  // first column within the chunk
+  if (x0 >= cols) return;
+  const int n0 = col0 + x0;
+  const size_t row_bytes = size_t(N + 1) / 2;
+  float s[8], z[8];
+  int g_loaded = -1;
+  for (int kb = blockIdx.y * kFloorRows; kb < K; kb += gridDim.y * kFloorRows)
+    for (int k = kb + row; k < min(K, kb + kFloorRows); k += kWarps) {
+      const int g = k / group_size;
+      if (g != g_loaded) {
+        load_group<VEC>(scale, zero, g, n0, N, s, z);
+        g_loaded = g;
+      }
+      const uint32_t w = load_codes<VEC>(q, row_bytes, k, n0, N);
+      __align__(16) __half out[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) out[j] = __float2half_rn(fmaf(float((w >> (4 * j)) & 15u), s[j], z[j]));
+      __half* dst = W + size_t(k) * cols + x0;
+      if (VEC) {
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(out);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          if (x0 + j < cols) dst[j] = out[j];
+      }
+    }
+}
+
 template <int MT, bool VEC>
 void launch_int4(dim3 grid, cudaStream_t stream, const __half* A, const uint8_t* q,
                  const __half* scale, const __half* zero, __half* C, float* partial, int M, int N,
@@ -175,13 +231,52 @@ Int4Grid plan_int4(int M, int N, int K, int sms) {
   return g;
 }
 
+bool floor_for(int M, const KernelOptions& options) {
+  return std::string_view(int4_kernel_for(M, options)) == "dequant";
+}
+
+// The floor: column chunks dequantized into the stream's scratch, each multiplied by cuBLAS.
+// vec: N % 8 == 0 and aligned operands (then every chunk width is a multiple of 8 and the tile's
+// rows start 16-byte aligned).
+int native_dequant_gemm(const __half* A, const uint8_t* q, const __half* scale, const __half* zero, __half* C, int M,
+                        int N, int K, int group_size, bool vec, cudaStream_t stream, const KernelOptions& options) {
+  int device = 0;
+  TL_CUDA_CHECK(cudaGetDevice(&device));
+  const int cols = detail::dequant_chunk_cols(N, K, options);
+  void* scratch = nullptr;
+  if (int rc = detail::stream_scratch(device, stream, size_t(K) * std::min(cols, N) * sizeof(__half), &scratch))
+    return rc;
+  __half* W = static_cast<__half*>(scratch);
+  for (int c0 = 0; c0 < N; c0 += cols) {
+    const int nc = std::min(cols, N - c0);
+    const dim3 grid((nc + kColsPerBlock - 1) / kColsPerBlock, std::min((K + kFloorRows - 1) / kFloorRows, kMaxGridY));
+    if (vec)
+      dequant_native<true><<<grid, kThreads, 0, stream>>>(q, scale, zero, W, K, N, c0, nc, group_size);
+    else
+      dequant_native<false><<<grid, kThreads, 0, stream>>>(q, scale, zero, W, K, N, c0, nc, group_size);
+    TL_CHECK_LAUNCH("dequant_native");
+    // The next chunk's dequantization overwrites W after this GEMM on the same stream.
+    if (int rc = detail::cublas_fp16_gemm_ld(A, W, nc, C + c0, N, M, nc, K, stream)) return rc;
+  }
+  return kOk;
+}
+
 }  // namespace
 
-int int4_gemm_plan(int M, int N, int K, int group_size, GemmPlan* plan) {
+int int4_gemm_plan(int M, int N, int K, int group_size, GemmPlan* plan, const KernelOptions& options) {
   *plan = GemmPlan{};
   if (M < 1 || N < 1 || K < 1 || !effective_group_size_ok(K, group_size)) return kShapeUnsupported;
   int device = 0, sms = 0;
   if (int rc = detail::current_device_sms(&device, &sms)) return rc;
+  if (floor_for(M, options)) {
+    const int cols = detail::dequant_chunk_cols(N, K, options);
+    plan->kernel = "native-dequant";
+    plan->slices = (N + cols - 1) / cols;
+    plan->blocks = (std::min(cols, N) + kColsPerBlock - 1) / kColsPerBlock * std::min((K + kFloorRows - 1) / kFloorRows, kMaxGridY);
+    plan->warps_per_block = kWarps;
+    plan->ragged_n = N % 8 != 0;
+    return kOk;
+  }
   const Int4Grid g = plan_int4(M, N, K, sms);
   plan->kernel = "native";
   plan->blocks = g.col_blocks * g.row_blocks * g.splits;
@@ -193,9 +288,13 @@ int int4_gemm_plan(int M, int N, int K, int group_size, GemmPlan* plan) {
 }
 
 int int4_gemm(const __half* A, const uint8_t* q, const __half* scale, const __half* zero,
-              __half* C, int M, int N, int K, int group_size, cudaStream_t stream) {
+              __half* C, int M, int N, int K, int group_size, cudaStream_t stream, const KernelOptions& options) {
   if (M < 1 || N < 1 || K < 1 || !effective_group_size_ok(K, group_size)) return kShapeUnsupported;
   if (!A || !q || !scale || !zero || !C) return kShapeUnsupported;
+  const bool vec = N % 8 == 0 && (reinterpret_cast<uintptr_t>(q) & 3) == 0 &&
+                   (reinterpret_cast<uintptr_t>(scale) & 15) == 0 &&
+                   (reinterpret_cast<uintptr_t>(zero) & 15) == 0;
+  if (floor_for(M, options)) return native_dequant_gemm(A, q, scale, zero, C, M, N, K, group_size, vec, stream, options);
   int device = 0, sms = 0;
   if (int rc = detail::current_device_sms(&device, &sms)) return rc;
 
@@ -210,9 +309,6 @@ int int4_gemm(const __half* A, const uint8_t* q, const __half* scale, const __ha
       return rc;
     partial = static_cast<float*>(p);
   }
-  const bool vec = N % 8 == 0 && (reinterpret_cast<uintptr_t>(q) & 3) == 0 &&
-                   (reinterpret_cast<uintptr_t>(scale) & 15) == 0 &&
-                   (reinterpret_cast<uintptr_t>(zero) & 15) == 0;
   const dim3 grid(col_blocks, splits, row_blocks);
   auto launch = [&](auto rows_tag) {
     constexpr int kMt = decltype(rows_tag)::value;

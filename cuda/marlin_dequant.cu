@@ -92,12 +92,6 @@ __global__ void __launch_bounds__(kThreads) dequant_marlin(const int32_t* __rest
 
 }  // namespace
 
-int dequant_chunk_cols(int N, int K, const KernelOptions& options) {
-  const size_t cap = options.dequant_scratch_bytes > 0 ? options.dequant_scratch_bytes : kDequantScratchBytes;
-  const size_t fit = cap / (size_t(K) * sizeof(__half)) / 128 * 128;
-  return int(std::max<size_t>(128, std::min<size_t>(size_t(N), fit)));
-}
-
 int marlin_dequant_gemm(const __half* A, const int32_t* B, const __half* s, const __half* delta,
                         __half* C, int M, int N, int K, int group_size, cudaStream_t stream,
                         const KernelOptions& options) {

@@ -21,11 +21,10 @@ int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half
 
 // The prefill floor (marlin_dequant.cu), same operands as marlin_gemm (validated by it): the
 // weight dequantized into fp16 column chunks of at most options.dequant_scratch_bytes in the
-// stream's scratch, each multiplied by cuBLAS. chunks: how many (for plans).
+// stream's scratch (dequant_chunk_cols, cuda/cublas_gemm.h), each multiplied by cuBLAS.
 int marlin_dequant_gemm(const __half* A, const int32_t* B, const __half* s, const __half* delta,
                         __half* C, int M, int N, int K, int group_size, cudaStream_t stream,
                         const KernelOptions& options);
-int dequant_chunk_cols(int N, int K, const KernelOptions& options);
 
 // The streaming kernel for decode sizes (marlin_small_m.cu), same operands, M in [1, 16];
 // marlin_gemm calls it for M <= kSmallMMaxRows after validating the arguments. grouped: one

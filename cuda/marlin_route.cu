@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/group_size.h"
+#include "cuda/cublas_gemm.h"
 #include "cuda/device_context.h"
 #include "cuda/marlin_gemm.h"
 #include "cuda/tl_kernels.h"

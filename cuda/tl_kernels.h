@@ -49,8 +49,13 @@ bool hopper_kernel_available(int device);
 // g = k / group_size. fp32 accumulation. Any M, N, K >= 1 and 0 < group_size <= K (G = ceil(K /
 // group_size): a last group of K % group_size rows where it does not divide). Small M splits
 // K over blocks with fp32 partials in the per-(device, stream) scratch (see marlin_int4_tc_gemm).
+// The CUDA-core kernel dequantizes in fp32 (W_hat exact); at M >= options.native_floor_min_m
+// (> 0) the prefill floor runs instead: W_hat rounded to fp16 once (fmaf, then round to nearest:
+// the fp16 copy a caller would make of W_hat, bit for bit) in column chunks of the stream's
+// scratch, each multiplied by cuBLAS.
 int int4_gemm(const __half* A, const uint8_t* q, const __half* scale, const __half* zero,
-              __half* C, int M, int N, int K, int group_size, cudaStream_t stream);
+              __half* C, int M, int N, int K, int group_size, cudaStream_t stream,
+              const KernelOptions& options = {});
 
 // Symmetric Marlin-format tensor-core GEMM: C = A * W_marlin, W_marlin[k, n] = (q - 8) * s,
 // B int32 [K/16, 2N] and s fp16 [G, N] exactly as marlin-pack writes them. group_size is the
@@ -72,7 +77,14 @@ size_t marlin_workspace_ints(int N);
 // GemmPlan (core/gemm_plan.h): how a launcher shares a problem out on the GPU at hand.
 // rc as the launcher's (kShapeUnsupported, kNoConfig, kCudaError) when it would not run.
 int marlin_plan(int M, int N, int K, int group_size, bool asym, const KernelOptions& options, GemmPlan* plan);
-int int4_gemm_plan(int M, int N, int K, int group_size, GemmPlan* plan);
+// int4_gemm_plan: kernel "native" (the CUDA-core kernel) or "native-dequant" (the floor, slices =
+// its column chunks).
+int int4_gemm_plan(int M, int N, int K, int group_size, GemmPlan* plan, const KernelOptions& options = {});
+// The kernel int4_gemm runs for M, the one rule its plan and the dispatcher's counters share:
+// "int4" (the CUDA-core kernel) or "dequant" (the floor).
+inline const char* int4_kernel_for(int M, const KernelOptions& options) {
+  return options.native_floor_min_m > 0 && M >= options.native_floor_min_m ? "dequant" : "int4";
+}
 
 // Correction pair: a_sum[m, g] = sum_{k in g} A[m, k] (fp32), and
 // C[m, n] += sum_g a_sum[m, g] * delta[g, n] (fp32 math, one rounding to fp16); G = K /
@@ -98,7 +110,7 @@ struct DeviceQuantWeight {
   const char* name = "";
   int bits = 4;
   int K = 0, N = 0, group_size = 0;  // effective group size (== K for per-row)
-  bool exact_int4 = false;           // flagged: must run the native kernel
+  bool exact_int4 = false;           // flagged: must run the native CUDA-core kernel (fp32 W_hat, never a floor)
   const uint8_t* q = nullptr;        // native layout (always present)
   const __half* scale = nullptr;
   const __half* zero = nullptr;
@@ -121,7 +133,8 @@ GemmPath quant_gemm(const DeviceQuantWeight& w, const __half* X, __half* Y, int 
 struct DispatchStats {
   long long dispatches[3] = {0, 0, 0};        // per GemmPath
   std::map<std::string, long long> fallbacks; // reason -> count (Marlin wanted but not taken)
-  std::map<std::string, long long> marlin_kernels;  // Marlin calls by kernel: decode / tiled / dequant
+  std::map<std::string, long long> marlin_kernels;  // Marlin calls by kernel: decode / tiled / hopper / dequant
+  std::map<std::string, long long> native_kernels;  // native calls by kernel: int4 / dequant
   std::string first_dispatch_line;            // "[marlin] first dispatch ok: BT=... N=... K=... gs=..."
 };
 DispatchStats dispatch_stats();

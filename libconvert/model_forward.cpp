@@ -4,12 +4,19 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "libconvert/eigen_blocking.h"
 
 namespace tl {
 namespace {
 
-using ConstWeightMap = Eigen::Map<const ActMatrix>;
+// A linear is computed in fixed tiles of its output, rows x columns, whatever the thread count:
+// Eigen's GEMM does not round an element the same way in every position of a product (its
+// micro-kernels and remainder paths depend on where a row or column falls), so the tiles are
+// the same on one thread and on sixteen, and a forward's logits are too (tests/convert/
+// test_model_forward.cpp holds them bit for bit). The tiles run on every core, except inside
+// another parallel_for (the CPU e2e's windows already use every core).
+constexpr int64_t kLinearRowTile = 256, kLinearColumnTile = 512;
 
 // Y = X W (+ bias) with the hook told about X first. kDecode: once per position t of seq_len on
 // the rows s * seq_len + t of every sequence s (M = n_seq; strided views, no copies).
@@ -18,21 +25,37 @@ void linear(const LinearWeight& l, const ActMatrix& X, ActMatrix& Y, const Linea
   if (X.cols() != l.K)
     throw Error("input has " + std::to_string(X.cols()) + " columns, expected K = " + std::to_string(l.K), "", l.name);
   pin_eigen_blocking();  // the same summation order on every CPU
-  const ConstWeightMap W(l.W.data(), l.K, l.N);
+  using Stride = Eigen::OuterStride<>;
+  Y.resize(X.rows(), l.N);
+  // Y[rows, n0:n1] = X[rows] W[:, n0:n1] for rows r0, r0 + step, ... (`rows` of them).
+  auto tile = [&](int64_t r0, int64_t rows, int64_t step, int64_t n0, int64_t n1) {
+    const Eigen::Map<const ActMatrix, 0, Stride> Xr(X.data() + r0 * l.K, rows, l.K, Stride(step * l.K));
+    Eigen::Map<ActMatrix, 0, Stride> Yr(Y.data() + r0 * l.N + n0, rows, n1 - n0, Stride(step * l.N));
+    const Eigen::Map<const ActMatrix, 0, Stride> Wc(l.W.data() + n0, l.K, n1 - n0, Stride(l.N));
+    Yr.noalias() = Xr * Wc;
+  };
+  // Every tile of `rows` rows (r0, r0 + step, ...): in parallel unless nested.
+  auto tiles = [&](int64_t r0, int64_t rows, int64_t step) {
+    const int64_t row_tiles = (rows + kLinearRowTile - 1) / kLinearRowTile;
+    const int64_t col_tiles = (l.N + kLinearColumnTile - 1) / kLinearColumnTile, n = row_tiles * col_tiles;
+    auto run = [&](int64_t i) {
+      const int64_t rt = i / col_tiles, ct = i % col_tiles;
+      const int64_t rr = std::min(kLinearRowTile, rows - rt * kLinearRowTile);
+      tile(r0 + rt * kLinearRowTile * step, rr, step, ct * kLinearColumnTile, std::min(l.N, (ct + 1) * kLinearColumnTile));
+    };
+    if (n < 2 || in_parallel_worker())
+      for (int64_t i = 0; i < n; ++i) run(i);
+    else
+      parallel_for(n, resolve_threads(0), run);
+  };
   if (mode == ForwardMode::kPrefill) {
     if (hook) hook(l.name, X.data(), X.rows(), X.cols());
-    Y.noalias() = X * W;
+    tiles(0, X.rows(), 1);
   } else {
     if (hook) throw Error("a decode-mode forward reports no linear inputs", "", l.name);
     if (seq_len <= 0 || X.rows() % seq_len != 0) throw Error("rows are not whole sequences", "", l.name);
     const int64_t n_seq = X.rows() / seq_len;
-    Y.resize(X.rows(), l.N);
-    using Stride = Eigen::OuterStride<>;
-    for (int64_t t = 0; t < seq_len; ++t) {
-      const Eigen::Map<const ActMatrix, 0, Stride> Xt(X.data() + t * l.K, n_seq, l.K, Stride(seq_len * l.K));
-      Eigen::Map<ActMatrix, 0, Stride> Yt(Y.data() + t * l.N, n_seq, l.N, Stride(seq_len * l.N));
-      Yt.noalias() = Xt * W;
-    }
+    for (int64_t t = 0; t < seq_len; ++t) tiles(t, n_seq, seq_len);
   }
   if (!l.bias.empty()) Y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(l.bias.data(), l.N);
 }

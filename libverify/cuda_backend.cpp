@@ -33,7 +33,8 @@ class CudaBackend final : public KernelBackend {
       : device_(device), name_(std::move(name)) {
     TL_CUDA_THROW(cudaSetDevice(device_));
     TL_CUDA_THROW(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    floor_min_m_ = runtime.dequant_min_m;  // the runtime's crossover
+    floor_min_m_ = runtime.dequant_min_m;  // the runtime's crossovers
+    native_floor_min_m_ = runtime.native_floor_min_m;
     hopper_ = runtime.hopper_kernel && tl::cuda::hopper_kernel_available(device_);
   }
   ~CudaBackend() override { if (stream_) cudaStreamDestroy(stream_); }
@@ -104,7 +105,7 @@ class CudaBackend final : public KernelBackend {
       dA.upload(A); ds.upload(scale); dz.upload(zero); dq.upload(q_packed);
       dC.fill_bytes(0x7e);
       const int rc = tl::cuda::int4_gemm(half(dA), dq.get(), half(ds), half(dz), half(dC), M, N, K, group_size,
-                                         stream_);
+                                         stream_, options_);
       finish("int4_gemm", rc, M, N, K, group_size);
       dC.download(C);
     });
@@ -114,7 +115,7 @@ class CudaBackend final : public KernelBackend {
     TL_CUDA_THROW(cudaSetDevice(device_));
     GemmPlan p;
     const int rc = kernel == PlanKernel::kNative
-                       ? tl::cuda::int4_gemm_plan(M, N, K, group_size, &p)
+                       ? tl::cuda::int4_gemm_plan(M, N, K, group_size, &p, options_)
                        : tl::cuda::marlin_plan(M, N, K, group_size, kernel == PlanKernel::kMarlinAsymmetric,
                                                options_, &p);
     if (rc != tl::cuda::kOk) {
@@ -126,6 +127,8 @@ class CudaBackend final : public KernelBackend {
 
   int prefill_floor_min_m() const override { return floor_min_m_; }
   void set_prefill_floor(bool on) override { options_.dequant_min_m = on ? floor_min_m_ : 0; }
+  int native_floor_min_m() const override { return native_floor_min_m_; }
+  void set_native_floor(bool on) override { options_.native_floor_min_m = on ? native_floor_min_m_ : 0; }
   bool hopper_kernel() const override { return hopper_; }
   void set_hopper_kernel(bool on) override { options_.hopper_kernel = on && hopper_; }
 
@@ -169,8 +172,9 @@ class CudaBackend final : public KernelBackend {
   int device_;
   std::string name_;
   cudaStream_t stream_ = nullptr;
-  tl::cuda::KernelOptions options_;  // the launchers' defaults; dequant_min_m: set_prefill_floor
-  int floor_min_m_ = 0;
+  // The launchers' defaults; dequant_min_m: set_prefill_floor, native_floor_min_m: set_native_floor.
+  tl::cuda::KernelOptions options_;
+  int floor_min_m_ = 0, native_floor_min_m_ = 0;
   bool hopper_ = false;
 };
 

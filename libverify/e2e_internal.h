@@ -98,7 +98,7 @@ inline void add_dispatch(E2ePathRow& row) {
   for (int i = 0; i < 3; ++i) row.dispatches[i] += s.dispatches[i];
   for (const auto& [reason, n] : s.fallbacks) row.fallbacks[reason] += n;
   for (const auto& [kernel, n] : s.marlin_kernels) row.kernels["marlin-" + kernel] += n;
-  row.kernels["native-int4"] += s.dispatches[int(cuda::GemmPath::kNativeInt4)];
+  for (const auto& [kernel, n] : s.native_kernels) row.kernels["native-" + kernel] += n;
   row.kernels["cublas-fp16"] += s.dispatches[int(cuda::GemmPath::kFp16Copy)];
 #else
   (void)row;

@@ -134,7 +134,8 @@ struct E2ePathRow {
   long long dispatches[3] = {0, 0, 0};          // GEMM calls per tl::cuda::GemmPath
   std::map<std::string, long long> fallbacks;   // reason -> calls (Marlin wanted, not taken)
   // GEMM calls per kernel that ran them: "marlin-decode", "marlin-tiled", "marlin-hopper",
-  // "marlin-dequant" (the floor), "native-int4", "cublas-fp16"; on the CPU "cpu-fp32".
+  // "marlin-dequant" (the floor), "native-int4", "native-dequant" (the native floor),
+  // "cublas-fp16"; on the CPU "cpu-fp32".
   std::map<std::string, long long> kernels;
   int64_t gemm_m = 0;                           // rows of each GEMM (the head's too)
   bool has_vs_prefill = false;                  // decode rows: the prefill row of the path exists

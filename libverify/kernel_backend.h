@@ -60,6 +60,11 @@ class KernelBackend {
   // runtime would; false (the default): without it, the tiled kernel at every M > 16.
   virtual int prefill_floor_min_m() const { return 0; }
   virtual void set_prefill_floor(bool on) { (void)on; }
+  // The native path's prefill floor (int4_gemm at M >= options.native_floor_min_m: W_hat rounded
+  // to fp16 in column chunks + cuBLAS): the M from which the runtime's options take it, 0 when
+  // this backend has none; set_native_floor(true): later native calls and plans run with it.
+  virtual int native_floor_min_m() const { return 0; }
+  virtual void set_native_floor(bool on) { (void)on; }
   // The Hopper prefill kernel (cuda/marlin_hopper.cu), where this backend has it (an sm_90 GPU,
   // and the runtime's options use it): set_hopper_kernel(true) runs later Marlin calls and
   // plans with M > 16 on it, as the runtime does; false (the default): the tiled kernel / floor.

@@ -13,6 +13,7 @@
 #include "libverify/reference_math.h"
 #include "libverify/tier_cases.h"
 #include "libverify/tier_shapes.h"
+#include "libverify/tolerances.h"
 
 namespace tl::verify {
 namespace {
@@ -39,6 +40,11 @@ class CaseProgress {
   Progress p_;
 };
 
+// The native tier's floor cases (the runtime's int4_gemm at M >= native_floor_min_m): W_hat
+// rounded to fp16, the Marlin GEMM's error model (tolerances.h), whatever --max-ulp-native /
+// --max-rel-native set for the kernel's cases; the case label names the bounds.
+constexpr TierBounds kNativeFloorBounds{false, kNativeFloorPathMaxUlp, kNativeFloorPathMaxRel, kGemmFloorFactor};
+
 // The synthetic cases: chosen per tier from the kernels' plans on this backend (tier_shapes.h).
 void run_synthetic(TierId id, const TierBounds& b, const RunContext& ctx, TierResult& r) {
   const char* name = tier_spec(id).name;
@@ -57,7 +63,16 @@ void run_synthetic(TierId id, const TierBounds& b, const RunContext& ctx, TierRe
     } else if (id == TierId::kNative) {
       const QuantWeight w = random_quant_weight(rng, "", s.K, s.N, s.group_size);
       const std::vector<half_bits> A = random_halves(rng, s.M, s.K);
-      c = run_native_case(*ctx.backend, w, A, s.M, b);
+      // The floor rounds every weight to fp16: the rounded-weight error model (tolerances.h).
+      ctx.backend->set_native_floor(s.prefill_floor);
+      c = run_native_case(*ctx.backend, w, A, s.M, s.prefill_floor ? kNativeFloorBounds : b);
+      ctx.backend->set_native_floor(false);
+      if (s.prefill_floor) {
+        char tag[96];
+        std::snprintf(tag, sizeof tag, " (prefill floor: fp16 weights, max ULP %g, rel %g)", kNativeFloorBounds.max_ulp,
+                      kNativeFloorBounds.max_rel);
+        c.label += tag;
+      }
     } else {
       const QuantWeight w = random_packed_weight(rng, "", s.K, s.N, s.group_size);
       const std::vector<half_bits> A = random_halves(rng, s.M, s.K);

@@ -83,6 +83,14 @@ const std::vector<Requirement>& native_requirements() {
       {"native smallest group (32)", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t gs) { return p.kernel == "native" && gs == 32; }},
       {"native per-row (G = 1)", [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "native" && gs == K; }},
       {"native most groups (G >= 64)", [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "native" && gs != K && K / gs >= 64; }},
+      // The runtime's native prefill floor (KernelBackend::native_floor_min_m): what serves M >= 17.
+      {"native floor: dequantize + cuBLAS (the runtime's M >= crossover)", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "native-dequant"; }},
+      {"native floor, several column chunks", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "native-dequant" && p.slices >= 2; }},
+      {"native floor ragged N (byte loads)", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "native-dequant" && p.ragged_n; }},
+      {"native floor ragged last group (K % group size != 0)",
+       [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "native-dequant" && K % gs != 0; }},
+      {"native floor most groups (G >= 64)", [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "native-dequant" && gs != K && K / gs >= 64; }},
+      {"native floor per-row (G = 1)", [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "native-dequant" && gs == K; }},
   };
   return r;
 }
@@ -186,6 +194,13 @@ TierShapes tier_shapes(TierId tier, KernelBackend& backend, bool small, bool tho
     backend.set_prefill_floor(true);
     add_candidates(true, false, floor_m);
     backend.set_prefill_floor(false);
+  }
+  // Native tier: likewise with the native path's floor (the kernel's cases at those M stay).
+  const int64_t native_floor_m = tier == TierId::kNative ? backend.native_floor_min_m() : 0;
+  if (native_floor_m > 0) {
+    backend.set_native_floor(true);
+    add_candidates(true, false, native_floor_m);
+    backend.set_native_floor(false);
   }
   if (marlin_tier && backend.hopper_kernel()) {
     backend.set_hopper_kernel(true);

@@ -70,6 +70,13 @@ constexpr double kNativeMaxRel = 1e-3;  // output rounding alone ~ 2e-4
 // elements are measured at their own fp16 spacing except under deep cancellation.
 constexpr double kNativeFloorFactor = 1.0 / 16;
 
+// The native path's prefill floor (int4_gemm at M >= native_floor_min_m) rounds each W_hat to
+// fp16 once and accumulates in fp32 (cuBLAS): error source (2) with the rounding at |a * w_hat|,
+// as the Marlin floor's, so the Marlin GEMM bounds apply (the symmetric tier's 8 steps, 2e-3,
+// floor at c = 1), without their split-K partial stores.
+constexpr double kNativeFloorPathMaxUlp = kSymmetricMaxUlp;
+constexpr double kNativeFloorPathMaxRel = kSymmetricMaxRel;
+
 // ---- one kernel against fp64 (the GPU unit tests, tests/cuda) ----
 // Where a kernel provably rounds less than a tier bounds, its unit test holds it to the tighter
 // bound on the same metric. Exact weights (per-column symmetric, int4_gemm's fp32

@@ -6,10 +6,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <random>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "libconvert/model_forward.h"
 
 namespace {
@@ -249,6 +251,42 @@ TEST_CASE("model forward: decode mode (every linear once per position, M = n_seq
   // The calibration hook sees whole batches only: decode refuses it.
   auto hook = [](const std::string&, const float*, int64_t, int64_t) {};
   CHECK_THROWS_AS(tl::forward_logits(w, tok.data(), n_seq, T, hook, tl::ForwardMode::kDecode), tl::Error);
+}
+
+TEST_CASE("model forward: linears in tiles on every core give the one-thread logits bit for bit") {
+  // Widths that make several 512-column tiles and a ragged last one (ffn 700, vocab 1000), M = 1,
+  // a few rows and more than one 256-row tile (2 x 150), prefill and decode. The one-thread run is
+  // the same forward inside a parallel_for asked for one thread (which keeps nested work inline).
+  ModelConfig c = tiny_config(1, 1, 2);
+  c.d_model = 300;
+  c.n_heads = 6;
+  c.n_kv_heads = 2;
+  c.d_head = 50;
+  c.ffn = 700;
+  c.vocab = 1000;
+  c.max_seq = 256;
+  const ModelWeights w = tl::random_model_weights(c, 21);
+  struct Run {
+    int64_t n_seq, T;
+    tl::ForwardMode mode;
+  };
+  for (const Run& r : {Run{1, 1, tl::ForwardMode::kPrefill}, Run{1, 7, tl::ForwardMode::kPrefill},
+                       Run{3, 23, tl::ForwardMode::kPrefill}, Run{2, 150, tl::ForwardMode::kPrefill},
+                       Run{5, 6, tl::ForwardMode::kDecode},
+                       Run{1, 4, tl::ForwardMode::kDecode}}) {
+    CAPTURE(r.n_seq);
+    CAPTURE(r.T);
+    const auto tok = random_tokens(r.n_seq * r.T, c.vocab, 200 + uint64_t(r.n_seq * r.T));
+    const tl::ActMatrix pieces = tl::forward_logits(w, tok.data(), r.n_seq, r.T, {}, r.mode);
+    tl::ActMatrix one;
+    tl::parallel_for(1, 1, [&](int64_t) {
+      CHECK(tl::in_parallel_worker());
+      one = tl::forward_logits(w, tok.data(), r.n_seq, r.T, {}, r.mode);
+    });
+    CHECK_FALSE(tl::in_parallel_worker());
+    REQUIRE(one.rows() == pieces.rows());
+    CHECK(std::memcmp(one.data(), pieces.data(), sizeof(float) * size_t(one.size())) == 0);
+  }
 }
 
 TEST_CASE("model forward: bad token ids and ragged batches are errors") {

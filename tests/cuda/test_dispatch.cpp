@@ -130,4 +130,38 @@ TEST_CASE("quant_gemm: a single row goes to Marlin (no lower bound on M)") {
   CHECK(tl::cuda::dispatch_stats().fallbacks.empty());
 }
 
+TEST_CASE("quant_gemm: the native floor from native_floor_min_m, counted per kernel, never for exact_int4") {
+  tl::cuda::reset_dispatch_stats();
+  const QuantCase c = make_quant_case(80, 512, 384, 128, 5003);
+  DeviceWeight dw(c);
+  tl::cuda::KernelOptions o = marlin(false);
+  o.native_floor_min_m = 64;
+  // The floor's output is cuBLAS on the fp16 copy of W_hat: bit for bit the fp16 path's.
+  run_and_check(c, dw.w, o, GemmPath::kNativeInt4);
+  DeviceBuffer<half_bits> A(c.A), Y(size_t(c.M * c.N)), Y16(size_t(c.M * c.N));
+  int rc = -1;
+  tl::cuda::quant_gemm(dw.w, A.half(), Y.half(), int(c.M), nullptr, o, &rc);
+  REQUIRE(rc == 0);
+  tl::cuda::DeviceQuantWeight w16 = dw.w;
+  w16.fp16_weight = dw.fp16.half();
+  tl::cuda::quant_gemm(w16, A.half(), Y16.half(), int(c.M), nullptr, o, &rc);
+  REQUIRE(rc == 0);
+  TL_CUDA_THROW(cudaDeviceSynchronize());
+  CHECK(Y.download() == Y16.download());
+  tl::cuda::DispatchStats st = tl::cuda::dispatch_stats();
+  CHECK(st.native_kernels.at("dequant") == 2);
+  CHECK(st.native_kernels.count("int4") == 0);
+  // exact_int4: the CUDA-core kernel (fp32 W_hat) at the same M.
+  tl::cuda::DeviceQuantWeight exact = dw.w;
+  exact.exact_int4 = true;
+  run_and_check(c, exact, o, GemmPath::kNativeInt4);
+  // Below the crossover: the kernel.
+  const QuantCase small = make_quant_case(63, 512, 384, 128, 5004);
+  DeviceWeight ds(small);
+  run_and_check(small, ds.w, o, GemmPath::kNativeInt4);
+  st = tl::cuda::dispatch_stats();
+  CHECK(st.native_kernels.at("dequant") == 2);
+  CHECK(st.native_kernels.at("int4") == 2);
+}
+
 }  // namespace tl::test

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/cublas_gemm.h"
 #include "cuda/device_buffer.h"
 #include "cuda/marlin_gemm.h"
 #include "cuda/tl_kernels.h"

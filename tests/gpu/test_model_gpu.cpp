@@ -312,6 +312,19 @@ TEST_CASE("model gpu: the e2e tier passes on a packed file and reports its paths
   CHECK(m->dispatches[int(tl::cuda::GemmPath::kMarlin)] == 15 * 3);  // 15 packed GEMMs x 3 batches
   CHECK(m->s.top1_agreement > 0.9);
   CHECK(m->gemm_m == 5 * 128);
+  // Native prefill at M = 640: the native floor (W_hat rounded to fp16 + cuBLAS), whose tiles are
+  // the fp16 path's weights bit for bit, so its PPL is the fp16 row's exactly; decode keeps the kernel.
+  const auto* nat = r.main.row(tl::gpu::GpuPath::kNative);
+  const auto* f16 = r.main.row(tl::gpu::GpuPath::kFp16);
+  REQUIRE(nat != nullptr);
+  REQUIRE(f16 != nullptr);
+  CHECK(nat->kernels.at("native-dequant") == 16LL * 3);  // 16 quantized GEMMs (the head too) x 3 batches
+  CHECK(nat->kernels.count("native-int4") == 0);
+  CHECK(nat->s.ppl == f16->s.ppl);
+  const auto* nd = r.main.row(tl::gpu::GpuPath::kNative, tl::ForwardMode::kDecode);
+  REQUIRE(nd != nullptr);
+  CHECK(nd->kernels.at("native-int4") == 16LL * 128 * 3);
+  CHECK(nd->kernels.count("native-dequant") == 0);
   // Decode: every packed GEMM once per position on the decode kernel (M = 5), PPL as prefill's.
   const auto* md = r.main.row(tl::gpu::GpuPath::kMarlin, tl::ForwardMode::kDecode);
   REQUIRE(md != nullptr);

@@ -102,6 +102,7 @@ KernelStatus EmulatedBackend::native_gemm(const half_bits* A, const uint8_t* q_p
                                  " group_size=" + std::to_string(group_size));
   const std::vector<uint8_t> q = unpack_nibbles(q_packed, K, N);
   const int G = int(group_count(K, group_size));
+  const bool floor = native_floor_ && native_floor_min > 0 && M >= native_floor_min;  // W_hat rounded to fp16
   std::vector<float> acc(static_cast<size_t>(N));
   for (int m = 0; m < M; ++m) {
     std::fill(acc.begin(), acc.end(), 0.0f);
@@ -110,9 +111,10 @@ KernelStatus EmulatedBackend::native_gemm(const half_bits* A, const uint8_t* q_p
       const float a = half_to_float(A[size_t(m) * K + k]);
       for (int n = 0; n < N; ++n) {
         const int gz = (bug_ == EmulatedBug::kNativeLastGroup && G > 1 && g == G - 1) ? G - 2 : g;
-        const float w = float(q[size_t(k) * N + n]) * half_to_float(scale[size_t(g) * N + n]) +
+        const int gs = (bug_ == EmulatedBug::kNativeFloorGroup && floor && G > 1 && g == G - 1) ? G - 2 : g;
+        const float w = float(q[size_t(k) * N + n]) * half_to_float(scale[size_t(gs) * N + n]) +
                         half_to_float(zero[size_t(gz) * N + n]);
-        acc[size_t(n)] += a * w;
+        acc[size_t(n)] += a * (floor ? half_to_float(float_to_half(w)) : w);
       }
     }
     for (int n = 0; n < N; ++n) C[size_t(m) * N + n] = float_to_half(acc[size_t(n)]);
@@ -125,6 +127,13 @@ GemmPlan EmulatedBackend::plan(PlanKernel kernel, int M, int N, int K, int group
   GemmPlan p;
   if (kernel == PlanKernel::kNative) {
     if (M < 1 || N < 1 || K < 1 || !effective_group_size_ok(K, group_size)) return p;
+    p.ragged_n = N % 8 != 0;
+    if (native_floor_ && native_floor_min > 0 && M >= native_floor_min) {
+      const int cols = std::max(128, std::min(N, int((size_t(64) << 20) / (size_t(K) * 2) / 128 * 128)));
+      p.kernel = "native-dequant";
+      p.slices = (N + cols - 1) / cols;
+      return p;
+    }
     p.kernel = "native";
     p.rows_per_block = M >= 4 ? 4 : (M == 3 ? 4 : M);
     const long long base = (N + 255) / 256 * ((M + p.rows_per_block - 1) / p.rows_per_block);

@@ -5,7 +5,8 @@
 //   per-column: fp32 sum of a * (q - 8), times s in fp32, fp16 output;
 //   correction: fp32 group sums, fp32 accumulation over groups, one rounding to fp16;
 //   wrapper: the GEMM into fp16 C, then the correction on it;
-//   native: W_hat = q * scale + zero in fp32, fp32 accumulation, one rounding.
+//   native: W_hat = q * scale + zero in fp32, fp32 accumulation, one rounding; its floor
+//     (set_native_floor, M >= native_floor_min): W_hat rounded to fp16 first.
 // `bug` plants a kernel fault, to show that each tier can fail.
 #pragma once
 
@@ -20,6 +21,7 @@ enum class EmulatedBug {
   kUnwrittenTile,     // GEMM leaves the last 64 output columns unwritten (NaN pre-fill)
   kCorrectionOffByOne,  // correction skips the last row of each group in a_sum
   kNativeLastGroup,     // native GEMM applies group G - 2's zero to the last group
+  kNativeFloorGroup,    // the native floor only: the last group's weights take group G - 2's scale
 };
 
 class EmulatedBackend final : public KernelBackend {
@@ -44,16 +46,20 @@ class EmulatedBackend final : public KernelBackend {
   // scratch); its arithmetic is modelled by the same emulation (weights rounded to fp16).
   int prefill_floor_min_m() const override { return floor_min_m; }
   void set_prefill_floor(bool on) override { floor_ = on; }
+  int native_floor_min_m() const override { return native_floor_min; }
+  void set_native_floor(bool on) override { native_floor_ = on; }
   // The Hopper kernel's plan as cuda/marlin_hopper_plan.h makes it on the modelled GPU (clusters
   // of `split` CTAs: 132 / split fit at once); its arithmetic is the floor's (weights rounded).
   bool hopper_kernel() const override { return has_hopper; }
   void set_hopper_kernel(bool on) override { hopper_ = on && has_hopper; }
   int floor_min_m = 256;   // 0: a runtime without the floor
+  int native_floor_min = 17;  // kDefaultNativeFloorMinM; 0: a runtime without the native floor
   bool has_hopper = true;  // false: not an sm_90 GPU
   int calls = 0;
 
  private:
   bool floor_ = false;
+  bool native_floor_ = false;
   bool hopper_ = false;
   EmulatedBug bug_;
 };

@@ -38,6 +38,8 @@ class FaultyBackend final : public KernelBackend {
   }
   int prefill_floor_min_m() const override { return inner_.prefill_floor_min_m(); }
   void set_prefill_floor(bool on) override { inner_.set_prefill_floor(on); }
+  int native_floor_min_m() const override { return inner_.native_floor_min_m(); }
+  void set_native_floor(bool on) override { inner_.set_native_floor(on); }
   bool hopper_kernel() const override { return inner_.hopper_kernel(); }
   void set_hopper_kernel(bool on) override { inner_.set_hopper_kernel(on); }
 

@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <sstream>
+#include <string>
 
 #include "libverify/random_weights.h"
 #include "libverify/tier_cases.h"
@@ -79,6 +81,7 @@ TEST_CASE("planted kernel bugs fail the tier that must catch them") {
       {EmulatedBug::kUnwrittenTile, TierId::kWrapper, "NaN"},
       {EmulatedBug::kCorrectionOffByOne, TierId::kCorrection, "FAILED correction: m="},
       {EmulatedBug::kNativeLastGroup, TierId::kNative, "FAILED native: m="},
+      {EmulatedBug::kNativeFloorGroup, TierId::kNative, "(prefill floor: fp16 weights"},
   };
   for (const BugCase& bc : cases) {
     EmulatedBackend emu(bc.bug);
@@ -86,8 +89,20 @@ TEST_CASE("planted kernel bugs fail the tier that must catch them") {
     INFO("bug " << int(bc.bug) << "\n" << r.out << r.err);
     CHECK(r.rc == 1);
     CHECK(r.err.find(bc.expect) != std::string::npos);
-    if (bc.bug == EmulatedBug::kWrongGroup || bc.bug == EmulatedBug::kNativeLastGroup)
+    if (bc.bug == EmulatedBug::kWrongGroup || bc.bug == EmulatedBug::kNativeLastGroup ||
+        bc.bug == EmulatedBug::kNativeFloorGroup)
       CHECK(r.err.find(" g=-1: max ULP") == std::string::npos);  // one group: nothing to mix up
+    if (bc.bug == EmulatedBug::kNativeFloorGroup) {
+      // Only the floor's cases fail: the kernel's cases at the same M ran without it.
+      std::istringstream lines(r.err);
+      int failed = 0;
+      for (std::string line; std::getline(lines, line);)
+        if (line.find("FAILED native: ") != std::string::npos) {
+          ++failed;
+          CHECK_MESSAGE(line.find("(prefill floor") != std::string::npos, line);
+        }
+      CHECK(failed >= 1);
+    }
   }
 }
 

@@ -140,6 +140,34 @@ TEST_CASE("the runtime's prefill floor is a path of its own: run with the floor 
   for (const ShapeCase& c : s.cases) CHECK_FALSE(c.prefill_floor);
 }
 
+TEST_CASE("the native path's prefill floor is a path of its own: run with it on, beside the kernel") {
+  EmulatedBackend emu;
+  const TierShapes s = tier_shapes(TierId::kNative, emu, false, false);
+  bool floor_case = false, kernel_large = false;
+  for (const ShapeCase& c : s.cases) {
+    const bool floor = std::any_of(c.covers.begin(), c.covers.end(),
+                                   [](const std::string& p) { return p.rfind("native floor", 0) == 0; });
+    CHECK(floor == c.prefill_floor);  // a floor case covers floor paths only, and only it does
+    if (c.prefill_floor) CHECK(c.M >= emu.native_floor_min_m());
+    floor_case = floor_case || c.prefill_floor;
+    kernel_large = kernel_large || (!c.prefill_floor && c.M >= emu.native_floor_min_m());
+  }
+  CHECK(floor_case);
+  CHECK(kernel_large);  // the CUDA-core kernel at M >= 64 stays certified (TL_NATIVE_FLOOR_MIN_M=0)
+  const std::set<std::string> got = covered(s);
+  for (const char* p : {"native floor: dequantize + cuBLAS (the runtime's M >= crossover)", "native floor, several column chunks",
+                        "native floor ragged N (byte loads)", "native floor ragged last group (K % group size != 0)",
+                        "native floor most groups (G >= 64)", "native floor per-row (G = 1)", "native M 64..4096"})
+    CHECK_MESSAGE(got.count(p) == 1, p);
+  // A runtime without it names its paths as not reached.
+  EmulatedBackend off;
+  off.native_floor_min = 0;
+  const TierShapes o = tier_shapes(TierId::kNative, off, false, false);
+  CHECK(o.not_reached.size() == 6);
+  for (const std::string& p : o.not_reached) CHECK(p.rfind("native floor", 0) == 0);
+  for (const ShapeCase& c : o.cases) CHECK_FALSE(c.prefill_floor);
+}
+
 TEST_CASE("the Hopper kernel is a path of its own: its cases run with it on, beside the tiled kernel and the floor") {
   EmulatedBackend emu;
   for (TierId id : {TierId::kSymmetric, TierId::kWrapper}) {
