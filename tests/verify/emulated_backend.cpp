@@ -29,7 +29,9 @@ KernelStatus EmulatedBackend::marlin_gemm(const half_bits* A, const int32_t* B, 
   std::vector<float> w(size_t(K) * N);
   for (int k = 0; k < K; ++k) {
     int g = per_column ? 0 : k / groupsize;
-    if (bug_ == EmulatedBug::kWrongGroup && G > 1 && g == G - 1) g = G - 2;
+    const bool on_floor = floor_ && !hopper_ && M > 16 && M >= prefill_floor_min_m();
+    if ((bug_ == EmulatedBug::kWrongGroup || (bug_ == EmulatedBug::kFloorWrongGroup && on_floor)) && G > 1 && g == G - 1)
+      g = G - 2;
     for (int n = 0; n < N; ++n) {
       const float c = float(int(q[size_t(k) * N + n]) - 8);
       w[size_t(k) * N + n] = per_column ? c : round_to_half(c * half_to_float(sc[size_t(g) * N + n]));

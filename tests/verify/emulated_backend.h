@@ -22,6 +22,7 @@ enum class EmulatedBug {
   kCorrectionOffByOne,  // correction skips the last row of each group in a_sum
   kNativeLastGroup,     // native GEMM applies group G - 2's zero to the last group
   kNativeFloorGroup,    // the native floor only: the last group's weights take group G - 2's scale
+  kFloorWrongGroup,     // the Marlin prefill floor only: as kWrongGroup, on its calls alone
 };
 
 class EmulatedBackend final : public KernelBackend {

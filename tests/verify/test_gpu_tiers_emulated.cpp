@@ -106,6 +106,38 @@ TEST_CASE("planted kernel bugs fail the tier that must catch them") {
   }
 }
 
+TEST_CASE("a group-indexing fault confined to the prefill floor fails the default symmetric and wrapper cases") {
+  // The default (not --thorough) selection of shapes: its floor cases with grouped scales fail
+  // on the faulty floor and pass on the correct one; the cases off the floor pass either way.
+  for (TierId id : {TierId::kSymmetric, TierId::kWrapper}) {
+    INFO(tier_spec(id).name);
+    EmulatedBackend good, bad(EmulatedBug::kFloorWrongGroup);
+    const TierShapes shapes = tier_shapes(id, good, false, false);
+    int floor_grouped = 0;
+    for (size_t i = 0; i < shapes.cases.size(); ++i) {
+      const ShapeCase& s = shapes.cases[i];
+      // The emulation computes every row: the large floor cases (several column chunks need
+      // K N > 32 M) are left out; the cheapest grouped one is what the selection took for it.
+      if (!s.prefill_floor || double(s.M) * double(s.K) * double(s.N) > 1e9) continue;
+      const bool grouped = s.group_size != s.K;
+      Rng rng = case_rng(7, "floor", i);
+      const QuantWeight w = random_packed_weight(rng, "", s.K, s.N, s.group_size);
+      const std::vector<half_bits> A = random_halves(rng, s.M, s.K);
+      const TierBounds& b = tier_spec(id).bounds;
+      for (EmulatedBackend* e : {&good, &bad}) {
+        e->set_prefill_floor(true);
+        const CaseResult c = id == TierId::kSymmetric ? run_symmetric_case(*e, w, A, s.M, b) : run_wrapper_case(*e, w, A, s.M, b);
+        e->set_prefill_floor(false);
+        INFO("m=" << s.M << " k=" << s.K << " n=" << s.N << " g=" << s.group_size << ": " << c.message);
+        const bool should_fail = e == &bad && grouped;
+        CHECK((c.status == Status::kFailed) == should_fail);
+      }
+      floor_grouped += grouped;
+    }
+    CHECK(floor_grouped >= 1);
+  }
+}
+
 TEST_CASE("file tiers on the emulation: a correct pack passes, each planted fault fails the wrapper") {
   const std::string dir = scratch_dir("emulated_file");
   const std::string file = dir + "/ok.tinyloop";
