@@ -1,0 +1,421 @@
+// tl-export --format gptq; see gptq_export.h.
+#include "libconvert/gptq_export.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <regex>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/group_size.h"
+#include "core/half.h"
+#include "core/progress.h"
+#include "formats/atomic_output.h"
+#include "formats/file_check.h"
+#include "formats/hf_config.h"
+#include "formats/report_header.h"
+#include "formats/safetensors.h"
+#include "formats/tinyloop_file.h"
+#include "libconvert/gptq_checkpoint.h"
+
+namespace tl {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr const char* kTool = "tl-export";
+
+// Files of an HF folder copied as they are (the tokenizer in either form, generation defaults).
+constexpr const char* kCopiedFiles[] = {"tokenizer.json",          "tokenizer_config.json", "tokenizer.model",
+                                        "special_tokens_map.json", "added_tokens.json",     "vocab.json",
+                                        "merges.txt",              "generation_config.json"};
+
+// A TinyLoop entry's HF tensor prefix(es): columns [n0, n1) of the TinyLoop tensor go to `hf`.
+struct HfPart {
+  std::string hf;
+  int64_t n0 = 0, n1 = 0;
+};
+
+// The HF layers of a TinyLoop linear (attn_qkv: q | k | v along N). Empty for other names.
+std::vector<HfPart> linear_parts(const std::string& name, const ModelConfig& c) {
+  if (name == "head") return {{"lm_head", 0, c.vocab}};
+  static const std::regex re(R"(^pre\.([0-9]+)\.(attn_qkv|attn_out|mlp_gate|mlp_up|mlp_down)$)");
+  std::smatch m;
+  if (!std::regex_match(name, m, re)) return {};
+  const std::string p = "model.layers." + m[1].str() + ".";
+  const std::string lin = m[2].str();
+  if (lin == "attn_qkv") {
+    const int64_t q = c.n_heads * c.d_head, kv = c.n_kv_heads * c.d_head;
+    return {{p + "self_attn.q_proj", 0, q}, {p + "self_attn.k_proj", q, q + kv}, {p + "self_attn.v_proj", q + kv, q + 2 * kv}};
+  }
+  const int64_t n = lin == "attn_out" || lin == "mlp_down" ? c.d_model : c.ffn;
+  const char* hf = lin == "attn_out" ? "self_attn.o_proj" : lin == "mlp_gate" ? "mlp.gate_proj" : lin == "mlp_up" ? "mlp.up_proj" : "mlp.down_proj";
+  return {{p + hf, 0, n}};
+}
+
+// The HF name of a dense TinyLoop entry that is not a linear weight (biases: per part, below).
+std::string dense_hf_name(const std::string& name) {
+  if (name == "embed") return "model.embed_tokens.weight";
+  if (name == "final_norm") return "model.norm.weight";
+  static const std::regex re(R"(^pre\.([0-9]+)\.(attn_norm|mlp_norm|q_norm|k_norm)$)");
+  std::smatch m;
+  if (!std::regex_match(name, m, re)) return "";
+  const std::string p = "model.layers." + m[1].str() + ".", what = m[2].str();
+  if (what == "attn_norm") return p + "input_layernorm.weight";
+  if (what == "mlp_norm") return p + "post_attention_layernorm.weight";
+  return p + "self_attn." + what + ".weight";
+}
+
+// Columns [n0, n1) of a row-major [rows, N] tensor, transposed when `transpose` ([n1 - n0, rows]).
+Tensor column_slice(const Tensor& t, const std::string& name, int64_t n0, int64_t n1, bool transpose) {
+  const size_t es = dtype_size(t.dtype);
+  const int64_t rows = t.shape.size() == 2 ? t.shape[0] : 1, N = t.shape.back(), w = n1 - n0;
+  Tensor out;
+  out.name = name;
+  out.dtype = t.dtype;
+  out.shape = t.shape.size() == 2 ? (transpose ? std::vector<int64_t>{w, rows} : std::vector<int64_t>{rows, w})
+                                  : std::vector<int64_t>{w};
+  out.data.resize(size_t(rows * w) * es);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t n = 0; n < w; ++n) {
+      const size_t dst = transpose ? size_t(n * rows + r) : size_t(r * w + n);
+      std::memcpy(out.data.data() + dst * es, t.data.data() + size_t(r * N + n0 + n) * es, es);
+    }
+  return out;
+}
+
+Tensor int32_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<int32_t>& v) {
+  Tensor t;
+  t.name = name;
+  t.dtype = DType::I32;
+  t.shape = std::move(shape);
+  t.data.resize(v.size() * 4);
+  std::memcpy(t.data.data(), v.data(), t.data.size());
+  return t;
+}
+
+// The spacing of fp16 numbers at h (2^-24 among subnormals).
+double half_ulp(half_bits h) {
+  const double v = std::fabs(double(half_to_float(h)));
+  if (v < std::ldexp(1.0, -14)) return std::ldexp(1.0, -24);
+  int e = 0;
+  std::frexp(v, &e);  // v = m 2^e, m in [0.5, 1)
+  return std::ldexp(1.0, e - 11);
+}
+
+struct ZeroStats {
+  uint64_t groups = 0, moved = 0;  // moved: the file's zero differs from fp16(-(z * scale))
+  double max_dw = 0;               // the largest |zero_file + z * scale| over moved groups
+};
+
+// The GPTQ tensors of columns [n0, n1) of a quantized weight; z checked as gptq_export.h says.
+std::vector<Tensor> gptq_part(const QuantWeight& w, const HfPart& part, bool v1, const std::string& file,
+                              ZeroStats* stats) {
+  const int64_t K = w.K, Np = part.n1 - part.n0, G = w.groups();
+  if (K % 8 != 0 || Np % 8 != 0)
+    throw Error("K = " + std::to_string(K) + ", N = " + std::to_string(Np) + " (" + part.hf +
+                    "): GPTQ packs 8 codes per int32 along K and 8 zero points along N (both multiples of 8)",
+                file, w.name);
+  std::vector<uint8_t> q(static_cast<size_t>(K * Np));
+  for (int64_t k = 0; k < K; ++k)
+    std::memcpy(&q[size_t(k * Np)], &w.q[size_t(k * w.N + part.n0)], size_t(Np));
+  std::vector<int32_t> z(static_cast<size_t>(G * Np));
+  std::vector<half_bits> scales(static_cast<size_t>(G * Np));
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t n = 0; n < Np; ++n) {
+      const size_t i = size_t(g * w.N + part.n0 + n);
+      const half_bits s16 = w.scale[i], z16 = w.zero[i];
+      const double s = half_to_float(s16), zero = half_to_float(z16);
+      const double zf = -zero / s, zi = std::nearbyint(zf);
+      // The file's zero is fp16(-(z * scale32)) with scale16 = fp16(scale32): within half an fp16
+      // step of itself plus z half-steps of the scale of -(z * scale16).
+      const double slack = 0.5 * half_ulp(z16) + zi * 0.5 * half_ulp(s16);
+      if (zi < (v1 ? 1 : 0) || zi > 15 || std::fabs(zero + zi * s) > slack * (1 + 1e-9)) {
+        char buf[320];
+        if (zi == 0 && v1 && std::fabs(zero) <= slack)
+          std::snprintf(buf, sizeof buf,
+                        "group %lld, column %lld has zero point 0, which the v1 layout (stored z - 1) cannot hold; "
+                        "use --gptq-format v2", (long long)g, (long long)(part.n0 + n));
+        else
+          std::snprintf(buf, sizeof buf,
+                        "group %lld, column %lld: zero / scale = %.6g is not an integer zero point 0..15 (GPTQ stores "
+                        "W = scale * (q - z)); a --zero float file cannot be exported as GPTQ",
+                        (long long)g, (long long)(part.n0 + n), -zf);
+        throw Error(buf, file, w.name);
+      }
+      z[size_t(g * Np + n)] = int32_t(zi);
+      scales[size_t(g * Np + n)] = s16;
+      ++stats->groups;
+      if (float_to_half(float(-(zi * s))) != z16) {
+        ++stats->moved;
+        stats->max_dw = std::max(stats->max_dw, std::fabs(zero + zi * s));
+      }
+    }
+  std::vector<int32_t> g_idx(static_cast<size_t>(K));
+  for (int64_t k = 0; k < K; ++k) g_idx[size_t(k)] = int32_t(k / w.group_size);
+  Tensor sc;
+  sc.name = part.hf + ".scales";
+  sc.dtype = DType::F16;
+  sc.shape = {G, Np};
+  sc.data.resize(scales.size() * 2);
+  std::memcpy(sc.data.data(), scales.data(), sc.data.size());
+  std::vector<Tensor> out;
+  out.push_back(int32_tensor(part.hf + ".qweight", {K / 8, Np}, gptq_pack_qweight(q, K, Np)));
+  out.push_back(int32_tensor(part.hf + ".qzeros", {G, Np / 8}, gptq_pack_qzeros(z, G, Np, v1)));
+  out.push_back(std::move(sc));
+  out.push_back(int32_tensor(part.hf + ".g_idx", {K}, g_idx));
+  return out;
+}
+
+// Safetensors shards of at most max_bytes each (a tensor larger than that gets a shard alone),
+// named model.safetensors when one suffices, else model-0000i-of-0000n.safetensors + index.
+class ShardWriter {
+ public:
+  ShardWriter(std::string dir, uint64_t max_bytes) : dir_(std::move(dir)), max_(max_bytes) {}
+  void add(Tensor t) {
+    if (!pending_.empty() && pending_bytes_ + t.nbytes() > max_) flush();
+    pending_bytes_ += t.nbytes();
+    total_ += t.nbytes();
+    pending_.push_back(std::move(t));
+  }
+  // Writes the last shard, names them all, writes the index; returns the shard count.
+  size_t finish() {
+    flush();
+    const size_t n = parts_.size();
+    nlohmann::ordered_json index = {{"metadata", {{"total_size", total_}}}, {"weight_map", nlohmann::ordered_json::object()}};
+    for (size_t i = 0; i < n; ++i) {
+      char name[64];
+      if (n == 1) std::snprintf(name, sizeof name, "model.safetensors");
+      else std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, n);
+      fs::rename(dir_ + "/" + parts_[i].file, dir_ + "/" + name);
+      for (const std::string& t : parts_[i].tensors) index["weight_map"][t] = name;
+    }
+    if (n > 1) {
+      AtomicOutput out(dir_ + "/model.safetensors.index.json", OutputSink::kStream);
+      out.write_text([&](std::ostream& os) { os << index.dump(2) << "\n"; });
+    }
+    return n;
+  }
+  uint64_t total_bytes() const { return total_; }
+
+ private:
+  struct Part {
+    std::string file;
+    std::vector<std::string> tensors;
+  };
+  void flush() {
+    if (pending_.empty()) return;
+    Part p;
+    p.file = "part-" + std::to_string(parts_.size()) + ".safetensors";
+    std::vector<const Tensor*> ptrs;
+    for (const Tensor& t : pending_) {
+      ptrs.push_back(&t);
+      p.tensors.push_back(t.name);
+    }
+    write_safetensors(dir_ + "/" + p.file, ptrs, {{"format", "pt"}});
+    parts_.push_back(std::move(p));
+    pending_.clear();
+    pending_bytes_ = 0;
+  }
+  std::string dir_;
+  uint64_t max_, pending_bytes_ = 0, total_ = 0;
+  std::vector<Tensor> pending_;
+  std::vector<Part> parts_;
+};
+
+// The folder being built beside the target; removed unless committed.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& target) : target_(target) {
+    const fs::path t(target);
+    const fs::path parent = t.has_parent_path() ? t.parent_path() : fs::path(".");
+    if (!is_directory(parent.string())) throw Error("no such folder", parent.string());
+    path_ = (parent / ("." + t.filename().string() + ".tmp-" + std::to_string(getpid()))).string();
+    std::error_code ec;
+    if (!fs::create_directory(path_, ec)) throw Error("cannot create a folder here: " + (ec ? ec.message() : "exists"), path_);
+  }
+  ~TempDir() {
+    if (!committed_) {
+      std::error_code ec;
+      fs::remove_all(path_, ec);
+    }
+  }
+  const std::string& path() const { return path_; }
+  void commit() {
+    if (fs::exists(fs::symlink_status(target_))) throw Error("exists; tl-export writes a new folder", target_);
+    std::error_code ec;
+    fs::rename(path_, target_, ec);
+    if (ec) throw Error("cannot rename the finished folder into place: " + ec.message(), target_);
+    committed_ = true;
+  }
+
+ private:
+  std::string target_, path_;
+  bool committed_ = false;
+};
+
+// config.json: --from's with quantization_config, checked against the file's, or the file's own.
+nlohmann::ordered_json export_config(const ExportOptions& o, const ModelConfig& c, int64_t group_size, bool lm_head) {
+  nlohmann::ordered_json j;
+  if (!o.from.empty()) {
+    const std::string path = o.from + "/config.json";
+    std::ifstream in(path);
+    if (!in) throw Error("cannot read config.json of --from", path);
+    try {
+      j = nlohmann::ordered_json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(std::string("not valid JSON: ") + e.what(), path);
+    }
+    const ModelConfig h = model_config_from_hf(nlohmann::json::parse(j.dump()), path);
+    auto same = [&](const char* what, int64_t a, int64_t b) {
+      if (a != b)
+        throw Error(std::string(what) + " is " + std::to_string(b) + " in --from's config.json but " + std::to_string(a) +
+                        " in the file: not the model it was quantized from",
+                    path);
+    };
+    same("hidden_size", c.d_model, h.d_model);
+    same("num_attention_heads", c.n_heads, h.n_heads);
+    same("num_key_value_heads", c.n_kv_heads, h.n_kv_heads);
+    same("head_dim", c.d_head, h.d_head);
+    same("intermediate_size", c.ffn, h.ffn);
+    same("vocab_size", c.vocab, h.vocab);
+    same("num_hidden_layers", c.n_pre, h.n_pre);
+  } else {
+    if (c.architecture == "tinyloop")
+      throw Error("the file's config is TinyLoop's own (no HF model_type); give --from the original HF folder", o.input);
+    j = nlohmann::ordered_json::parse(model_config_to_hf(c).dump());
+  }
+  j["torch_dtype"] = "float16";
+  j["quantization_config"] = {{"quant_method", "gptq"},   {"bits", 4},
+                              {"group_size", group_size}, {"sym", false},
+                              {"desc_act", false},        {"static_groups", false},
+                              {"true_sequential", true},  {"damp_percent", 0.01},
+                              {"checkpoint_format", o.gptq_format == "v1" ? "gptq" : "gptq_v2"},
+                              {"lm_head", lm_head}};
+  return j;
+}
+
+}  // namespace
+
+int run_tl_export(const ExportOptions& o) {
+  if (o.input.empty()) throw Error("missing INPUT");
+  if (o.output.empty()) throw Error("missing -o OUT_DIR");
+  if (o.format != "gptq") throw Error("unknown --format '" + o.format + "' (gptq)");
+  if (o.gptq_format != "v1" && o.gptq_format != "v2") throw Error("unknown --gptq-format '" + o.gptq_format + "' (v1, v2)");
+  if (o.max_shard_bytes < (1u << 20)) throw Error("--max-shard-bytes below 1 MiB");
+  if (fs::exists(fs::symlink_status(o.output))) throw Error("exists; tl-export writes a new folder", o.output);
+  if (!o.from.empty() && !is_directory(o.from)) throw Error("--from is not a folder", o.from);
+  const bool v1 = o.gptq_format == "v1";
+
+  const TinyloopReader in(o.input);
+  if (!in.has_config()) throw Error("no model config: tl-export writes whole models", o.input);
+  const ModelConfig c = in.config();
+  if (c.n_loop > 0)
+    throw Error("a looped model (n_loop = " + std::to_string(c.n_loop) + "): a Hugging Face Llama has no shared blocks",
+                o.input);
+  const std::vector<std::string> quant = in.quant_names(), dense = in.dense_names();
+  if (quant.empty()) throw Error("no quantized weight: nothing to export as GPTQ", o.input);
+  // One group size for the folder (quantization_config holds one): stored form, -1 per row.
+  int64_t stored_gs = 0;
+  std::string first;
+  for (const std::string& n : quant) {
+    const EntryInfo e = in.info(n);
+    if (linear_parts(n, c).empty()) throw Error("not a linear of a Llama-family model: no HF name for it", o.input, n);
+    const int64_t K = e.shape.size() == 2 ? e.shape[0] : 0;
+    const int64_t gs = e.group_size == K ? -1 : e.group_size;
+    if (stored_gs == 0) stored_gs = gs, first = n;
+    else if (gs != stored_gs)
+      throw Error("group size " + std::to_string(gs) + " where " + first + " has " + std::to_string(stored_gs) +
+                      ": a GPTQ config holds one group size",
+                  o.input, n);
+  }
+  const bool lm_head = in.has_quant("head");
+
+  TempDir tmp(o.output);
+  ShardWriter shards(tmp.path(), o.max_shard_bytes);
+  ZeroStats zs;
+  size_t hf_layers = 0;
+  Progress progress(kTool, quant.size(), 0, o.quiet);
+  progress.set_sparse(true);  // without a terminal: a line every ~10 % or ~10 s
+  for (const std::string& n : quant) {
+    const QuantWeight w = in.read_quant(n, /*with_marlin=*/false);
+    if (w.bits != 4) throw Error("bits = " + std::to_string(w.bits) + ": GPTQ export writes 4-bit weights", o.input, n);
+    for (const HfPart& part : linear_parts(n, c)) {
+      for (Tensor& t : gptq_part(w, part, v1, o.input, &zs)) shards.add(std::move(t));
+      ++hf_layers;
+    }
+    progress.finished(n);
+  }
+  progress.end();
+  for (const std::string& n : dense) {
+    const Tensor t = in.read_dense(n);
+    const std::string base = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0 ? n.substr(0, n.size() - 5) : n;
+    const std::vector<HfPart> parts = linear_parts(base, c);
+    if (!parts.empty() && base != n) {  // a linear's bias, split like its weight
+      for (const HfPart& p : parts) shards.add(column_slice(t, p.hf + ".bias", p.n0, p.n1, false));
+    } else if (!parts.empty()) {  // a dense linear weight [K, N] -> PyTorch's [N, K] per part
+      for (const HfPart& p : parts) shards.add(column_slice(t, p.hf + ".weight", p.n0, p.n1, true));
+    } else {
+      const std::string hf = dense_hf_name(n);
+      if (hf.empty()) throw Error("no HF name for this entry", o.input, n);
+      Tensor copy = t;
+      copy.name = hf;
+      shards.add(std::move(copy));
+    }
+  }
+  const size_t n_shards = shards.finish();
+
+  {
+    AtomicOutput cfg(tmp.path() + "/config.json", OutputSink::kStream);
+    const nlohmann::ordered_json j = export_config(o, c, stored_gs, lm_head);
+    cfg.write_text([&](std::ostream& os) { os << j.dump(2) << "\n"; });
+  }
+  std::vector<std::string> copied;
+  if (!o.from.empty())
+    for (const char* f : kCopiedFiles) {
+      const std::string src = o.from + "/" + f;
+      if (!fs::is_regular_file(src)) continue;
+      std::error_code ec;
+      fs::copy_file(src, tmp.path() + "/" + f, ec);
+      if (ec) throw Error("cannot copy: " + ec.message(), src);
+      copied.push_back(f);
+    }
+  tmp.commit();
+
+  char moved[200];
+  std::snprintf(moved, sizeof moved, "%llu of %llu groups' zero moved to z * scale (max |dW| %.3g)",
+                (unsigned long long)zs.moved, (unsigned long long)zs.groups, zs.max_dw);
+  if (!o.quiet)
+    std::fprintf(stderr, "%s: wrote %s (GPTQ %s, group size %lld, %zu quantized weights -> %zu GPTQ layers%s, %zu shard(s), "
+                         "%.1f MB); %s; copied %zu file(s) from --from\n",
+                 kTool, o.output.c_str(), o.gptq_format.c_str(), (long long)stored_gs, quant.size(), hf_layers,
+                 lm_head ? " incl. lm_head" : "", n_shards, double(shards.total_bytes()) / 1e6, moved, copied.size());
+  if (o.json) {
+    nlohmann::json j = report_header(kTool, 1);
+    j["input"] = o.input;
+    j["output"] = o.output;
+    j["format"] = "gptq";
+    j["checkpoint_format"] = v1 ? "gptq" : "gptq_v2";
+    j["group_size"] = stored_gs;
+    j["quantized_weights"] = quant.size();
+    j["gptq_layers"] = hf_layers;
+    j["lm_head"] = lm_head;
+    j["shards"] = n_shards;
+    j["bytes"] = shards.total_bytes();
+    j["zero_points"] = {{"groups", zs.groups}, {"moved", zs.moved}, {"max_abs_dw", zs.max_dw}};
+    j["copied"] = copied;
+    std::cout << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace tl
