@@ -17,7 +17,9 @@ int main(int argc, char** argv) {
                "ULP reports.\nWithout FILE the GPU tiers run on fresh seeded random data; with "
                "FILE the pack tier and the GPU tiers run on the file's own packed weights."};
   tl::add_version_flag(app, "tl-verify");
-  app.add_option("FILE", opt.file, "a .tinyloop file (optional)");
+  app.add_option("FILE", opt.file,
+                 "a .tinyloop file (optional); for --tiers e2e alone also a GPTQ checkpoint folder (AutoGPTQ / "
+                 "GPTQModel), scored as it is");
   app.add_flag("-q,--quiet", opt.quiet, "no progress lines on stderr (skip reasons, failures and the seed stay)");
   std::string tiers;
   app.add_option("--tiers", tiers, "comma-separated tiers to run (default: all): " +

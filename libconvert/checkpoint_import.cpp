@@ -101,6 +101,32 @@ std::string hf_to_tinyloop_name(const std::string& hf, int* part) {
   return pre + it->second.first;
 }
 
+std::vector<HfSource> tinyloop_to_hf_names(const std::string& name, const ModelConfig& c) {
+  if (name == "embed") return {{"model.embed_tokens.weight", 0, c.d_model}};
+  if (name == "final_norm") return {{"model.norm.weight", 0, c.d_model}};
+  if (name == "head") return {{"lm_head.weight", 0, c.vocab}};
+  static const std::regex re(
+      R"(^(pre|loop)\.([0-9]+)\.(attn_norm|mlp_norm|q_norm|k_norm|attn_qkv|attn_out|mlp_gate|mlp_up|mlp_down)(\.bias)?$)");
+  std::smatch m;
+  if (!std::regex_match(name, m, re)) return {};
+  const std::string p = std::string(m[1].str() == "pre" ? "model.layers." : "model.loop_layers.") + m[2].str() + ".";
+  const std::string what = m[3].str(), suffix = m[4].matched ? ".bias" : ".weight";
+  const bool norm = what == "attn_norm" || what == "mlp_norm" || what == "q_norm" || what == "k_norm";
+  if (norm && m[4].matched) return {};
+  if (what == "attn_norm") return {{p + "input_layernorm.weight", 0, c.d_model}};
+  if (what == "mlp_norm") return {{p + "post_attention_layernorm.weight", 0, c.d_model}};
+  if (norm) return {{p + "self_attn." + what + ".weight", 0, c.d_head}};
+  if (what == "attn_qkv") {
+    const int64_t q = c.n_heads * c.d_head, kv = c.n_kv_heads * c.d_head;
+    return {{p + "self_attn.q_proj" + suffix, 0, q},
+            {p + "self_attn.k_proj" + suffix, q, q + kv},
+            {p + "self_attn.v_proj" + suffix, q + kv, q + 2 * kv}};
+  }
+  if (what == "attn_out") return {{p + "self_attn.o_proj" + suffix, 0, c.d_model}};
+  if (what == "mlp_down") return {{p + "mlp.down_proj" + suffix, 0, c.d_model}};
+  return {{p + (what == "mlp_gate" ? "mlp.gate_proj" : "mlp.up_proj") + suffix, 0, c.ffn}};
+}
+
 bool is_ignorable_hf_tensor(const std::string& hf_name) {
   // Rotary caches some checkpoints still carry (transformers recomputes them from the config).
   static const std::regex re(R"(^model\.(layers|loop_layers)\.[0-9]+\.self_attn\.rotary_emb\.inv_freq$)");

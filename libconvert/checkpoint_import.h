@@ -72,6 +72,19 @@ struct ImportEntry {
 // the name of the fused weight is returned and *part is set to 0/1/2 (else -1).
 std::string hf_to_tinyloop_name(const std::string& hf_name, int* part);
 
+// The inverse: the HF tensors a TinyLoop entry `name` is made of, each with the columns [n0, n1)
+// of the TinyLoop tensor it fills (attn_qkv and attn_qkv.bias: q | k | v along N, widths from
+// `c`; every other entry one tensor, all columns). Empty for a name the mapping does not know.
+// For exports (tl-export) and for GPTQ checkpoints read as models (model_weights.h).
+struct HfSource {
+  std::string hf;         // "model.layers.0.self_attn.k_proj.weight"
+  int64_t n0 = 0, n1 = 0;
+};
+std::vector<HfSource> tinyloop_to_hf_names(const std::string& name, const ModelConfig& c);
+
+// Rotary caches some HF checkpoints still carry (transformers recomputes them from the config).
+bool is_ignorable_hf_tensor(const std::string& hf_name);
+
 // True for TinyLoop linear-weight names: (pre|loop).<i>.(attn_qkv|attn_out|mlp_*) and head.
 bool is_tinyloop_linear_name(const std::string& name);
 

@@ -11,7 +11,6 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <regex>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +25,7 @@
 #include "formats/report_header.h"
 #include "formats/safetensors.h"
 #include "formats/tinyloop_file.h"
+#include "libconvert/checkpoint_import.h"
 #include "libconvert/gptq_checkpoint.h"
 
 namespace tl {
@@ -39,40 +39,16 @@ constexpr const char* kCopiedFiles[] = {"tokenizer.json",          "tokenizer_co
                                         "special_tokens_map.json", "added_tokens.json",     "vocab.json",
                                         "merges.txt",              "generation_config.json"};
 
-// A TinyLoop entry's HF tensor prefix(es): columns [n0, n1) of the TinyLoop tensor go to `hf`.
+// A TinyLoop linear's GPTQ layers: its HF weights (checkpoint_import.h) without ".weight".
 struct HfPart {
   std::string hf;
   int64_t n0 = 0, n1 = 0;
 };
-
-// The HF layers of a TinyLoop linear (attn_qkv: q | k | v along N). Empty for other names.
 std::vector<HfPart> linear_parts(const std::string& name, const ModelConfig& c) {
-  if (name == "head") return {{"lm_head", 0, c.vocab}};
-  static const std::regex re(R"(^pre\.([0-9]+)\.(attn_qkv|attn_out|mlp_gate|mlp_up|mlp_down)$)");
-  std::smatch m;
-  if (!std::regex_match(name, m, re)) return {};
-  const std::string p = "model.layers." + m[1].str() + ".";
-  const std::string lin = m[2].str();
-  if (lin == "attn_qkv") {
-    const int64_t q = c.n_heads * c.d_head, kv = c.n_kv_heads * c.d_head;
-    return {{p + "self_attn.q_proj", 0, q}, {p + "self_attn.k_proj", q, q + kv}, {p + "self_attn.v_proj", q + kv, q + 2 * kv}};
-  }
-  const int64_t n = lin == "attn_out" || lin == "mlp_down" ? c.d_model : c.ffn;
-  const char* hf = lin == "attn_out" ? "self_attn.o_proj" : lin == "mlp_gate" ? "mlp.gate_proj" : lin == "mlp_up" ? "mlp.up_proj" : "mlp.down_proj";
-  return {{p + hf, 0, n}};
-}
-
-// The HF name of a dense TinyLoop entry that is not a linear weight (biases: per part, below).
-std::string dense_hf_name(const std::string& name) {
-  if (name == "embed") return "model.embed_tokens.weight";
-  if (name == "final_norm") return "model.norm.weight";
-  static const std::regex re(R"(^pre\.([0-9]+)\.(attn_norm|mlp_norm|q_norm|k_norm)$)");
-  std::smatch m;
-  if (!std::regex_match(name, m, re)) return "";
-  const std::string p = "model.layers." + m[1].str() + ".", what = m[2].str();
-  if (what == "attn_norm") return p + "input_layernorm.weight";
-  if (what == "mlp_norm") return p + "post_attention_layernorm.weight";
-  return p + "self_attn." + what + ".weight";
+  if (!is_tinyloop_linear_name(name)) return {};
+  std::vector<HfPart> out;
+  for (const HfSource& s : tinyloop_to_hf_names(name, c)) out.push_back({s.hf.substr(0, s.hf.size() - 7), s.n0, s.n1});
+  return out;
 }
 
 // Columns [n0, n1) of a row-major [rows, N] tensor, transposed when `transpose` ([n1 - n0, rows]).
@@ -324,18 +300,28 @@ int run_tl_export(const ExportOptions& o) {
                 o.input);
   const std::vector<std::string> quant = in.quant_names(), dense = in.dense_names();
   if (quant.empty()) throw Error("no quantized weight: nothing to export as GPTQ", o.input);
-  // One group size for the folder (quantization_config holds one): stored form, -1 per row.
-  int64_t stored_gs = 0;
+  // One group size for the folder (quantization_config holds one): that of the grouped weights
+  // (group size < K); a weight with one group per column fits it where its K is that group size
+  // (one group either way), and every weight is per column when the config says -1.
+  int64_t stored_gs = -1;
   std::string first;
   for (const std::string& n : quant) {
     const EntryInfo e = in.info(n);
     if (linear_parts(n, c).empty()) throw Error("not a linear of a Llama-family model: no HF name for it", o.input, n);
     const int64_t K = e.shape.size() == 2 ? e.shape[0] : 0;
-    const int64_t gs = e.group_size == K ? -1 : e.group_size;
-    if (stored_gs == 0) stored_gs = gs, first = n;
-    else if (gs != stored_gs)
-      throw Error("group size " + std::to_string(gs) + " where " + first + " has " + std::to_string(stored_gs) +
+    if (e.group_size == K) continue;
+    if (stored_gs == -1) stored_gs = e.group_size, first = n;
+    else if (e.group_size != stored_gs)
+      throw Error("group size " + std::to_string(e.group_size) + " where " + first + " has " + std::to_string(stored_gs) +
                       ": a GPTQ config holds one group size",
+                  o.input, n);
+  }
+  for (const std::string& n : quant) {
+    const EntryInfo e = in.info(n);
+    const int64_t K = e.shape.size() == 2 ? e.shape[0] : 0;
+    if (e.group_size == K && stored_gs != -1 && K != stored_gs)
+      throw Error("one group per column (K = " + std::to_string(K) + ") where " + first + " has groups of " +
+                      std::to_string(stored_gs) + ": a GPTQ config holds one group size",
                   o.input, n);
   }
   const bool lm_head = in.has_quant("head");
@@ -358,17 +344,16 @@ int run_tl_export(const ExportOptions& o) {
   progress.end();
   for (const std::string& n : dense) {
     const Tensor t = in.read_dense(n);
-    const std::string base = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0 ? n.substr(0, n.size() - 5) : n;
-    const std::vector<HfPart> parts = linear_parts(base, c);
-    if (!parts.empty() && base != n) {  // a linear's bias, split like its weight
-      for (const HfPart& p : parts) shards.add(column_slice(t, p.hf + ".bias", p.n0, p.n1, false));
-    } else if (!parts.empty()) {  // a dense linear weight [K, N] -> PyTorch's [N, K] per part
-      for (const HfPart& p : parts) shards.add(column_slice(t, p.hf + ".weight", p.n0, p.n1, true));
+    const std::vector<HfSource> parts = tinyloop_to_hf_names(n, c);
+    if (parts.empty()) throw Error("no HF name for this entry", o.input, n);
+    // A dense linear weight [K, N] goes back to PyTorch's [N, K], part by part; a bias is split
+    // like its weight; everything else keeps its bytes.
+    const bool linear = is_tinyloop_linear_name(n);
+    if (linear || parts.size() > 1) {
+      for (const HfSource& p : parts) shards.add(column_slice(t, p.hf, p.n0, p.n1, linear));
     } else {
-      const std::string hf = dense_hf_name(n);
-      if (hf.empty()) throw Error("no HF name for this entry", o.input, n);
       Tensor copy = t;
-      copy.name = hf;
+      copy.name = parts[0].hf;
       shards.add(std::move(copy));
     }
   }

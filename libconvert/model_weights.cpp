@@ -2,11 +2,18 @@
 
 #include <cmath>
 #include <functional>
+#include <algorithm>
 #include <map>
+#include <memory>
+#include <set>
 #include <random>
 
 #include "core/error.h"
+#include "core/group_size.h"
+#include "formats/file_check.h"
+#include "formats/marlin_layout.h"
 #include "libconvert/checkpoint_import.h"
+#include "libconvert/gptq_checkpoint.h"
 
 namespace tl {
 namespace {
@@ -178,6 +185,107 @@ Source import_source(const CheckpointImport& imp, const std::map<std::string, co
   return src;
 }
 
+// A Source over a GPTQ checkpoint folder read as a model (`ck` must outlive it): its HF names
+// mapped to TinyLoop's (checkpoint_import.h), q | k | v joined along N (same K and group size:
+// groups run along K); with_marlin: each quantized weight that passes the Marlin gate packed on
+// the way in (the folder has no Marlin sections; the GPU's Marlin path runs on them).
+Source gptq_source(const GptqCheckpoint& ck, bool with_marlin) {
+  const ModelConfig c = ck.model_config();
+  const std::vector<std::string> qn = ck.quant_names();
+  auto quant = std::make_shared<std::set<std::string>>(qn.begin(), qn.end());
+  auto names = std::make_shared<std::vector<std::string>>();
+  {
+    std::set<std::string> s;
+    auto add = [&](const std::string& hf) {
+      int part = -1;
+      const std::string t = hf_to_tinyloop_name(hf, &part);
+      if (t.empty()) throw Error("not a tensor of a Llama-family model", ck.dir(), hf);
+      s.insert(t);
+    };
+    for (const std::string& q : qn) add(q + ".weight");
+    for (const std::string& d : ck.dense_names())
+      if (!is_ignorable_hf_tensor(d)) add(d);
+    names->assign(s.begin(), s.end());
+  }
+  const std::string path = ck.dir();
+  Source src;
+  src.file = path;
+  src.has = [names](const std::string& n) { return std::binary_search(names->begin(), names->end(), n); };
+  src.names = [names] { return *names; };
+  // Columns [n0, n1) of each part into one [rows, width] float matrix.
+  auto joined = [path](const std::string& n, const std::vector<HfSource>& parts, int64_t rows, int64_t width,
+                       const std::function<Tensor(const HfSource&)>& read) {
+    std::vector<float> out(size_t(rows * width));
+    for (const HfSource& p : parts) {
+      const Tensor t = read(p);
+      const int64_t w = p.n1 - p.n0;
+      if (!dtype_is_float(t.dtype) || t.numel() != rows * w)
+        throw Error("expected a float tensor of " + std::to_string(rows * w) + " values, got " + dtype_name(t.dtype) +
+                        " " + t.shape_str(), path, p.hf);
+      t.check_finite(path);
+      const std::vector<float> v = t.to_float();
+      for (int64_t r = 0; r < rows; ++r)
+        std::copy(v.begin() + r * w, v.begin() + (r + 1) * w, out.begin() + r * width + p.n0);
+    }
+    (void)n;
+    return out;
+  };
+  src.dense = [&ck, c, joined](const std::string& n, const std::vector<int64_t>& shape) {
+    const std::vector<HfSource> parts = tinyloop_to_hf_names(n, c);
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    const int64_t width = shape.empty() ? 1 : shape.back();
+    return joined(n, parts, numel / width, width, [&ck](const HfSource& p) { return ck.read_dense(p.hf); });
+  };
+  src.linear = [&ck, c, quant, joined, path, with_marlin](const std::string& n, int64_t K, int64_t N) {
+    const std::vector<HfSource> parts = tinyloop_to_hf_names(n, c);
+    size_t quantized = 0;
+    for (const HfSource& p : parts) quantized += quant->count(p.hf.substr(0, p.hf.size() - 7));
+    LinearWeight l;
+    l.name = n;
+    l.K = K;
+    l.N = N;
+    if (quantized == 0) {  // dense ([K, n] per part: read_dense transposes PyTorch's [n, K])
+      l.W = joined(n, parts, K, N, [&ck](const HfSource& p) { return ck.read_dense(p.hf); });
+      return l;
+    }
+    if (quantized != parts.size()) throw Error("q, k and v are not all quantized: one TinyLoop weight needs all three", path, n);
+    auto w = std::make_shared<QuantWeight>();
+    w->name = n;
+    w->K = K;
+    w->N = N;
+    for (const HfSource& p : parts) {
+      const QuantWeight part = ck.read_quant(p.hf.substr(0, p.hf.size() - 7));
+      if (part.K != K || part.N != p.n1 - p.n0)
+        throw Error("expected [" + std::to_string(K) + ", " + std::to_string(p.n1 - p.n0) + "], got [" + std::to_string(part.K) +
+                        ", " + std::to_string(part.N) + "]", path, part.name);
+      if (w->q.empty()) {
+        w->group_size = part.group_size;
+        w->bits = part.bits;
+        w->q.resize(size_t(K * N));
+        w->scale.resize(size_t(w->groups() * N));
+        w->zero.resize(w->scale.size());
+      } else if (part.group_size != w->group_size) {
+        throw Error("group size " + std::to_string(part.group_size) + " where q_proj has " + std::to_string(w->group_size) +
+                        ": one TinyLoop weight has one group size", path, part.name);
+      }
+      const int64_t pn = part.N;
+      for (int64_t k = 0; k < K; ++k)
+        std::copy(part.q.begin() + k * pn, part.q.begin() + (k + 1) * pn, w->q.begin() + k * N + p.n0);
+      for (int64_t g = 0; g < w->groups(); ++g) {
+        std::copy(part.scale.begin() + g * pn, part.scale.begin() + (g + 1) * pn, w->scale.begin() + g * N + p.n0);
+        std::copy(part.zero.begin() + g * pn, part.zero.begin() + (g + 1) * pn, w->zero.begin() + g * N + p.n0);
+      }
+    }
+    w->validate(path);
+    if (with_marlin && marlin_gate(K, N, w->group_size).ok) w->marlin = marlin_pack(*w, path);
+    l.W = w->dequantize();
+    l.quant = std::move(w);
+    return l;
+  };
+  return src;
+}
+
 // A Source over an open .tinyloop (`r` must outlive it).
 Source reader_source(const TinyloopReader& r, bool with_marlin) {
   Source src;
@@ -335,6 +443,11 @@ ModelWeights load_model_weights(const TinyloopReader& r, bool with_marlin) {
 
 ModelWeights load_model_weights_any(const std::string& path, bool with_marlin) {
   if (is_hdf5_file(path)) return load_model_weights(path, with_marlin);
+  if (is_directory(path) && is_gptq_checkpoint(path)) {
+    const GptqCheckpoint ck(path);
+    if (!ck.has_model_config()) throw Error("expected a model config (config.json of a Llama-family model)", path, "config");
+    return load_from_source(gptq_source(ck, with_marlin), ck.model_config());
+  }
   CheckpointImport imp(path, "^$");
   if (!imp.has_config()) throw Error("expected a model config (config.json beside the weights)", path, "config");
   std::map<std::string, const ImportEntry*> by_name;

@@ -11,7 +11,9 @@
 #include "core/parallel.h"
 #include "core/progress.h"
 #include "formats/atomic_output.h"
+#include "formats/file_check.h"
 #include "formats/token_file.h"
+#include "libconvert/gptq_checkpoint.h"
 #include "libconvert/model_forward.h"
 #include "libconvert/model_weights.h"
 #include "libverify/e2e_internal.h"
@@ -34,10 +36,21 @@ void check_same_shape(const ModelConfig& a, const std::string& file_a, const Mod
                       std::to_string(v.second), file_b, std::string("config.") + name);
 }
 
-ModelConfig read_config(const std::string& file) {
-  TinyloopReader reader(file);
-  if (!reader.has_config()) throw Error("missing /config; the e2e tier needs the model's hyper-parameters", file, "config");
-  ModelConfig c = reader.config();
+// A scored model's config and quantized-weight count: a .tinyloop, or a GPTQ checkpoint folder
+// (read as a model by load_model_weights_any).
+ModelConfig read_config(const std::string& file, int64_t* n_quant = nullptr) {
+  ModelConfig c;
+  if (is_directory(file) && is_gptq_checkpoint(file)) {
+    const GptqCheckpoint ck(file);
+    if (!ck.has_model_config()) throw Error("expected a model config (config.json of a Llama-family model)", file, "config");
+    c = ck.model_config();
+    if (n_quant) *n_quant = int64_t(ck.quant_names().size());
+  } else {
+    TinyloopReader reader(file);
+    if (!reader.has_config()) throw Error("missing /config; the e2e tier needs the model's hyper-parameters", file, "config");
+    c = reader.config();
+    if (n_quant) *n_quant = int64_t(reader.quant_names().size());
+  }
   c.validate(file);
   return c;
 }
@@ -150,12 +163,8 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
                 "--per-layer-windows");
 
   // Input checks first (bad input is exit 2 even where scoring would be skipped).
-  const ModelConfig config = read_config(opt.file);
   int64_t n_quant = 0;
-  {
-    TinyloopReader reader(opt.file);
-    n_quant = int64_t(reader.quant_names().size());
-  }
+  const ModelConfig config = read_config(opt.file, &n_quant);
   const std::vector<int32_t> tokens = read_token_file(opt.tokens, config.vocab);
   r.n_tokens = int64_t(tokens.size());
   const WindowPlan plan = plan_windows(r.n_tokens, opt.ctx, opt.stride, opt.max_tokens, opt.score);
@@ -197,7 +206,7 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
   main.res.file = opt.file;
   {
     const auto tl0 = Clock::now();
-    main.w = load_model_weights(opt.file, /*with_marlin=*/on_gpu);
+    main.w = load_model_weights_any(opt.file, /*with_marlin=*/on_gpu);
     loaded(opt.file, main.w, tl0);
   }
   std::vector<Scored*> models = {&main};
@@ -205,7 +214,7 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
     base.file = opt.baseline;
     base.res.file = opt.baseline;
     const auto tl0 = Clock::now();
-    base.w = load_model_weights(opt.baseline, /*with_marlin=*/on_gpu);
+    base.w = load_model_weights_any(opt.baseline, /*with_marlin=*/on_gpu);
     loaded("the baseline " + opt.baseline, base.w, tl0);
     models.push_back(&base);
   }

@@ -2,7 +2,8 @@
 # tl-export --format gptq from the command line: a tiny random HF Llama (tools/make_llama_checkpoint.py)
 # quantized by gptq-quantize (RTN, group 128) and exported with --from; the folder is read back by
 # marlin-pack's GPTQ importer and tl-inspect, and carries the tokenizer and config keys of the
-# original. Bad input: exit 2, one stderr line, nothing written.
+# original, and tl-verify's e2e tier scores it with the file's perplexity. Bad input: exit 2, one
+# stderr line, nothing written.
 source "$TL_SRC/tests/cli/tools_common.bash"
 python3 -c "import numpy" 2>/dev/null || { echo "python3 with numpy not found: skipped"; exit 77; }
 TE="$TL_BIN/tl-export"
@@ -36,4 +37,16 @@ PY
 "$MP" out -o back.tinyloop -q || fail "marlin-pack cannot read the exported folder"
 "$TI" out > inspect.txt 2>&1 || fail "tl-inspect: $(cat inspect.txt)"
 grep -q "model.layers.1.self_attn.k_proj.qweight" inspect.txt || fail "tl-inspect lacks the split k_proj: $(head inspect.txt)"
+# The folder is a model tl-verify's e2e tier scores as it is, as the file it came from.
+python3 -c "import numpy as np; np.random.default_rng(3).integers(0, 512, 4 * 64, dtype='<u4').tofile('t.u32')"
+"$TV" out --tiers e2e --tokens t.u32 --ctx 64 --device cpu --drift-json folder.json > folder.txt 2>&1 || fail "tl-verify on the folder: $(tail -3 folder.txt)"
+"$TV" m.tinyloop --tiers e2e --tokens t.u32 --ctx 64 --device cpu --drift-json file.json > file.txt 2>&1 || fail "tl-verify on the file"
+python3 - <<'PY' || fail "the folder's PPL is not the file's"
+import json
+a = json.load(open("file.json"))["paths"][0]["ppl"]
+b = json.load(open("folder.json"))["paths"][0]["ppl"]
+assert abs(b / a - 1) <= 1e-3, (a, b)
+PY
+unset -f bad_hook  # out is the exported folder now
+bad "the pack tier reads .tinyloop files" "$TV" out --tokens t.u32
 echo "export_gptq: ok"
