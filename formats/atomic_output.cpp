@@ -1,5 +1,6 @@
 #include "formats/atomic_output.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -45,8 +46,7 @@ static_assert(std::atomic<int>::is_always_lock_free, "the signal handler reads t
 constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
 
 extern "C" void remove_temporaries_and_die(int sig) {
-  for (int i = 0; i < kSlots; ++i)
-    if (g_state[i].load(std::memory_order_acquire) == kLive) unlink(g_tmp[i]);
+  remove_live_temporaries();
   // Die of the same signal, so the parent (a shell loop, xargs, CI) sees what happened.
   signal(sig, SIG_DFL);
   raise(sig);
@@ -175,12 +175,23 @@ std::string kind_of(mode_t m) {
 
 std::mutex g_notice_mu;
 std::string g_notice_prefix;
+char g_tool_name[64];  // a copy for signal handlers (tool_name_for_signals)
 
 }  // namespace
+
+void remove_live_temporaries() {
+  for (int i = 0; i < kSlots; ++i)
+    if (g_state[i].load(std::memory_order_acquire) == kLive) unlink(g_tmp[i]);
+}
+
+const char* tool_name_for_signals() { return g_tool_name; }
 
 void set_notice_prefix(const std::string& tool) {
   std::lock_guard<std::mutex> lock(g_notice_mu);
   g_notice_prefix = tool;
+  const size_t n = std::min(tool.size(), sizeof g_tool_name - 1);
+  std::memcpy(g_tool_name, tool.data(), n);
+  g_tool_name[n] = '\0';
 }
 
 void notice(const std::string& message) {

@@ -65,4 +65,10 @@ class AtomicOutput {
 void set_notice_prefix(const std::string& tool);
 void notice(const std::string& message);
 
+// For signal handlers (async-signal-safe: memory reads and unlink(2) only): removes every live
+// temporary, as SIGINT / SIGTERM do; and the tool's name as set_notice_prefix last set it ("" if
+// never).
+void remove_live_temporaries();
+const char* tool_name_for_signals();
+
 }  // namespace tl

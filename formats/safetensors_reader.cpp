@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "formats/file_check.h"
+#include "formats/mapped_input.h"
 
 namespace tl {
 
@@ -35,7 +36,11 @@ struct Shard {
   const uint8_t* map = nullptr;
   size_t size = 0;
   uint64_t data_start = 0;  // 8 + header length
-  ~Shard() { if (map) munmap(const_cast<uint8_t*>(map), size); }
+  int guard = -1;           // mapped_input.h: a truncation under the reader is exit 2, not SIGBUS
+  ~Shard() {
+    unregister_mapped_input(guard);
+    if (map) munmap(const_cast<uint8_t*>(map), size);
+  }
 };
 
 bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) {
@@ -82,6 +87,7 @@ std::vector<SafetensorsEntry> SafetensorsReader::Impl::open_shard(const std::str
   close(fd);
   if (m == MAP_FAILED) throw Error(std::string("cannot map: ") + std::strerror(errno), path);
   sh->map = static_cast<const uint8_t*>(m);
+  sh->guard = register_mapped_input(m, sh->size, path);
 
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | sh->map[i];  // little-endian u64
