@@ -1,7 +1,11 @@
 // tl-export --format gptq; see gptq_export.h.
 #include "libconvert/gptq_export.h"
 
+#include <fcntl.h>
+#include <stdio.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cmath>
@@ -226,11 +230,18 @@ class TempDir {
     }
   }
   const std::string& path() const { return path_; }
+  // rename(2) without replacing: a folder (even an empty one) that appeared at the target since
+  // the start -- another run of the same command -- is refused, not replaced.
   void commit() {
-    if (fs::exists(fs::symlink_status(target_))) throw Error("exists; tl-export writes a new folder", target_);
-    std::error_code ec;
-    fs::rename(path_, target_, ec);
-    if (ec) throw Error("cannot rename the finished folder into place: " + ec.message(), target_);
+    int rc = renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, target_.c_str(), RENAME_NOREPLACE);
+    if (rc != 0 && (errno == ENOSYS || errno == EINVAL)) {  // a file system without it
+      if (fs::exists(fs::symlink_status(target_))) errno = EEXIST;
+      else rc = ::rename(path_.c_str(), target_.c_str());
+    }
+    if (rc != 0) {
+      if (errno == EEXIST || errno == ENOTEMPTY) throw Error("exists; tl-export writes a new folder", target_);
+      throw Error(std::string("cannot rename the finished folder into place: ") + std::strerror(errno), target_);
+    }
     committed_ = true;
   }
 
