@@ -1,12 +1,12 @@
 #include "libconvert/model_weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
-#include <algorithm>
 #include <map>
 #include <memory>
-#include <set>
 #include <random>
+#include <set>
 
 #include "core/error.h"
 #include "core/group_size.h"
@@ -14,6 +14,7 @@
 #include "formats/marlin_layout.h"
 #include "libconvert/checkpoint_import.h"
 #include "libconvert/gptq_checkpoint.h"
+#include "libconvert/minmax_quantizer.h"
 
 namespace tl {
 namespace {
@@ -504,6 +505,21 @@ LinearWeight ModelStream::head() const {
 ModelWeights load_model_weights(const std::string& path, bool with_marlin) {
   TinyloopReader r(path);
   return load_model_weights(r, with_marlin);
+}
+
+void rtn_quantize_linear(LinearWeight& l, int64_t group_size, ZeroMode mode) {
+  const MinMaxResult r = rtn_quantize(l.W.data(), l.K, l.N, group_size, mode);
+  auto q = std::make_shared<QuantWeight>();
+  q->name = l.name;
+  q->K = l.K;
+  q->N = l.N;
+  q->group_size = r.group_size;
+  q->q = r.q;
+  q->scale = r.scale16;
+  q->zero = r.zero16;
+  q->provenance = {{"method", "rtn"}};
+  l.W = q->dequantize();
+  l.quant = std::move(q);
 }
 
 ModelWeights random_model_weights(const ModelConfig& c, uint64_t seed) {

@@ -30,6 +30,7 @@
 
 #include "formats/model_config.h"
 #include "formats/tinyloop_file.h"
+#include "libconvert/minmax_quantizer.h"
 
 namespace tl {
 
@@ -116,6 +117,10 @@ class ModelStream {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// RTN-quantizes one linear weight in place (minmax_quantizer.h; group_size as rtn_quantize takes
+// it): quant holds the stored form, W becomes its W_hat. For tests and small tools.
+void rtn_quantize_linear(LinearWeight& l, int64_t group_size, ZeroMode mode = ZeroMode::kInt);
 
 // A model with seeded N(0, std) weights (norm gains near 1), for tests and cross-checks.
 // std defaults to 1/sqrt(fan-in) per linear so activations stay O(1) through deep stacks.

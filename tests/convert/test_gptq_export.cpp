@@ -54,19 +54,7 @@ tl::ModelConfig llama_config() {
   return c;
 }
 
-void quantize(tl::LinearWeight& l, int64_t group_size, tl::ZeroMode mode) {
-  const tl::MinMaxResult r = tl::rtn_quantize(l.W.data(), l.K, l.N, group_size, mode);
-  auto q = std::make_shared<tl::QuantWeight>();
-  q->name = l.name;
-  q->K = l.K;
-  q->N = l.N;
-  q->group_size = r.group_size;
-  q->q = r.q;
-  q->scale = r.scale16;
-  q->zero = r.zero16;
-  l.W = q->dequantize();
-  l.quant = q;
-}
+void quantize(tl::LinearWeight& l, int64_t group_size, tl::ZeroMode mode) { tl::rtn_quantize_linear(l, group_size, mode); }
 
 // Every block linear and the head RTN with integer zero points (group 32, or `gs`).
 tl::ModelWeights quantized_model(uint64_t seed, int64_t gs = 32, tl::ZeroMode mode = tl::ZeroMode::kInt) {

@@ -28,16 +28,7 @@ std::string scratch(const std::string& name) {
   return dir;
 }
 
-// RTN-quantizes one linear weight in place (W becomes W_hat, quant holds the stored form).
-void quantize_rtn(tl::LinearWeight& l, int64_t group_size) {
-  const tl::MinMaxResult r = tl::rtn_quantize(l.W.data(), l.K, l.N, group_size, tl::ZeroMode::kInt);
-  auto q = std::make_shared<tl::QuantWeight>();
-  q->name = l.name; q->K = l.K; q->N = l.N; q->group_size = r.group_size;
-  q->q = r.q; q->scale = r.scale16; q->zero = r.zero16;
-  q->provenance = {{"method", "rtn"}};
-  l.W = q->dequantize();
-  l.quant = std::move(q);
-}
+void quantize_rtn(tl::LinearWeight& l, int64_t group_size) { tl::rtn_quantize_linear(l, group_size); }
 
 }  // namespace
 

@@ -50,13 +50,12 @@ tl::ModelConfig gpu_config() {
 }
 
 void quantize(tl::LinearWeight& l, int64_t group_size, bool pack) {
-  const tl::MinMaxResult r = tl::rtn_quantize(l.W.data(), l.K, l.N, group_size, tl::ZeroMode::kInt);
-  auto q = std::make_shared<tl::QuantWeight>();
-  q->name = l.name; q->K = l.K; q->N = l.N; q->group_size = r.group_size;
-  q->q = r.q; q->scale = r.scale16; q->zero = r.zero16;
-  if (pack) q->marlin = tl::marlin_pack(*q);
-  l.W = q->dequantize();
-  l.quant = q;
+  tl::rtn_quantize_linear(l, group_size);
+  if (pack) {
+    auto q = std::make_shared<tl::QuantWeight>(*l.quant);
+    q->marlin = tl::marlin_pack(*q);
+    l.quant = std::move(q);
+  }
 }
 
 // Every block linear RTN g128 and Marlin-packed; the head quantized but not packed (a fallback).

@@ -37,20 +37,7 @@ tl::ModelWeights quantized_llama(uint64_t seed) {
   c.max_seq = 128;
   tl::ModelWeights w = tl::random_model_weights(c, seed);
   for (auto& b : w.pre)
-    for (const char* s : tl::kBlockLinearNames) {
-      tl::LinearWeight& l = *b.linear(s);
-      const tl::MinMaxResult r = tl::rtn_quantize(l.W.data(), l.K, l.N, 128, tl::ZeroMode::kInt);
-      auto q = std::make_shared<tl::QuantWeight>();
-      q->name = l.name;
-      q->K = l.K;
-      q->N = l.N;
-      q->group_size = r.group_size;
-      q->q = r.q;
-      q->scale = r.scale16;
-      q->zero = r.zero16;
-      l.W = q->dequantize();
-      l.quant = q;
-    }
+    for (const char* s : tl::kBlockLinearNames) tl::rtn_quantize_linear(*b.linear(s), 128);
   return w;
 }
 

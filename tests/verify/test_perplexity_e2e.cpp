@@ -36,13 +36,7 @@ tl::ModelWeights tiny_model(bool quantize) {
   c.n_pre = 1; c.n_loop = 1; c.loops = 2;
   tl::ModelWeights w = tl::random_model_weights(c, 5);
   if (quantize) {
-    tl::LinearWeight& l = w.pre[0].mlp_up;
-    const tl::MinMaxResult r = tl::rtn_quantize(l.W.data(), l.K, l.N, 32, tl::ZeroMode::kInt);
-    auto q = std::make_shared<tl::QuantWeight>();
-    q->name = l.name; q->K = l.K; q->N = l.N; q->group_size = r.group_size;
-    q->q = r.q; q->scale = r.scale16; q->zero = r.zero16;
-    l.W = q->dequantize();
-    l.quant = q;
+    tl::rtn_quantize_linear(w.pre[0].mlp_up, 32);
   }
   return w;
 }
