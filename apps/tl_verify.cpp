@@ -26,7 +26,13 @@ int main(int argc, char** argv) {
                                        tv::tier_names_joined(","));
   app.add_option("--json", opt.json_path, "write the report as JSON (docs/verify-report.schema.json)");
   app.add_option("--md", opt.md_path, "write the report as Markdown");
-  app.add_option("--tokens", opt.e2e.tokens, "e2e: token file (.u32 raw uint32 or .npy) to score");
+  auto* tokens = app.add_option("--tokens", opt.e2e.tokens, "e2e: token file (.u32 raw uint32 or .npy) to score");
+  app.add_option("--text", opt.e2e.text,
+                 "e2e: a UTF-8 text file to score instead, tokenized with the model's tokenizer.model "
+                 "(SentencePiece; BOS once, as tokenizer_config.json says)")
+      ->excludes(tokens);
+  app.add_option("--tokenizer", opt.e2e.tokenizer,
+                 "e2e: the folder of tokenizer.model for --text (default: --reference when it is a folder)");
   app.add_option("--baseline", opt.e2e.baseline, "e2e: a second .tinyloop (e.g. RTN) scored beside FILE");
   app.add_option("--reference", opt.e2e.reference,
                  "e2e: the original model (HF folder, .safetensors with config, dense .tinyloop); every path is "

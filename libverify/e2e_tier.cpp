@@ -12,6 +12,7 @@
 #include "core/progress.h"
 #include "formats/atomic_output.h"
 #include "formats/file_check.h"
+#include "formats/text_tokens.h"
 #include "formats/token_file.h"
 #include "libconvert/gptq_checkpoint.h"
 #include "libconvert/model_forward.h"
@@ -147,7 +148,8 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
     return r;
   };
   if (opt.file.empty()) return skip("no FILE: the e2e tier scores a model file");
-  if (opt.tokens.empty()) return skip("no --tokens FILE given (evaluation tokens for perplexity)");
+  if (!opt.tokens.empty() && !opt.text.empty()) throw Error("give one of --tokens and --text", "", "--tokens/--text");
+  if (!opt.has_eval_input()) return skip("no --tokens FILE given, nor --text (evaluation tokens for perplexity)");
   if (opt.max_drift_pct < 0 || opt.max_kld < 0 || opt.max_ppl_ratio < 0 || opt.max_ref_kld < 0)
     throw Error("expected non-negative bounds", "", "--max-drift / --max-kld / --max-ppl-ratio / --max-ref-kld");
   if (opt.per_layer && opt.reference.empty())
@@ -165,7 +167,16 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
   // Input checks first (bad input is exit 2 even where scoring would be skipped).
   int64_t n_quant = 0;
   const ModelConfig config = read_config(opt.file, &n_quant);
-  const std::vector<int32_t> tokens = read_token_file(opt.tokens, config.vocab);
+  std::vector<int32_t> tokens;
+  if (!opt.text.empty()) {
+    const std::string dir = !opt.tokenizer.empty() ? opt.tokenizer : is_directory(opt.reference) ? opt.reference : "";
+    TextTokens t = tokenize_text_file(opt.text, dir, config.vocab);
+    note(opt, "tokenized " + opt.text + " (" + std::to_string(t.bytes) + " bytes) with " + t.tokenizer + ": " +
+                  std::to_string(t.ids.size()) + " tokens" + (t.bos ? ", BOS once at the start" : ", no BOS"));
+    tokens = std::move(t.ids);
+  } else {
+    tokens = read_token_file(opt.tokens, config.vocab);
+  }
   r.n_tokens = int64_t(tokens.size());
   const WindowPlan plan = plan_windows(r.n_tokens, opt.ctx, opt.stride, opt.max_tokens, opt.score);
   r.windows = int64_t(plan.starts.size());

@@ -94,7 +94,10 @@ std::vector<ForwardMode> e2e_forward_modes(E2eMode m, bool on_gpu);
 
 struct E2eOptions {
   std::string file;            // the quantized (ideally Marlin-packed) .tinyloop
-  std::string tokens;          // token file (formats/token_file.h)
+  std::string tokens;          // token file (formats/token_file.h), or:
+  std::string text;            // a UTF-8 text file, tokenized with `tokenizer` (formats/text_tokens.h)
+  std::string tokenizer;       // the folder of tokenizer.model; empty: --reference when it is a folder
+  bool has_eval_input() const { return !tokens.empty() || !text.empty(); }
   std::string baseline;        // optional second .tinyloop scored beside it
   std::string reference;       // optional original checkpoint the paths are measured against
   E2eDevice device = E2eDevice::kAuto;

@@ -237,8 +237,8 @@ TierResult run_tier(TierId id, const TierBounds& bounds, const RunContext& ctx) 
   }
   // e2e probes the GPU itself, after checking its inputs (bad tokens are exit 2 even here).
   if (id == TierId::kE2e) {
-    if (!ctx.e2e || ctx.e2e->tokens.empty()) {
-      r.reason = "no --tokens file (the e2e tier scores perplexity on a token file)";
+    if (!ctx.e2e || !ctx.e2e->has_eval_input()) {
+      r.reason = "no --tokens file or --text (the e2e tier scores perplexity on tokens)";
       return r;
     }
     E2eOptions eo = *ctx.e2e;

@@ -51,7 +51,7 @@ int run_tl_verify(const VerifyOptions& o) {
   std::ostream& err = o.err ? *o.err : std::cerr;
 
   // Everything that can be bad input is checked before any tier runs.
-  check_no_aliases({{"FILE", o.file}, {"--tokens", o.e2e.tokens}, {"--baseline", o.e2e.baseline},
+  check_no_aliases({{"FILE", o.file}, {"--tokens", o.e2e.tokens}, {"--text", o.e2e.text}, {"--baseline", o.e2e.baseline},
                     {"--reference", o.e2e.reference}},
                    {{"--json", o.json_path}, {"--md", o.md_path}, {"--drift-json", o.drift_json_path},
                     {"--drift-md", o.drift_md_path}});
@@ -61,12 +61,12 @@ int run_tl_verify(const VerifyOptions& o) {
   std::vector<TierBounds> bounds;
   for (TierId id : tiers) bounds.push_back(bounds_for(id, o));
   const bool want_e2e = std::find(tiers.begin(), tiers.end(), TierId::kE2e) != tiers.end();
-  if ((!o.drift_json_path.empty() || !o.drift_md_path.empty()) && (!want_e2e || o.e2e.tokens.empty()))
-    throw Error("a drift report needs the e2e tier and --tokens", "", "--drift-json/--drift-md");
-  if ((o.e2e.per_layer || !o.e2e.reference.empty()) && (!want_e2e || o.e2e.tokens.empty()))
-    throw Error("--reference and --per-layer need the e2e tier and --tokens", "", "--reference/--per-layer");
-  if (!o.e2e.tokens.empty() && !want_e2e)
-    err << "tl-verify: warning: --tokens is not scored: the e2e tier is not among --tiers\n";
+  if ((!o.drift_json_path.empty() || !o.drift_md_path.empty()) && (!want_e2e || !o.e2e.has_eval_input()))
+    throw Error("a drift report needs the e2e tier and --tokens or --text", "", "--drift-json/--drift-md");
+  if ((o.e2e.per_layer || !o.e2e.reference.empty()) && (!want_e2e || !o.e2e.has_eval_input()))
+    throw Error("--reference and --per-layer need the e2e tier and --tokens or --text", "", "--reference/--per-layer");
+  if (o.e2e.has_eval_input() && !want_e2e)
+    err << "tl-verify: warning: --tokens / --text is not scored: the e2e tier is not among --tiers\n";
   // Report targets are checked (folder, kind of file) and reserved before any work.
   auto reserve = [](const std::string& path) {
     return path.empty() ? nullptr : std::make_unique<AtomicOutput>(path, OutputSink::kStream);

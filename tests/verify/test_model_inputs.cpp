@@ -1,17 +1,21 @@
-// A GPTQ checkpoint folder as a model (load_model_weights_any, tl-verify --tiers e2e FILE=folder):
-// the folder tl-export writes from a quantized .tinyloop reads back as the same model (codes and
+// The e2e tier's inputs beyond a .tinyloop and token ids. A GPTQ checkpoint folder as a model
+// (load_model_weights_any, tl-verify --tiers e2e FILE=folder): the folder tl-export writes from a quantized .tinyloop reads back as the same model (codes and
 // scales bit for bit, q | k | v joined, zero points within one fp16 step, Marlin-packed on the way
-// in), scores the same perplexity on the CPU, and the kernel tiers refuse the folder by name.
+// in), scores the same perplexity on the CPU, and the kernel tiers refuse the folder by name; and a
+// text input (--text) scores what its token ids score.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 
 #include "core/error.h"
+#include "formats/text_tokens.h"
 #include "formats/token_file.h"
 #include "libconvert/gptq_export.h"
 #include "libconvert/minmax_quantizer.h"
@@ -126,4 +130,44 @@ TEST_CASE("tl-verify on a GPTQ folder: the e2e tier scores it as the file it cam
   INFO(e2e.out << e2e.err);
   CHECK(e2e.rc == 0);
   CHECK(e2e.out.find("e2e: passed") != std::string::npos);
+}
+
+TEST_CASE("e2e --text: the figures of --tokens on the ids the model's tokenizer gives the text") {
+  if (!tl::text_tokenizer_unavailable_reason().empty()) return;  // test_text_tokens.cpp checks the refusal
+  const Case c = make_case("e2e_text");
+  const std::string spm = TL_SPM_DIR;
+  std::string text;
+  {
+    std::ifstream in(spm + "/sample.txt");
+    const std::string one((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (int i = 0; i < 6; ++i) text += one;
+  }
+  std::ofstream(c.dir + "/eval.txt") << text;
+  // The case's model has 96 tokens, the tokenizer 400: a model of 512 tokens.
+  tl::ModelConfig cfg = quantized_llama(5).config;
+  cfg.vocab = 512;
+  tl::ModelWeights big = tl::random_model_weights(cfg, 6);
+  for (auto& b : big.pre) tl::rtn_quantize_linear(b.mlp_up, 128);
+  const std::string file = c.dir + "/v512.tinyloop";
+  tl::write_model_tinyloop(big, file, tl::DType::F16);
+  const tl::TextTokens t = tl::tokenize_text_file(c.dir + "/eval.txt", spm, 512);
+  tl::write_token_file_u32(c.dir + "/eval.u32", t.ids);
+  E2eOptions o;
+  o.file = file;
+  o.ctx = 64;
+  o.device = E2eDevice::kCpu;
+  o.tokens = c.dir + "/eval.u32";
+  const E2eResult ids = run_e2e_tier(o);
+  o.tokens.clear();
+  o.text = c.dir + "/eval.txt";
+  o.tokenizer = spm;
+  const E2eResult from_text = run_e2e_tier(o);
+  REQUIRE(ids.status == Status::kPassed);
+  REQUIRE(from_text.status == Status::kPassed);
+  CHECK(from_text.n_tokens == int64_t(t.ids.size()));
+  CHECK(from_text.scored == ids.scored);
+  CHECK(from_text.main.rows[0].s.ppl == ids.main.rows[0].s.ppl);
+  // Both inputs at once: refused.
+  o.tokens = c.dir + "/eval.u32";
+  CHECK_THROWS_WITH_AS(run_e2e_tier(o), doctest::Contains("give one of --tokens and --text"), tl::Error);
 }
