@@ -20,9 +20,15 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("-o,--output", o.output, "output .tinyloop (written atomically)")->required();
   app.add_option("--calib", o.calib, "calibration .h5 with /hessian/<weight> (required by --method gptq)");
-  app.add_option("--calib-tokens", o.calib_tokens,
-                 "token file (.u32 / .npy): run the model and calibrate block by block (GPTQ's sequential mode)")
-      ->check(CLI::ExistingFile);
+  auto* calib_tokens = app.add_option("--calib-tokens", o.calib_tokens,
+                                      "token file (.u32 / .npy): run the model and calibrate block by block (GPTQ's "
+                                      "sequential mode)")
+                           ->check(CLI::ExistingFile);
+  app.add_option("--calib-text", o.calib_text,
+                 "a UTF-8 text instead, tokenized with the model's tokenizer.model (SentencePiece; BOS once, as "
+                 "tokenizer_config.json says)")
+      ->excludes(calib_tokens);
+  app.add_option("--tokenizer", o.tokenizer, "the folder of tokenizer.model for --calib-text (default: INPUT when a folder)");
   app.add_option("--calib-seq", o.calib_seq, "tokens per calibration window")->capture_default_str();
   app.add_option("--calib-samples", o.calib_samples, "calibration windows (at most)")->capture_default_str();
   app.add_option("--save-calib", o.save_calib, "with --calib-tokens: also write the Hessians (.h5)");

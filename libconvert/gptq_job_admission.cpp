@@ -2,6 +2,9 @@
 // needs (all before anything large is read), and the copy of everything not quantized here (gptq_job.h).
 #include "libconvert/gptq_job.h"
 
+#include "formats/atomic_output.h"
+#include "formats/text_tokens.h"
+
 namespace tl::gptq_job {
 
 // --device: GPTQ on the GPU when asked (cuda: it must be usable) or when one is (auto).
@@ -78,14 +81,23 @@ Error Job::hessian_size_error(size_t i, int64_t K) const {
                opt.calib, e.name);
 }
 
-// --calib-tokens: the tokens (checked against the vocabulary) and the window count.
+// --calib-tokens / --calib-text: the tokens (checked against the vocabulary) and the window count.
 void Job::read_tokens() {
-  if (opt.calib_tokens.empty()) return;
-  if (!in.has_config()) throw Error("--calib-tokens needs the model's config (config.json or /config)", opt.input);
-  tokens = read_token_file(opt.calib_tokens, in.config().vocab);
+  if (!opt.sequential()) return;
+  if (!in.has_config()) throw Error("sequential calibration needs the model's config (config.json or /config)", opt.input);
+  if (!opt.calib_text.empty()) {
+    const std::string dir = !opt.tokenizer.empty() ? opt.tokenizer : is_directory(opt.input) ? opt.input : "";
+    TextTokens t = tokenize_text_file(opt.calib_text, dir, in.config().vocab);
+    if (!opt.quiet)
+      notice("tokenized " + opt.calib_text + " (" + std::to_string(t.bytes) + " bytes) with " + t.tokenizer + ": " +
+             std::to_string(t.ids.size()) + " tokens" + (t.bos ? ", BOS once at the start" : ", no BOS"));
+    tokens = std::move(t.ids);
+  } else {
+    tokens = read_token_file(opt.calib_tokens, in.config().vocab);
+  }
   if (int64_t(tokens.size()) < opt.calib_seq)
     throw Error("calibration needs at least one window of " + std::to_string(opt.calib_seq) + " tokens, got " +
-                    std::to_string(tokens.size()), opt.calib_tokens);
+                    std::to_string(tokens.size()), opt.calib_source());
   calib_windows = std::min<int64_t>(opt.calib_samples > 0 ? opt.calib_samples : INT64_MAX,
                                     int64_t(tokens.size()) / opt.calib_seq);
 }
@@ -95,7 +107,7 @@ void Job::admit() {
   uint64_t per_weight = 0;
   for (const ImportEntry* e : linears)
     per_weight = std::max(per_weight, gptq_peak_bytes(e->K(), e->N()) + uint64_t(e->K()) * uint64_t(e->N()) * 4);
-  if (opt.calib_tokens.empty()) {
+  if (!opt.sequential()) {
     admit_memory(per_weight * uint64_t(workers()), opt.max_memory,
                  "quantizing " + std::to_string(workers()) + " weight(s) at a time",
                  "use --threads 1, or a machine with more memory");

@@ -214,7 +214,7 @@ void Job::quantize_sequential(TinyloopWriter& out, Progress& progress) {
   const auto t_write = Clock::now();
   progress.note("writing " + std::to_string(linears.size()) + " quantized weight(s) ...");
   for (size_t i = 0; i < linears.size(); ++i) {
-    if (!done[i]) throw Error("internal: weight was not calibrated", opt.calib_tokens, linears[i]->name);
+    if (!done[i]) throw Error("internal: weight was not calibrated", opt.calib_source(), linears[i]->name);
     out.write_quant(*done[i]);
     done[i].reset();
   }
@@ -246,7 +246,7 @@ void Job::quantize_sequential_gpu(TinyloopWriter& out, Progress& progress) {
   calls.events = calibration_events(progress);
   opt.gpu->calibrate(opt.input, tokens, opt.calib_seq, calib_windows, selected, calls, &phases);
   for (size_t i = 0; i < linears.size(); ++i)
-    if (!written[i]) throw Error("internal: weight was not calibrated", opt.calib_tokens, linears[i]->name);
+    if (!written[i]) throw Error("internal: weight was not calibrated", opt.calib_source(), linears[i]->name);
   if (save) save->commit();
 }
 

@@ -20,13 +20,14 @@ namespace {
 void validate_options(const GptqQuantizeOptions& opt) {
   const bool gptq = opt.method == "gptq";
   if (!gptq && opt.method != "rtn") throw Error("--method must be gptq or rtn, got " + opt.method);
-  if (gptq && opt.calib.empty() && opt.calib_tokens.empty()) {
+  if (gptq && opt.calib.empty() && !opt.sequential()) {
     throw Error("--method gptq needs calibration data: pass --calib FILE.h5 (Hessians per weight), "
                 "--calib-tokens FILE (run the model on tokens), or use --method rtn");
   }
-  if (!opt.calib.empty() && !opt.calib_tokens.empty()) throw Error("--calib and --calib-tokens exclude each other");
-  if (!opt.calib_tokens.empty() && !gptq) throw Error("--calib-tokens applies to --method gptq only");
-  if (!opt.save_calib.empty() && opt.calib_tokens.empty()) throw Error("--save-calib needs --calib-tokens");
+  if (!opt.calib_tokens.empty() && !opt.calib_text.empty()) throw Error("--calib-tokens and --calib-text exclude each other");
+  if (!opt.calib.empty() && opt.sequential()) throw Error("--calib and --calib-tokens / --calib-text exclude each other");
+  if (opt.sequential() && !gptq) throw Error("--calib-tokens / --calib-text apply to --method gptq only");
+  if (!opt.save_calib.empty() && !opt.sequential()) throw Error("--save-calib needs --calib-tokens or --calib-text");
   if (opt.calib_seq <= 0) throw Error("--calib-seq must be positive");
   if (!gptq && opt.act_order) throw Error("--act-order applies to --method gptq only");
   if (!(opt.damp > 0 && opt.damp < 10)) throw Error("--damp must be in (0, 10), a fraction of the mean Hessian diagonal");
@@ -42,7 +43,8 @@ void validate_options(const GptqQuantizeOptions& opt) {
                 opt.calib);
   if (!opt.calib_tokens.empty() && is_hdf5_file(opt.calib_tokens))
     throw Error("an HDF5 file, not a token file: pass a calibration file (Hessians) with --calib", opt.calib_tokens);
-  check_no_aliases({{"INPUT", opt.input}, {"--calib", opt.calib}, {"--calib-tokens", opt.calib_tokens}},
+  check_no_aliases({{"INPUT", opt.input}, {"--calib", opt.calib}, {"--calib-tokens", opt.calib_tokens},
+                    {"--calib-text", opt.calib_text}},
                    {{"-o", opt.output}, {"--save-calib", opt.save_calib}});
 }
 
@@ -69,7 +71,7 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
   for (const ImportEntry* e : job.linears) total_work += Job::gptq_flops(e->K(), e->N());
   Progress progress(opt.tool, job.linears.size(), total_work, opt.quiet);
   if (!job.device_note.empty()) progress.note(job.device_note);
-  if (opt.calib_tokens.empty()) job.quantize_streaming(out, progress);
+  if (!opt.sequential()) job.quantize_streaming(out, progress);
   else if (job.use_gpu) job.quantize_sequential_gpu(out, progress);
   else job.quantize_sequential(out, progress);
   progress.end();

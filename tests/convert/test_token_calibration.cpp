@@ -8,6 +8,9 @@
 //   loop.0 counts one sample per window per iteration.
 #include <doctest/doctest.h>
 
+#include <fstream>
+#include <iterator>
+
 #include <unistd.h>
 
 #include <cmath>
@@ -17,6 +20,7 @@
 
 #include "formats/calib_file.h"
 #include "formats/tinyloop_file.h"
+#include "formats/text_tokens.h"
 #include "formats/token_file.h"
 #include "libconvert/gptq_quantize_tool.h"
 #include "libconvert/model_forward.h"
@@ -124,6 +128,50 @@ TEST_CASE("gptq-quantize --calib-tokens calibrates block i+1 on the quantized ou
     INFO(name << " gptq " << w.provenance["gptq_loss"] << " rtn " << w.provenance["rtn_loss"]);
     CHECK(w.provenance["gptq_loss"].get<double>() < w.provenance["rtn_loss"].get<double>());
   }
+}
+
+TEST_CASE("gptq-quantize --calib-text: the file --calib-tokens writes for the ids the tokenizer gives the text") {
+  if (!tl::text_tokenizer_unavailable_reason().empty()) return;  // test_text_tokens.cpp checks the refusal
+  const std::string dir = std::string(TL_TEST_TMP) + "/token_calib_text_" + std::to_string(getpid());
+  ::mkdir(TL_TEST_TMP, 0755);
+  ::mkdir(dir.c_str(), 0755);
+  tl::ModelConfig cfg = tiny_config();
+  cfg.vocab = 512;  // the fixture tokenizer has 400 pieces
+  const std::string model = dir + "/model.tinyloop", text = dir + "/calib.txt", ids = dir + "/calib.u32";
+  tl::write_model_tinyloop(tl::random_model_weights(cfg, 20261204), model, tl::DType::F32);
+  {
+    std::ifstream in(std::string(TL_SPM_DIR) + "/sample.txt");
+    const std::string one((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream out(text);
+    for (int i = 0; i < 3; ++i) out << one;
+  }
+  const tl::TextTokens t = tl::tokenize_text_file(text, TL_SPM_DIR, cfg.vocab);
+  tl::write_token_file_u32(ids, t.ids);
+  tl::GptqQuantizeOptions o;
+  o.input = model;
+  o.calib_seq = 64;
+  o.group_size = tl::GroupSize::rows(64);
+  o.quiet = true;
+  o.output = dir + "/from_ids.tinyloop";
+  o.calib_tokens = ids;
+  REQUIRE(tl::run_gptq_quantize(o) == 0);
+  o.output = dir + "/from_text.tinyloop";
+  o.calib_tokens.clear();
+  o.calib_text = text;
+  o.tokenizer = TL_SPM_DIR;
+  REQUIRE(tl::run_gptq_quantize(o) == 0);
+  const tl::TinyloopReader a(dir + "/from_ids.tinyloop"), b(dir + "/from_text.tinyloop");
+  REQUIRE(a.quant_names() == b.quant_names());
+  for (const std::string& n : a.quant_names()) {
+    const tl::QuantWeight qa = a.read_quant(n, false), qb = b.read_quant(n, false);
+    CHECK(qa.q == qb.q);
+    CHECK(qa.scale == qb.scale);
+    CHECK(qa.zero == qb.zero);
+  }
+  // A folder without a tokenizer, or none given for a .tinyloop input: refused by name.
+  o.tokenizer.clear();
+  o.output = dir + "/none.tinyloop";
+  CHECK_THROWS_WITH_AS(tl::run_gptq_quantize(o), doctest::Contains("give --tokenizer DIR"), tl::Error);
 }
 
 TEST_CASE("gptq-quantize --calib-tokens: bad combinations are errors") {
