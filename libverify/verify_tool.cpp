@@ -131,6 +131,8 @@ int run_tl_verify(const VerifyOptions& o) {
     report.tiers.push_back(std::move(r));
   }
   report.exit_code = report_exit_code(report);
+  // Where no kernel tier opened a device, the one the e2e tier ran on (its own probe).
+  if (report.device.empty() && e2e && e2e->status != Status::kSkipped) report.device = e2e->device;
 
   write_text_report(report, out);
   if (e2e && e2e->status != Status::kSkipped) {

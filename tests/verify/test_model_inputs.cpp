@@ -130,6 +130,7 @@ TEST_CASE("tl-verify on a GPTQ folder: the e2e tier scores it as the file it cam
   INFO(e2e.out << e2e.err);
   CHECK(e2e.rc == 0);
   CHECK(e2e.out.find("e2e: passed") != std::string::npos);
+  CHECK(e2e.out.find(", device: CPU (") != std::string::npos);  // the e2e tier's device, not "none"
 }
 
 TEST_CASE("e2e --text: the figures of --tokens on the ids the model's tokenizer gives the text") {
