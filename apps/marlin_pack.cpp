@@ -1,5 +1,5 @@
 // marlin-pack: add Marlin sections (B, permuted s, delta) to the quantized weights of a
-// .tinyloop file or a GPTQ checkpoint. The job lives in libconvert/marlin_pack_tool.cpp.
+// .tinyloop file or a quantized checkpoint folder. The job lives in libconvert/marlin_pack_tool.cpp.
 #include <string>
 
 #include "apps/kernel_env.h"
@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
                "An already-packed weight is re-packed and must match its stored section."};
   tl::add_version_flag(app, "marlin-pack");
   tl::MarlinPackOptions o;
-  app.add_option("INPUT", o.input, ".tinyloop file, or GPTQ checkpoint folder (AutoGPTQ / GPTQModel)")
+  app.add_option("INPUT", o.input, ".tinyloop file, or quantized checkpoint folder (GPTQ, AWQ GEMM, compressed-tensors pack-quantized)")
       ->required();
   auto* out = app.add_option("-o,--output", o.output, "output .tinyloop (written atomically)");
   app.add_flag("--in-place", o.in_place, "rewrite INPUT (temporary file + rename)")->excludes(out);

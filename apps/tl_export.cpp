@@ -1,26 +1,32 @@
-// tl-export: a .tinyloop model -> a Hugging Face GPTQ folder (AutoGPTQ / GPTQModel layout) that
-// transformers, vLLM and GPTQModel load. The job lives in libconvert/gptq_export.cpp.
+// tl-export: a .tinyloop model -> a Hugging Face folder that transformers and vLLM load: GPTQ
+// (AutoGPTQ / GPTQModel layout) or compressed-tensors pack-quantized (llm-compressor's W4A16).
+// The job lives in libconvert/hf_export.cpp.
 #include <string>
 
 #include "apps/tool_main.h"
-#include "libconvert/gptq_export.h"
+#include "libconvert/hf_export.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Writes a quantized .tinyloop model as a Hugging Face GPTQ checkpoint folder (qweight / qzeros / "
-               "scales / g_idx per linear, config.json with quantization_config, the tokenizer copied from --from).\n"
-               "Integer zero points travel exactly; a weight GPTQ cannot hold (float zero points, mixed group "
-               "sizes) is refused by name."};
+  CLI::App app{"Writes a quantized .tinyloop model as a Hugging Face checkpoint folder: GPTQ (qweight / qzeros / "
+               "scales / g_idx per linear) or compressed-tensors pack-quantized (weight_packed / weight_scale / "
+               "weight_zero_point / weight_shape), config.json with quantization_config, the tokenizer copied from "
+               "--from.\nInteger zero points travel exactly; a weight the format cannot hold (float zero points, mixed "
+               "group sizes) is refused by name."};
   tl::add_version_flag(app, "tl-export");
   tl::ExportOptions o;
   app.add_option("INPUT", o.input, "quantized .tinyloop model (gptq-quantize's output, with or without Marlin sections)")
       ->required();
   app.add_option("-o,--output", o.output, "folder to create (must not exist; built under a temporary name, then renamed)")
       ->required();
-  app.add_option("--format", o.format, "checkpoint format")->check(CLI::IsMember({"gptq"}))->capture_default_str();
+  app.add_option("--format", o.format,
+                 "checkpoint format: gptq (AutoGPTQ / GPTQModel) or compressed-tensors (pack-quantized W4A16, "
+                 "asymmetric: what llm-compressor writes and vLLM serves)")
+      ->check(CLI::IsMember({"gptq", "compressed-tensors"}))
+      ->capture_default_str();
   app.add_option("--from", o.from,
                  "the original Hugging Face folder: its config.json (checked against the file's) and tokenizer files");
   app.add_option("--gptq-format", o.gptq_format,
-                 "zero-point convention: v1 (AutoGPTQ, stored z - 1; what vLLM and transformers expect) or v2 (GPTQModel)")
+                 "GPTQ's zero-point convention: v1 (AutoGPTQ, stored z - 1; what vLLM and transformers expect) or v2 (GPTQModel)")
       ->check(CLI::IsMember({"v1", "v2"}))
       ->capture_default_str();
   app.add_option("--max-shard-bytes", o.max_shard_bytes, "safetensors shard size limit")->capture_default_str();

@@ -18,8 +18,8 @@ int main(int argc, char** argv) {
                "FILE the pack tier and the GPU tiers run on the file's own packed weights."};
   tl::add_version_flag(app, "tl-verify");
   app.add_option("FILE", opt.file,
-                 "a .tinyloop file (optional); for --tiers e2e alone also a GPTQ checkpoint folder (AutoGPTQ / "
-                 "GPTQModel), scored as it is");
+                 "a .tinyloop file (optional); for --tiers e2e alone also a quantized checkpoint folder (GPTQ, "
+                 "AWQ, compressed-tensors), scored as it is");
   app.add_flag("-q,--quiet", opt.quiet, "no progress lines on stderr (skip reasons, failures and the seed stay)");
   std::string tiers;
   app.add_option("--tiers", tiers, "comma-separated tiers to run (default: all): " +

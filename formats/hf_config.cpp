@@ -232,15 +232,15 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& fil
   if (type == "llama") c.mlp_bias = k.boolean("mlp_bias", false);
   c.qk_norm = type == "qwen3";
   read_window(k, type, c);
-  // quantization_config is read by the GPTQ-checkpoint import (libconvert/gptq_checkpoint.h);
+  // quantization_config is read by the quantized-checkpoint import (libconvert/quant_checkpoint.h);
   // any other quantization method is not.
   if (k.has("quantization_config")) {
     const nlohmann::json& q = k.at("quantization_config");
     const std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
                                    ? q["quant_method"].get<std::string>()
                                    : "gptq";
-    if (method != "gptq")
-      throw Error("quant_method \"" + method + "\" is not read (GPTQ checkpoints are)", file,
+    if (method != "gptq" && method != "awq" && method != "compressed-tensors")
+      throw Error("quant_method \"" + method + "\" is not read (GPTQ, AWQ and compressed-tensors checkpoints are)", file,
                   "quantization_config.quant_method");
   }
   k.refuse_unread(kInertKeys);

@@ -61,6 +61,7 @@ hid_t file_type(DType t) {
     case DType::F32: return H5T_IEEE_F32LE;
     case DType::F16: return h5::float16_type();
     case DType::BF16: return h5::bfloat16_type();
+    case DType::I64: return H5T_STD_I64LE;
     case DType::I32: return H5T_STD_I32LE;
     case DType::I8: return H5T_STD_I8LE;
     case DType::U8: return H5T_STD_U8LE;
@@ -74,6 +75,7 @@ hid_t mem_type(DType t) {
     case DType::F32: return H5T_NATIVE_FLOAT;
     case DType::F16: return h5::float16_type();   // raw bits, no conversion
     case DType::BF16: return h5::bfloat16_type();
+    case DType::I64: return H5T_NATIVE_INT64;
     case DType::I32: return H5T_NATIVE_INT32;
     case DType::I8: return H5T_NATIVE_INT8;
     case DType::U8: return H5T_NATIVE_UINT8;
@@ -91,7 +93,8 @@ bool dtype_of(const h5::DatasetInfo& info, DType* out) {
     return true;
   }
   if (info.type_class == H5T_INTEGER) {
-    if (info.type_size == 4 && info.is_signed) *out = DType::I32;
+    if (info.type_size == 8 && info.is_signed) *out = DType::I64;
+    else if (info.type_size == 4 && info.is_signed) *out = DType::I32;
     else if (info.type_size == 1 && info.is_signed) *out = DType::I8;
     else if (info.type_size == 1) *out = DType::U8;
     else return false;

@@ -123,7 +123,7 @@ std::vector<SafetensorsEntry> SafetensorsReader::Impl::open_shard(const std::str
     if (!v.contains("dtype") || !v["dtype"].is_string()) throw Error("expected a string 'dtype'", path, name);
     const std::string dt = v["dtype"].get<std::string>();
     if (!dtype_from_name(dt, &e.dtype))
-      throw Error("unsupported dtype '" + dt + "' (expected F64, F32, F16, BF16, I32, I8 or U8)", path, name);
+      throw Error("unsupported dtype '" + dt + "' (expected F64, F32, F16, BF16, I64, I32, I8 or U8)", path, name);
     if (!v.contains("shape") || !v["shape"].is_array()) throw Error("expected an array 'shape'", path, name);
     uint64_t numel = 1;
     for (const auto& d : v["shape"]) {

@@ -14,7 +14,7 @@ constexpr int64_t kConvertChunk = int64_t(1) << 18;  // elements per piece of a 
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F64: return 8;
+    case DType::F64: case DType::I64: return 8;
     case DType::F32: case DType::I32: return 4;
     case DType::F16: case DType::BF16: return 2;
     case DType::I8: case DType::U8: return 1;
@@ -28,6 +28,7 @@ const char* dtype_name(DType t) {
     case DType::F32: return "F32";
     case DType::F16: return "F16";
     case DType::BF16: return "BF16";
+    case DType::I64: return "I64";
     case DType::I32: return "I32";
     case DType::I8: return "I8";
     case DType::U8: return "U8";
@@ -38,7 +39,7 @@ const char* dtype_name(DType t) {
 bool dtype_from_name(const std::string& s, DType* out) {
   static const struct { const char* name; DType t; } table[] = {
       {"F64", DType::F64}, {"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16},
-      {"I32", DType::I32}, {"I8", DType::I8},   {"U8", DType::U8}};
+      {"I64", DType::I64}, {"I32", DType::I32}, {"I8", DType::I8},   {"U8", DType::U8}};
   for (const auto& e : table)
     if (s == e.name) { *out = e.t; return true; }
   return false;

@@ -9,7 +9,7 @@
 namespace tl {
 
 // Element types of safetensors and .tinyloop datasets (names as safetensors spells them).
-enum class DType { F64, F32, F16, BF16, I32, I8, U8 };
+enum class DType { F64, F32, F16, BF16, I64, I32, I8, U8 };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);           // "F32", "F16", "BF16", ...

@@ -131,7 +131,7 @@ EntryInfo TinyloopReader::info(const std::string& name) const {
     const std::string dp = schema::dense_path(name);
     const h5::DatasetInfo di = h5::dataset_info(f, dp, path);
     if (!schema::dtype_of(di, &e.dtype))
-      throw Error("unsupported dtype (expected F64, F32, F16, BF16, I32, I8 or U8)", path, dp);
+      throw Error("unsupported dtype (expected F64, F32, F16, BF16, I64, I32, I8 or U8)", path, dp);
     e.shape = di.shape;
     e.stored_bytes = di.storage_bytes;
     h5::Handle d(H5Dopen2(f, dp.c_str(), H5P_DEFAULT), H5Dclose);
@@ -149,7 +149,7 @@ Tensor TinyloopReader::read_dense(const std::string& name) const {
   Tensor t;
   t.name = name;
   if (!schema::dtype_of(di, &t.dtype))
-    throw Error("unsupported dtype (expected F64, F32, F16, BF16, I32, I8 or U8)", path, dp);
+    throw Error("unsupported dtype (expected F64, F32, F16, BF16, I64, I32, I8 or U8)", path, dp);
   t.shape = di.shape;
   t.data.resize(size_t(h5::checked_numel(di, dtype_size(t.dtype), path, dp)) * dtype_size(t.dtype));
   if (!t.data.empty()) h5::read_into(impl_->file, dp, path, schema::mem_type(t.dtype), t.data.data());

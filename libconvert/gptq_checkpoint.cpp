@@ -1,38 +1,15 @@
-// GPTQ checkpoint (AutoGPTQ / GPTQModel) import; the format is described in gptq_checkpoint.h.
+// GPTQ layers (AutoGPTQ / GPTQModel) to TinyLoop; the layout is described in gptq_checkpoint.h.
 #include "libconvert/gptq_checkpoint.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <set>
-#include <sys/stat.h>
 
 #include "core/error.h"
 #include "core/group_size.h"
-#include "formats/file_check.h"
-#include "formats/hf_config.h"
-#include "formats/safetensors.h"
 
 namespace tl {
 namespace {
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error("cannot read file", path);
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(std::string("invalid JSON: ") + e.what(), path);
-  }
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-const char* const kLayerSuffixes[] = {".qweight", ".qzeros", ".scales", ".g_idx"};
 
 std::string fmt_float(float v) {
   char buf[32];
@@ -42,27 +19,7 @@ std::string fmt_float(float v) {
 
 std::string at2(int64_t r, int64_t c) { return "[" + std::to_string(r) + ", " + std::to_string(c) + "]"; }
 
-template <class T>
-std::vector<T> copy_as(const Tensor& t) {
-  std::vector<T> v(t.data.size() / sizeof(T));
-  if (!v.empty()) std::memcpy(v.data(), t.data.data(), v.size() * sizeof(T));
-  return v;
-}
-
 }  // namespace
-
-bool is_gptq_checkpoint(const std::string& dir) {
-  if (!is_directory(dir)) return false;
-  if (is_regular_file(dir + "/quantize_config.json")) return true;
-  if (!is_regular_file(dir + "/config.json")) return false;
-  try {
-    const nlohmann::json j = read_json(dir + "/config.json");
-    return j.contains("quantization_config") && j["quantization_config"].is_object() &&
-           j["quantization_config"].value("quant_method", std::string("gptq")) == "gptq";
-  } catch (const Error&) {
-    return false;
-  }
-}
 
 GptqCheckpointConfig gptq_config_from_json(const nlohmann::json& q, const std::string& file) {
   if (!q.is_object()) throw Error("quantization settings must be a JSON object", file);
@@ -100,20 +57,6 @@ GptqCheckpointConfig gptq_config_from_json(const nlohmann::json& q, const std::s
     throw Error(std::string("bad quantization settings: ") + e.what(), file);
   }
   return c;
-}
-
-GptqCheckpointConfig read_gptq_config(const std::string& dir) {
-  const std::string qc = dir + "/quantize_config.json";
-  if (is_regular_file(qc)) return gptq_config_from_json(read_json(qc), qc);
-  const std::string cfg = dir + "/config.json";
-  if (is_regular_file(cfg)) {
-    const nlohmann::json j = read_json(cfg);
-    if (j.contains("quantization_config"))
-      return gptq_config_from_json(j["quantization_config"], cfg + ": quantization_config");
-  }
-  throw Error("not a GPTQ checkpoint: expected quantize_config.json or a quantization_config in "
-              "config.json",
-              dir);
 }
 
 QuantWeight gptq_layer_to_tinyloop(const std::string& name, const GptqLayerView& v,
@@ -207,111 +150,6 @@ std::vector<int32_t> gptq_pack_qzeros(const std::vector<int32_t>& z, int64_t G, 
       word = int32_t(uint32_t(word) | (nib << (4 * (n % 8))));
     }
   return out;
-}
-
-struct GptqCheckpoint::Impl {
-  std::string dir;
-  GptqCheckpointConfig config;
-  SafetensorsReader st;
-  bool has_model = false;
-  ModelConfig model;
-  std::vector<std::string> quant, dense;
-  explicit Impl(const std::string& d) : dir(d), config(read_gptq_config(d)), st(d) {}
-};
-
-GptqCheckpoint::GptqCheckpoint(const std::string& dir) {
-  if (!is_directory(dir)) throw Error("not a folder", dir);
-  impl_ = std::make_unique<Impl>(dir);
-  const std::string cfg = dir + "/config.json";
-  if (is_regular_file(cfg)) {
-    try {
-      impl_->model = read_hf_config(cfg);
-      impl_->has_model = true;
-    } catch (const Error&) {
-      impl_->has_model = false;  // an architecture TinyLoop does not model: weights still convert
-    }
-  }
-  std::set<std::string> layers;
-  for (const std::string& n : impl_->st.names())
-    if (ends_with(n, ".qweight")) layers.insert(n.substr(0, n.size() - 8));
-  if (layers.empty()) throw Error("no '<layer>.qweight' tensors: not a GPTQ checkpoint", dir);
-  impl_->quant.assign(layers.begin(), layers.end());
-  for (const std::string& n : impl_->st.names()) {
-    bool part = false;
-    for (const char* suf : kLayerSuffixes)
-      if (ends_with(n, suf) && layers.count(n.substr(0, n.size() - std::strlen(suf)))) part = true;
-    if (!part) impl_->dense.push_back(n);
-  }
-  std::sort(impl_->dense.begin(), impl_->dense.end());
-}
-
-GptqCheckpoint::~GptqCheckpoint() = default;
-GptqCheckpoint::GptqCheckpoint(GptqCheckpoint&&) noexcept = default;
-
-const std::string& GptqCheckpoint::dir() const { return impl_->dir; }
-const GptqCheckpointConfig& GptqCheckpoint::config() const { return impl_->config; }
-bool GptqCheckpoint::has_model_config() const { return impl_->has_model; }
-const ModelConfig& GptqCheckpoint::model_config() const { return impl_->model; }
-std::vector<std::string> GptqCheckpoint::quant_names() const { return impl_->quant; }
-std::vector<std::string> GptqCheckpoint::dense_names() const { return impl_->dense; }
-
-QuantWeight GptqCheckpoint::read_quant(const std::string& name) const {
-  const SafetensorsReader& st = impl_->st;
-  const std::string& file = impl_->dir;
-  auto need = [&](const std::string& suffix, DType dt, size_t rank) {
-    const std::string t = name + suffix;
-    if (!st.contains(t)) throw Error("missing tensor '" + t + "'", file, name);
-    const SafetensorsEntry& e = st.entry(t);
-    if (e.dtype != dt || e.shape.size() != rank)
-      throw Error("expected " + std::string(dtype_name(dt)) + " with " + std::to_string(rank) +
-                      " dimensions, found " + dtype_name(e.dtype) + " " + shape_str(e.shape),
-                  file, t);
-    return e.shape;
-  };
-  const auto qw = need(".qweight", DType::I32, 2);
-  const auto qz = need(".qzeros", DType::I32, 2);
-  const auto sc = need(".scales", DType::F16, 2);
-  const int64_t K = qw[0] * 8, N = qw[1], G = sc[0];
-  if (sc[1] != N || qz[0] != G || qz[1] * 8 != N)
-    throw Error("inconsistent shapes: qweight " + shape_str(qw) + ", qzeros " + shape_str(qz) +
-                    ", scales " + shape_str(sc) + "; expected [K/8, N], [G, N/8], [G, N]",
-                file, name);
-  const std::vector<int32_t> qweight = copy_as<int32_t>(st.read(name + ".qweight"));
-  const std::vector<int32_t> qzeros = copy_as<int32_t>(st.read(name + ".qzeros"));
-  const std::vector<half_bits> scales = copy_as<half_bits>(st.read(name + ".scales"));
-  std::vector<int32_t> g_idx;
-  if (st.contains(name + ".g_idx")) {
-    const auto gi = need(".g_idx", DType::I32, 1);
-    if (gi[0] != K)
-      throw Error("g_idx has " + std::to_string(gi[0]) + " entries, expected K = " + std::to_string(K),
-                  file, name + ".g_idx");
-    g_idx = copy_as<int32_t>(st.read(name + ".g_idx"));
-  }
-  GptqLayerView v;
-  v.K = K;
-  v.N = N;
-  v.G = G;
-  v.qweight = qweight.data();
-  v.qzeros = qzeros.data();
-  v.scales = scales.data();
-  v.g_idx = g_idx.empty() ? nullptr : g_idx.data();
-  return gptq_layer_to_tinyloop(name, v, impl_->config, file);
-}
-
-Tensor GptqCheckpoint::read_dense(const std::string& name) const {
-  Tensor t = impl_->st.read(name);
-  const bool linear = ends_with(name, "_proj.weight") || name == "lm_head.weight";
-  if (linear && t.shape.size() == 2) {
-    const int64_t N = t.shape[0], K = t.shape[1];
-    const size_t es = dtype_size(t.dtype);
-    std::vector<uint8_t> out(t.data.size());
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t k = 0; k < K; ++k)
-        std::memcpy(out.data() + size_t(k * N + n) * es, t.data.data() + size_t(n * K + k) * es, es);
-    t.data.swap(out);
-    t.shape = {K, N};
-  }
-  return t;
 }
 
 }  // namespace tl

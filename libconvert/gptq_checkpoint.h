@@ -1,8 +1,8 @@
-// Import of GPTQ checkpoints in the AutoGPTQ / GPTQModel format into TinyLoop quantized weights.
+// GPTQ checkpoints' layout (AutoGPTQ / GPTQModel) and its conversion to TinyLoop quantized
+// weights, per layer; the folder is read by quant_checkpoint.h (with AWQ and compressed-tensors).
 //
-// A checkpoint is a folder with safetensors (single or sharded) and either quantize_config.json
-// or a "quantization_config" object (quant_method "gptq") in config.json. Per quantized linear
-// layer <p> (PyTorch Linear(K -> N)):
+// The settings are quantize_config.json or config.json's "quantization_config" (quant_method
+// "gptq"). Per quantized linear layer <p> (PyTorch Linear(K -> N)):
 //   <p>.qweight  int32 [K/8, N]   8 codes per word along K: row k in bits 4*(k % 8) of word k/8
 //   <p>.qzeros   int32 [G, N/8]   8 zero points per word along N: column n in bits 4*(n % 8)
 //   <p>.scales   fp16  [G, N]
@@ -26,7 +26,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,11 +48,7 @@ struct GptqCheckpointConfig {
   std::string source;                  // the file the settings came from
 };
 
-// True when `dir` is a folder with quantize_config.json, or a config.json whose
-// quantization_config has quant_method "gptq".
-bool is_gptq_checkpoint(const std::string& dir);
-// Reads and checks the quantization settings (throws tl::Error naming the file and key).
-GptqCheckpointConfig read_gptq_config(const std::string& dir);
+// Reads and checks GPTQ's quantization settings (throws tl::Error naming the file and key).
 GptqCheckpointConfig gptq_config_from_json(const nlohmann::json& q, const std::string& file);
 
 // One layer's tensors as stored (row-major, little-endian), for the pure conversion below.
@@ -76,31 +71,5 @@ QuantWeight gptq_layer_to_tinyloop(const std::string& name, const GptqLayerView&
 std::vector<int32_t> gptq_pack_qweight(const std::vector<uint8_t>& q, int64_t K, int64_t N);
 std::vector<int32_t> gptq_pack_qzeros(const std::vector<int32_t>& z, int64_t G, int64_t N,
                                       bool zeros_minus_one);
-
-// A checkpoint folder opened for streaming: tensors are read one layer at a time.
-class GptqCheckpoint {
- public:
-  explicit GptqCheckpoint(const std::string& dir);  // throws tl::Error
-  ~GptqCheckpoint();
-  GptqCheckpoint(GptqCheckpoint&&) noexcept;
-
-  const std::string& dir() const;
-  const GptqCheckpointConfig& config() const;
-  // The model's hyper-parameters when config.json describes a supported architecture.
-  bool has_model_config() const;
-  const ModelConfig& model_config() const;
-  std::vector<std::string> quant_names() const;  // layer prefixes <p> (sorted)
-  // Everything that is not a quantized layer's qweight/qzeros/scales/g_idx (sorted). Biases
-  // stay here under their own names.
-  std::vector<std::string> dense_names() const;
-  QuantWeight read_quant(const std::string& name) const;
-  // A dense tensor as stored, except 2-D Linear weights of the Llama family (names ending in
-  // "_proj.weight", and "lm_head.weight"), which are transposed to TinyLoop's [K, N].
-  Tensor read_dense(const std::string& name) const;
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
 
 }  // namespace tl

@@ -15,7 +15,7 @@
 #include "formats/report_header.h"
 #include "formats/file_check.h"
 #include "formats/tinyloop_file.h"
-#include "libconvert/gptq_checkpoint.h"
+#include "libconvert/quant_checkpoint.h"
 #include "formats/marlin_layout.h"
 
 namespace tl {
@@ -207,8 +207,8 @@ struct Job {
     }
   }
 
-  void run_gptq(TinyloopWriter& out) {
-    GptqCheckpoint ck(o.input);
+  void run_checkpoint(TinyloopWriter& out) {
+    QuantCheckpoint ck(o.input);
     if (ck.has_model_config()) out.write_config(ck.model_config());
     for (const std::string& name : ck.dense_names()) {
       out.write_dense(ck.read_dense(name));
@@ -295,26 +295,27 @@ int run_marlin_pack(const MarlinPackOptions& o) {
 
   std::string kind;
   if (is_directory(o.input)) {
-    if (!is_gptq_checkpoint(o.input))
-      throw Error("a folder must be a GPTQ checkpoint (quantize_config.json, or config.json with "
-                  "a quantization_config)",
+    QuantFormat format = QuantFormat::kGptq;
+    if (!quant_checkpoint_format(o.input, &format))
+      throw Error("a folder must be a quantized checkpoint (GPTQ, AWQ or compressed-tensors: quantize_config.json, "
+                  "or config.json with a quantization_config)",
                   o.input);
-    if (o.in_place) throw Error("--in-place needs a .tinyloop input; write a GPTQ checkpoint's "
+    if (o.in_place) throw Error("--in-place needs a .tinyloop input; write a quantized checkpoint's "
                                 "conversion with -o OUTPUT.tinyloop", o.input);
-    kind = "gptq-checkpoint";
+    kind = std::string(quant_format_name(format)) + "-checkpoint";
   } else {
-    require_regular_file(o.input, "a .tinyloop file or a GPTQ checkpoint folder");  // never opens a FIFO
-    if (!is_hdf5_file(o.input)) throw Error("expected a .tinyloop (HDF5) file or a GPTQ checkpoint folder", o.input);
+    require_regular_file(o.input, "a .tinyloop file or a quantized checkpoint folder");  // never opens a FIFO
+    if (!is_hdf5_file(o.input)) throw Error("expected a .tinyloop (HDF5) file or a quantized checkpoint folder", o.input);
     kind = "tinyloop";
   }
 
   try {
     TinyloopWriter out(job.target, kTool);  // temporary file; removed unless committed
     if (kind == "tinyloop") job.run_tinyloop(out);
-    else job.run_gptq(out);
+    else job.run_checkpoint(out);
     size_t skipped = 0;
     for (const WeightReport& r : job.weights) skipped += r.status == "skipped";
-    if (o.require_all && skipped > 0)  // a GPTQ checkpoint's weights are known only once read
+    if (o.require_all && skipped > 0)  // a checkpoint's weights are known only once read
       throw GateUnmet{"--require-all: " + std::to_string(skipped) + " of " + std::to_string(job.weights.size()) +
                       " weight(s) stayed unpacked (" + reason_counts(job.weights) + "); nothing written"};
     out.commit();

@@ -1,4 +1,4 @@
-// marlin-pack, the whole tool job: read a .tinyloop (or a GPTQ checkpoint folder), add a Marlin
+// marlin-pack, the whole tool job: read a .tinyloop (or a quantized checkpoint folder: GPTQ, AWQ, compressed-tensors), add a Marlin
 // section to every quantized weight that passes the Marlin gate, write the result atomically.
 //
 //   marlin-pack INPUT -o OUTPUT.tinyloop | --in-place [--only REGEX] [--drop-native]
@@ -26,7 +26,7 @@
 namespace tl {
 
 struct MarlinPackOptions {
-  std::string input;     // .tinyloop file or GPTQ checkpoint folder
+  std::string input;     // .tinyloop file or quantized checkpoint folder
   std::string output;    // target .tinyloop (empty with in_place)
   bool in_place = false; // rewrite INPUT (temporary file + rename); .tinyloop input only
   std::string only;      // ECMAScript regex searched in each quantized weight's name; "" = all

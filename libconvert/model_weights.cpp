@@ -13,7 +13,7 @@
 #include "formats/file_check.h"
 #include "formats/marlin_layout.h"
 #include "libconvert/checkpoint_import.h"
-#include "libconvert/gptq_checkpoint.h"
+#include "libconvert/quant_checkpoint.h"
 #include "libconvert/minmax_quantizer.h"
 
 namespace tl {
@@ -186,11 +186,11 @@ Source import_source(const CheckpointImport& imp, const std::map<std::string, co
   return src;
 }
 
-// A Source over a GPTQ checkpoint folder read as a model (`ck` must outlive it): its HF names
+// A Source over a quantized checkpoint folder (GPTQ, AWQ, compressed-tensors) read as a model (`ck` must outlive it): its HF names
 // mapped to TinyLoop's (checkpoint_import.h), q | k | v joined along N (same K and group size:
 // groups run along K); with_marlin: each quantized weight that passes the Marlin gate packed on
 // the way in (the folder has no Marlin sections; the GPU's Marlin path runs on them).
-Source gptq_source(const GptqCheckpoint& ck, bool with_marlin) {
+Source checkpoint_source(const QuantCheckpoint& ck, bool with_marlin) {
   const ModelConfig c = ck.model_config();
   const std::vector<std::string> qn = ck.quant_names();
   auto quant = std::make_shared<std::set<std::string>>(qn.begin(), qn.end());
@@ -444,10 +444,10 @@ ModelWeights load_model_weights(const TinyloopReader& r, bool with_marlin) {
 
 ModelWeights load_model_weights_any(const std::string& path, bool with_marlin) {
   if (is_hdf5_file(path)) return load_model_weights(path, with_marlin);
-  if (is_directory(path) && is_gptq_checkpoint(path)) {
-    const GptqCheckpoint ck(path);
+  if (is_directory(path) && is_quant_checkpoint(path)) {
+    const QuantCheckpoint ck(path);
     if (!ck.has_model_config()) throw Error("expected a model config (config.json of a Llama-family model)", path, "config");
-    return load_from_source(gptq_source(ck, with_marlin), ck.model_config());
+    return load_from_source(checkpoint_source(ck, with_marlin), ck.model_config());
   }
   CheckpointImport imp(path, "^$");
   if (!imp.has_config()) throw Error("expected a model config (config.json beside the weights)", path, "config");

@@ -88,8 +88,8 @@ void check_model_entry(const ModelConfig& config, const std::string& name, const
 // its Marlin section when with_marlin). Throws tl::Error naming the file and entry.
 ModelWeights load_model_weights(const TinyloopReader& reader, bool with_marlin = true);
 ModelWeights load_model_weights(const std::string& tinyloop_path, bool with_marlin = true);
-// A .tinyloop (by its HDF5 signature), a GPTQ checkpoint folder (AutoGPTQ / GPTQModel,
-// gptq_checkpoint.h: its quantized layers as TinyLoop quantized weights, q | k | v joined, each
+// A .tinyloop (by its HDF5 signature), a quantized checkpoint folder (GPTQ, AWQ, compressed-tensors:
+// quant_checkpoint.h; its quantized layers as TinyLoop quantized weights, q | k | v joined, each
 // Marlin-packed where the gate passes and with_marlin) or anything else gptq-quantize imports (an
 // HF Llama-family folder, a TinyLoop HF-style folder: every linear weight dense).
 ModelWeights load_model_weights_any(const std::string& path, bool with_marlin = true);

@@ -14,7 +14,7 @@
 #include "formats/file_check.h"
 #include "formats/text_tokens.h"
 #include "formats/token_file.h"
-#include "libconvert/gptq_checkpoint.h"
+#include "libconvert/quant_checkpoint.h"
 #include "libconvert/model_forward.h"
 #include "libconvert/model_weights.h"
 #include "libverify/e2e_internal.h"
@@ -37,12 +37,13 @@ void check_same_shape(const ModelConfig& a, const std::string& file_a, const Mod
                       std::to_string(v.second), file_b, std::string("config.") + name);
 }
 
-// A scored model's config and quantized-weight count: a .tinyloop, or a GPTQ checkpoint folder
+// A scored model's config and quantized-weight count: a .tinyloop, or a quantized checkpoint folder (GPTQ, AWQ,
+// compressed-tensors)
 // (read as a model by load_model_weights_any).
 ModelConfig read_config(const std::string& file, int64_t* n_quant = nullptr) {
   ModelConfig c;
-  if (is_directory(file) && is_gptq_checkpoint(file)) {
-    const GptqCheckpoint ck(file);
+  if (is_directory(file) && is_quant_checkpoint(file)) {
+    const QuantCheckpoint ck(file);
     if (!ck.has_model_config()) throw Error("expected a model config (config.json of a Llama-family model)", file, "config");
     c = ck.model_config();
     if (n_quant) *n_quant = int64_t(ck.quant_names().size());

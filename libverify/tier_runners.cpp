@@ -230,7 +230,7 @@ TierResult run_tier(TierId id, const TierBounds& bounds, const RunContext& ctx) 
     r.reason = spec.unavailable;
     return r;
   }
-  // The e2e tier takes a GPTQ checkpoint folder too (no reader: it loads the model by path).
+  // The e2e tier takes a quantized checkpoint folder too (no reader: it loads the model by path).
   if (spec.file_use == FileUse::kRequired && !ctx.file && (id != TierId::kE2e || ctx.file_path.empty())) {
     r.reason = "no FILE given (this tier checks a .tinyloop file)";
     return r;

@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "core/exit_codes.h"
 #include "formats/tinyloop_file.h"
-#include "libconvert/gptq_checkpoint.h"
+#include "libconvert/quant_checkpoint.h"
 #include "libverify/drift_report.h"
 #include "libverify/tier_runners.h"
 #include "libverify/verify_report.h"
@@ -74,13 +74,13 @@ int run_tl_verify(const VerifyOptions& o) {
   std::unique_ptr<AtomicOutput> json_out = reserve(o.json_path), md_out = reserve(o.md_path);
   std::unique_ptr<AtomicOutput> drift_json_out = reserve(o.drift_json_path), drift_md_out = reserve(o.drift_md_path);
   std::unique_ptr<TinyloopReader> reader;
-  // A GPTQ checkpoint folder is a model the e2e tier scores as it is (load_model_weights_any);
+  // A quantized checkpoint folder (GPTQ, AWQ, compressed-tensors) is a model the e2e tier scores as it is (load_model_weights_any);
   // the kernel tiers read .tinyloop files.
-  const bool gptq_folder = !o.file.empty() && is_directory(o.file) && is_gptq_checkpoint(o.file);
-  if (gptq_folder) {
+  const bool quant_folder = !o.file.empty() && is_directory(o.file) && is_quant_checkpoint(o.file);
+  if (quant_folder) {
     for (TierId id : tiers)
       if (id != TierId::kE2e)
-        throw Error(std::string("a GPTQ checkpoint folder: the ") + tier_spec(id).name +
+        throw Error(std::string("a quantized checkpoint folder: the ") + tier_spec(id).name +
                         " tier reads .tinyloop files (convert it: marlin-pack FILE -o FILE.tinyloop); --tiers e2e "
                         "scores the folder as it is",
                     o.file);

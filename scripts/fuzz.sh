@@ -16,7 +16,7 @@ seeds="$work/seeds-$$"
 trap 'rm -rf "$seeds"' EXIT
 cp "$root"/tests/repro/*.tinyloop "$seeds/tinyloop/"
 mkdir -p "$seeds/hf_config" && cp "$root/tests/repro/config_dhead_mul_overflow.json" "$seeds/hf_config/"
-targets=(tinyloop tinyloop_structured calib safetensors safetensors_index hf_config tokens gptq_checkpoint hf_import)
+targets=(tinyloop tinyloop_structured calib safetensors safetensors_index hf_config tokens quant_checkpoint hf_import)
 [ -n "${FUZZ_TARGETS:-}" ] && read -r -a targets <<< "$FUZZ_TARGETS"  # a subset, e.g. for parallel runs
 status=0
 mkdir -p "$work/report"
@@ -52,7 +52,7 @@ done
 {
   echo "| target | seconds | executions | exec/s | coverage (edges) | features | corpus | result |"
   echo "|---|---|---|---|---|---|---|---|"
-  for t in tinyloop tinyloop_structured calib safetensors safetensors_index hf_config tokens gptq_checkpoint hf_import; do
+  for t in tinyloop tinyloop_structured calib safetensors safetensors_index hf_config tokens quant_checkpoint hf_import; do
     [ -f "$work/report/$t.md" ] && cat "$work/report/$t.md"
   done
 } > "$work/report.md"

@@ -34,7 +34,7 @@ expect_bad "bad regular expression" "$MP" ckok -o out.tinyloop --only '('
 expect_bad "no-such-file: No such file or directory; expected a .tinyloop" "$MP" no-such-file -o out.tinyloop
 echo "not hdf5" > junk.bin
 expect_bad "junk.bin: expected a .tinyloop" "$MP" junk.bin -o out.tinyloop
-mkdir -p plain && expect_bad "a folder must be a GPTQ checkpoint" "$MP" plain -o out.tinyloop
+mkdir -p plain && expect_bad "a folder must be a quantized checkpoint" "$MP" plain -o out.tinyloop
 # A sym v1 checkpoint declared as gptq_v2 carries z = 7: refused, naming the likely cause.
 sed -i 's/"gptq"}/"gptq_v2"}/' ckok/quantize_config.json
 expect_bad "is checkpoint_format right" "$MP" ckok -o out.tinyloop

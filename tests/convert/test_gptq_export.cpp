@@ -1,6 +1,6 @@
-// tl-export --format gptq (libconvert/gptq_export.h): a quantized .tinyloop written as an HF GPTQ
-// folder and read back with the project's GPTQ importer (gptq_checkpoint.h, which follows the
-// AutoGPTQ / GPTQModel layout): codes and scales bit for bit, the zero point as z * scale, every
+// tl-export --format gptq | compressed-tensors (libconvert/hf_export.h): a quantized .tinyloop
+// written as an HF folder and read back with the project's importer (quant_checkpoint.h, which
+// follows the AutoGPTQ / GPTQModel and compressed-tensors layouts): codes and scales bit for bit, the zero point as z * scale, every
 // dense tensor unchanged under its HF name, q | k | v split, config and tokenizer carried, shards;
 // and every refusal (float zero points, zero point 0 in v1, a looped model, mixed group sizes, an
 // existing output, a --from of another model) leaves nothing behind.
@@ -23,8 +23,8 @@
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
 #include "formats/tinyloop_file.h"
-#include "libconvert/gptq_checkpoint.h"
-#include "libconvert/gptq_export.h"
+#include "libconvert/quant_checkpoint.h"
+#include "libconvert/hf_export.h"
 #include "libconvert/minmax_quantizer.h"
 #include "libconvert/model_weights.h"
 
@@ -102,16 +102,18 @@ void check_nothing_left(const std::string& dir, const std::string& out) {
 
 }  // namespace
 
-TEST_CASE("tl-export gptq: the folder reads back through the GPTQ importer with the file's codes, scales and z") {
-  for (const char* fmt : {"v1", "v2"}) {
+TEST_CASE("tl-export: the folder reads back through the importer with the file's codes, scales and z") {
+  for (const char* fmt : {"v1", "v2", "compressed-tensors"}) {
     CAPTURE(fmt);
+    const bool ct = std::string(fmt) == "compressed-tensors";
     const std::string dir = scratch(std::string("roundtrip_") + fmt);
     const tl::ModelWeights w = quantized_model(7);
     const std::string file = dir + "/m.tinyloop";
     tl::write_model_tinyloop(w, file, tl::DType::F16);
     const std::string from = hf_folder(dir, w.config);
     tl::ExportOptions o = options(file, dir + "/out", from);
-    o.gptq_format = fmt;
+    if (ct) o.format = fmt;
+    else o.gptq_format = fmt;
     o.max_shard_bytes = 1u << 20;
     REQUIRE(tl::run_tl_export(o) == 0);
     const std::string out = dir + "/out";
@@ -125,12 +127,24 @@ TEST_CASE("tl-export gptq: the folder reads back through the GPTQ importer with 
 
     nlohmann::json cfg = nlohmann::json::parse(std::ifstream(out + "/config.json"));
     CHECK(cfg["bos_token_id"] == 1);
-    CHECK(cfg["quantization_config"]["quant_method"] == "gptq");
-    CHECK(cfg["quantization_config"]["group_size"] == 32);
-    CHECK(cfg["quantization_config"]["lm_head"] == true);
+    const nlohmann::json& qc = cfg["quantization_config"];
+    if (ct) {
+      CHECK(qc["quant_method"] == "compressed-tensors");
+      CHECK(qc["format"] == "pack-quantized");
+      const nlohmann::json& wq = qc["config_groups"]["group_0"]["weights"];
+      CHECK(wq["group_size"] == 32);
+      CHECK(wq["strategy"] == "group");
+      CHECK(wq["symmetric"] == false);
+      CHECK(qc["ignore"].empty());  // the head is quantized too
+    } else {
+      CHECK(qc["quant_method"] == "gptq");
+      CHECK(qc["group_size"] == 32);
+      CHECK(qc["lm_head"] == true);
+    }
 
-    const tl::GptqCheckpoint ck(out);
-    CHECK(ck.config().checkpoint_format == (std::string(fmt) == "v1" ? "gptq" : "gptq_v2"));
+    const tl::QuantCheckpoint ck(out);
+    CHECK(ck.config().format == (ct ? tl::QuantFormat::kCompressedTensors : tl::QuantFormat::kGptq));
+    if (!ct) CHECK(ck.config().gptq.checkpoint_format == (std::string(fmt) == "v1" ? "gptq" : "gptq_v2"));
     CHECK_FALSE(ck.config().sym);
     CHECK(ck.quant_names().size() == 2 * 7 + 1);  // q, k, v, o, gate, up, down per layer + lm_head
     const tl::TinyloopReader in(file);
@@ -217,9 +231,19 @@ TEST_CASE("tl-export gptq: refusals name the weight or the reason and leave noth
     tl::ExportOptions v2 = options(dir + "/z.tinyloop", out, "");
     v2.gptq_format = "v2";
     CHECK(tl::run_tl_export(v2) == 0);
-    const tl::GptqCheckpoint ck(out);
+    const tl::QuantCheckpoint ck(out);
     const tl::QuantWeight g = ck.read_quant("model.layers.0.mlp.up_proj");
     CHECK(g.zero[3] == tl::float_to_half(-0.0f));  // z = 0 read back: zero = -(0 * scale)
+  }
+  SUBCASE("compressed-tensors: a ragged last group is refused by name") {
+    const tl::ModelWeights w = quantized_model(13, 96);  // K = 256 and 512: not multiples of 96
+    tl::write_model_tinyloop(w, dir + "/r.tinyloop", tl::DType::F16);
+    tl::ExportOptions o = options(dir + "/r.tinyloop", out, "");
+    o.format = "compressed-tensors";
+    const std::string e = error_of(o);
+    CHECK(e.find("a ragged last group") != std::string::npos);
+    CHECK(e.find("is not a multiple of the group size 96") != std::string::npos);
+    check_nothing_left(dir, out);
   }
   SUBCASE("a looped model, mixed group sizes, an existing output, another model's --from") {
     tl::ModelConfig lc = llama_config();

@@ -173,8 +173,12 @@ TEST_CASE("hf_config: strict keys: an unknown or unmodelled key is refused by na
   w["sliding_window"] = 128;  // Llama has no window: the key is not read, so it is refused
   CHECK(test::error_message([&] { model_config_from_hf(w); }).find("sliding_window: config key not modelled") != std::string::npos);
   json a = llama();
-  a["quantization_config"] = {{"quant_method", "awq"}};
-  CHECK(test::error_message([&] { model_config_from_hf(a); }).find("quant_method \"awq\" is not read") != std::string::npos);
+  a["quantization_config"] = {{"quant_method", "bitsandbytes"}};
+  CHECK(test::error_message([&] { model_config_from_hf(a); }).find("quant_method \"bitsandbytes\" is not read") != std::string::npos);
+  for (const char* m : {"gptq", "awq", "compressed-tensors"}) {  // read by libconvert/quant_checkpoint.h
+    a["quantization_config"] = {{"quant_method", m}};
+    CHECK_NOTHROW(model_config_from_hf(a));
+  }
   json inert = llama();  // keys that do not change the forward pass
   inert["bos_token_id"] = 1;
   inert["torch_dtype"] = "bfloat16";

@@ -34,6 +34,7 @@ Tensor random_dense(const std::string& name, DType dt, std::vector<int64_t> shap
       case DType::F32: t.as<float>()[i] = v; break;
       case DType::F16: t.as<uint16_t>()[i] = float_to_half(v); break;
       case DType::BF16: t.as<uint16_t>()[i] = float_to_bf16(v); break;
+      case DType::I64: t.as<int64_t>()[i] = int64_t(rng()); break;
       case DType::I32: t.as<int32_t>()[i] = int32_t(rng()); break;
       case DType::I8: t.as<int8_t>()[i] = int8_t(rng()); break;
       case DType::U8: t.as<uint8_t>()[i] = uint8_t(rng()); break;

@@ -15,6 +15,7 @@
 #include "formats/safetensors.h"
 #include "formats/tinyloop_file.h"
 #include "fuzz_util.h"
+#include "libconvert/checkpoint_layers.h"
 #include "libconvert/gptq_checkpoint.h"
 #include "formats/marlin_layout.h"
 
@@ -218,8 +219,41 @@ void gptq_seeds() {
   for (size_t i = 0; i < size_t(G * N); ++i) ts[2].as<uint16_t>()[i] = tl::float_to_half(0.01f);
   const nlohmann::json qc = {{"bits", 4}, {"group_size", gs}, {"desc_act", false}, {"sym", true},
                              {"quant_method", "gptq"}, {"checkpoint_format", "gptq"}};
-  seed("gptq_checkpoint", "gptq_v1.bin",
+  seed("quant_checkpoint", "gptq_v1.bin",
        tl::fuzz::pack_files({{"quantize_config.json", qc.dump()}, {"model.safetensors", safetensors_bytes(ts)}}));
+
+  // AWQ GEMM: qweight [K, N/8], qzeros [G, N/8], scales [G, N].
+  std::vector<int32_t> codes(q.begin(), q.end());
+  std::vector<tl::Tensor> awq = {i32(L + ".qweight", {K, N / 8}, tl::awq_pack(codes, K, N)),
+                                 i32(L + ".qzeros", {G, N / 8}, tl::awq_pack(z, G, N)), ts[2], ts[4]};
+  awq[2].name = L + ".scales";
+  const nlohmann::json awq_cfg = {{"model_type", "llama"},
+                                  {"quantization_config",
+                                   {{"quant_method", "awq"}, {"bits", 4}, {"group_size", gs}, {"zero_point", true},
+                                    {"version", "gemm"}}}};
+  seed("quant_checkpoint", "awq_gemm.bin",
+       tl::fuzz::pack_files({{"config.json", awq_cfg.dump()}, {"model.safetensors", safetensors_bytes(awq)}}));
+
+  // compressed-tensors pack-quantized: weight_packed [N, K/8], weight_scale [N, G],
+  // weight_zero_point [N/8, G], weight_shape [2].
+  tl::Tensor scale = tensor(L + ".weight_scale", tl::DType::BF16, {N, G});
+  for (size_t i = 0; i < size_t(G * N); ++i) scale.as<uint16_t>()[i] = tl::float_to_bf16(0.01f);
+  tl::Tensor shape = tensor(L + ".weight_shape", tl::DType::I64, {2});
+  shape.as<int64_t>()[0] = N;
+  shape.as<int64_t>()[1] = K;
+  std::vector<tl::Tensor> ct = {i32(L + ".weight_packed", {N, K / 8}, tl::ct_pack_weight(q, K, N)), scale,
+                                i32(L + ".weight_zero_point", {N / 8, G}, tl::ct_pack_zero_points(z, G, N)), shape,
+                                ts[4]};
+  const nlohmann::json weights = {{"num_bits", 4}, {"type", "int"}, {"symmetric", false}, {"strategy", "group"},
+                                  {"group_size", gs}, {"dynamic", false}};
+  const nlohmann::json ct_cfg = {
+      {"model_type", "llama"},
+      {"quantization_config",
+       {{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"}, {"quantization_status", "compressed"},
+        {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", nullptr}}}}},
+        {"ignore", {"lm_head"}}}}};
+  seed("quant_checkpoint", "compressed_tensors.bin",
+       tl::fuzz::pack_files({{"config.json", ct_cfg.dump()}, {"model.safetensors", safetensors_bytes(ct)}}));
 }
 
 void structured_seeds() {

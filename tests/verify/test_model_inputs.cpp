@@ -17,7 +17,7 @@
 #include "core/error.h"
 #include "formats/text_tokens.h"
 #include "formats/token_file.h"
-#include "libconvert/gptq_export.h"
+#include "libconvert/hf_export.h"
 #include "libconvert/minmax_quantizer.h"
 #include "libconvert/model_weights.h"
 #include "libverify/e2e_tier.h"
@@ -121,7 +121,7 @@ TEST_CASE("tl-verify on a GPTQ folder: the e2e tier scores it as the file it cam
 
   VerifyOptions v;
   v.file = c.folder;
-  CHECK_THROWS_WITH_AS(run_verify(v), doctest::Contains("a GPTQ checkpoint folder: the pack tier reads .tinyloop files"),
+  CHECK_THROWS_WITH_AS(run_verify(v), doctest::Contains("a quantized checkpoint folder: the pack tier reads .tinyloop files"),
                        tl::Error);
   v.tiers = {TierId::kE2e};
   v.e2e = o;

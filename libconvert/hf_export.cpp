@@ -1,5 +1,5 @@
-// tl-export --format gptq; see gptq_export.h.
-#include "libconvert/gptq_export.h"
+// tl-export --format gptq | compressed-tensors; see hf_export.h.
+#include "libconvert/hf_export.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -30,7 +30,8 @@
 #include "formats/safetensors.h"
 #include "formats/tinyloop_file.h"
 #include "libconvert/checkpoint_import.h"
-#include "libconvert/gptq_checkpoint.h"
+#include "libconvert/checkpoint_layers.h"
+#include "libconvert/quant_checkpoint.h"
 
 namespace tl {
 namespace {
@@ -97,19 +98,32 @@ struct ZeroStats {
   double max_dw = 0;               // the largest |zero_file + z * scale| over moved groups
 };
 
-// The GPTQ tensors of columns [n0, n1) of a quantized weight; z checked as gptq_export.h says.
-std::vector<Tensor> gptq_part(const QuantWeight& w, const HfPart& part, bool v1, const std::string& file,
-                              ZeroStats* stats) {
-  const int64_t K = w.K, Np = part.n1 - part.n0, G = w.groups();
-  if (K % 8 != 0 || Np % 8 != 0)
-    throw Error("K = " + std::to_string(K) + ", N = " + std::to_string(Np) + " (" + part.hf +
-                    "): GPTQ packs 8 codes per int32 along K and 8 zero points along N (both multiples of 8)",
-                file, w.name);
-  std::vector<uint8_t> q(static_cast<size_t>(K * Np));
-  for (int64_t k = 0; k < K; ++k)
-    std::memcpy(&q[size_t(k * Np)], &w.q[size_t(k * w.N + part.n0)], size_t(Np));
-  std::vector<int32_t> z(static_cast<size_t>(G * Np));
-  std::vector<half_bits> scales(static_cast<size_t>(G * Np));
+// Columns [n0, n1) of a quantized weight with integer zero points: codes [K, Np], z [G, Np], scales
+// [G, Np]; z checked as hf_export.h says (min_z: 1 for GPTQ v1, whose stored nibble is z - 1).
+struct ExportFormat {
+  bool ct = false;        // compressed-tensors, else GPTQ
+  bool gptq_v1 = false;   // GPTQ v1: stored zero nibble z - 1
+  const char* label = "GPTQ";
+};
+struct PartCodes {
+  int64_t K = 0, Np = 0, G = 0, group_size = 0;
+  std::vector<uint8_t> q;
+  std::vector<int32_t> z;
+  std::vector<half_bits> scales;
+};
+PartCodes integer_part(const QuantWeight& w, const HfPart& part, const ExportFormat& fmt, const std::string& file,
+                       ZeroStats* stats) {
+  PartCodes p;
+  p.K = w.K;
+  p.Np = part.n1 - part.n0;
+  p.G = w.groups();
+  p.group_size = w.group_size;
+  const int64_t K = p.K, Np = p.Np, G = p.G;
+  p.q.resize(static_cast<size_t>(K * Np));
+  for (int64_t k = 0; k < K; ++k) std::memcpy(&p.q[size_t(k * Np)], &w.q[size_t(k * w.N + part.n0)], size_t(Np));
+  p.z.resize(static_cast<size_t>(G * Np));
+  p.scales.resize(static_cast<size_t>(G * Np));
+  const int min_z = fmt.gptq_v1 ? 1 : 0;
   for (int64_t g = 0; g < G; ++g)
     for (int64_t n = 0; n < Np; ++n) {
       const size_t i = size_t(g * w.N + part.n0 + n);
@@ -119,40 +133,78 @@ std::vector<Tensor> gptq_part(const QuantWeight& w, const HfPart& part, bool v1,
       // The file's zero is fp16(-(z * scale32)) with scale16 = fp16(scale32): within half an fp16
       // step of itself plus z half-steps of the scale of -(z * scale16).
       const double slack = 0.5 * half_ulp(z16) + zi * 0.5 * half_ulp(s16);
-      if (zi < (v1 ? 1 : 0) || zi > 15 || std::fabs(zero + zi * s) > slack * (1 + 1e-9)) {
+      if (zi < min_z || zi > 15 || std::fabs(zero + zi * s) > slack * (1 + 1e-9)) {
         char buf[320];
-        if (zi == 0 && v1 && std::fabs(zero) <= slack)
+        if (zi == 0 && min_z == 1 && std::fabs(zero) <= slack)
           std::snprintf(buf, sizeof buf,
                         "group %lld, column %lld has zero point 0, which the v1 layout (stored z - 1) cannot hold; "
                         "use --gptq-format v2", (long long)g, (long long)(part.n0 + n));
         else
           std::snprintf(buf, sizeof buf,
-                        "group %lld, column %lld: zero / scale = %.6g is not an integer zero point 0..15 (GPTQ stores "
-                        "W = scale * (q - z)); a --zero float file cannot be exported as GPTQ",
-                        (long long)g, (long long)(part.n0 + n), -zf);
+                        "group %lld, column %lld: zero / scale = %.6g is not an integer zero point 0..15 (%s stores "
+                        "W = scale * (q - z)); a --zero float file cannot be exported as %s",
+                        (long long)g, (long long)(part.n0 + n), -zf, fmt.label, fmt.label);
         throw Error(buf, file, w.name);
       }
-      z[size_t(g * Np + n)] = int32_t(zi);
-      scales[size_t(g * Np + n)] = s16;
+      p.z[size_t(g * Np + n)] = int32_t(zi);
+      p.scales[size_t(g * Np + n)] = s16;
       ++stats->groups;
       if (float_to_half(float(-(zi * s))) != z16) {
         ++stats->moved;
         stats->max_dw = std::max(stats->max_dw, std::fabs(zero + zi * s));
       }
     }
+  return p;
+}
+
+Tensor half_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<half_bits>& v) {
+  Tensor t;
+  t.name = name;
+  t.dtype = DType::F16;
+  t.shape = std::move(shape);
+  t.data.resize(v.size() * 2);
+  std::memcpy(t.data.data(), v.data(), t.data.size());
+  return t;
+}
+
+// GPTQ: qweight [K/8, Np], qzeros [G, Np/8], scales [G, Np], g_idx [K].
+std::vector<Tensor> gptq_tensors(const PartCodes& p, const HfPart& part, bool v1, const std::string& file,
+                                 const std::string& weight) {
+  const int64_t K = p.K, Np = p.Np, G = p.G;
+  if (K % 8 != 0 || Np % 8 != 0)
+    throw Error("K = " + std::to_string(K) + ", N = " + std::to_string(Np) + " (" + part.hf +
+                    "): GPTQ packs 8 codes per int32 along K and 8 zero points along N (both multiples of 8)",
+                file, weight);
   std::vector<int32_t> g_idx(static_cast<size_t>(K));
-  for (int64_t k = 0; k < K; ++k) g_idx[size_t(k)] = int32_t(k / w.group_size);
-  Tensor sc;
-  sc.name = part.hf + ".scales";
-  sc.dtype = DType::F16;
-  sc.shape = {G, Np};
-  sc.data.resize(scales.size() * 2);
-  std::memcpy(sc.data.data(), scales.data(), sc.data.size());
+  const int64_t gs = p.group_size;
+  for (int64_t k = 0; k < K; ++k) g_idx[size_t(k)] = int32_t(k / gs);
   std::vector<Tensor> out;
-  out.push_back(int32_tensor(part.hf + ".qweight", {K / 8, Np}, gptq_pack_qweight(q, K, Np)));
-  out.push_back(int32_tensor(part.hf + ".qzeros", {G, Np / 8}, gptq_pack_qzeros(z, G, Np, v1)));
-  out.push_back(std::move(sc));
+  out.push_back(int32_tensor(part.hf + ".qweight", {K / 8, Np}, gptq_pack_qweight(p.q, K, Np)));
+  out.push_back(int32_tensor(part.hf + ".qzeros", {G, Np / 8}, gptq_pack_qzeros(p.z, G, Np, v1)));
+  out.push_back(half_tensor(part.hf + ".scales", {G, Np}, p.scales));
   out.push_back(int32_tensor(part.hf + ".g_idx", {K}, g_idx));
+  return out;
+}
+
+// compressed-tensors pack-quantized: weight_packed [Np, ceil(K/8)], weight_scale [Np, G] (fp16),
+// weight_zero_point [ceil(Np/8), G], weight_shape int64 [2] = {Np, K}.
+std::vector<Tensor> ct_tensors(const PartCodes& p, const HfPart& part) {
+  const int64_t K = p.K, Np = p.Np, G = p.G;
+  std::vector<half_bits> scale_t(p.scales.size());
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t n = 0; n < Np; ++n) scale_t[size_t(n * G + g)] = p.scales[size_t(g * Np + n)];
+  Tensor shape;
+  shape.name = part.hf + ".weight_shape";
+  shape.dtype = DType::I64;
+  shape.shape = {2};
+  const int64_t nk[2] = {Np, K};
+  shape.data.resize(16);
+  std::memcpy(shape.data.data(), nk, 16);
+  std::vector<Tensor> out;
+  out.push_back(int32_tensor(part.hf + ".weight_packed", {Np, (K + 7) / 8}, ct_pack_weight(p.q, K, Np)));
+  out.push_back(half_tensor(part.hf + ".weight_scale", {Np, G}, scale_t));
+  out.push_back(int32_tensor(part.hf + ".weight_zero_point", {(Np + 7) / 8, G}, ct_pack_zero_points(p.z, G, Np)));
+  out.push_back(std::move(shape));
   return out;
 }
 
@@ -251,7 +303,8 @@ class TempDir {
 };
 
 // config.json: --from's with quantization_config, checked against the file's, or the file's own.
-nlohmann::ordered_json export_config(const ExportOptions& o, const ModelConfig& c, int64_t group_size, bool lm_head) {
+nlohmann::ordered_json export_config(const ExportOptions& o, const ModelConfig& c, int64_t group_size, bool lm_head,
+                                     const std::vector<std::string>& dense_linears) {
   nlohmann::ordered_json j;
   if (!o.from.empty()) {
     const std::string path = o.from + "/config.json";
@@ -282,12 +335,39 @@ nlohmann::ordered_json export_config(const ExportOptions& o, const ModelConfig& 
     j = nlohmann::ordered_json::parse(model_config_to_hf(c).dump());
   }
   j["torch_dtype"] = "float16";
-  j["quantization_config"] = {{"quant_method", "gptq"},   {"bits", 4},
-                              {"group_size", group_size}, {"sym", false},
-                              {"desc_act", false},        {"static_groups", false},
-                              {"true_sequential", true},  {"damp_percent", 0.01},
-                              {"checkpoint_format", o.gptq_format == "v1" ? "gptq" : "gptq_v2"},
-                              {"lm_head", lm_head}};
+  if (o.format == "compressed-tensors") {
+    // One config group for every Linear; the dense ones (an unquantized head) in "ignore".
+    nlohmann::ordered_json weights = {{"num_bits", 4},
+                                      {"type", "int"},
+                                      {"symmetric", false},
+                                      {"group_size", group_size == -1 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(group_size)},
+                                      {"strategy", group_size == -1 ? "channel" : "group"},
+                                      {"block_structure", nullptr},
+                                      {"dynamic", false},
+                                      {"actorder", nullptr},
+                                      {"observer", "minmax"},
+                                      {"observer_kwargs", nlohmann::ordered_json::object()}};
+    nlohmann::ordered_json group = {{"targets", {"Linear"}},
+                                    {"weights", weights},
+                                    {"input_activations", nullptr},
+                                    {"output_activations", nullptr},
+                                    {"format", "pack-quantized"}};
+    j["quantization_config"] = {{"quant_method", "compressed-tensors"},
+                                {"format", "pack-quantized"},
+                                {"quantization_status", "compressed"},
+                                {"config_groups", {{"group_0", group}}},
+                                {"ignore", dense_linears},
+                                {"kv_cache_scheme", nullptr},
+                                {"sparsity_config", nlohmann::ordered_json::object()},
+                                {"global_compression_ratio", nullptr}};
+  } else {
+    j["quantization_config"] = {{"quant_method", "gptq"},   {"bits", 4},
+                                {"group_size", group_size}, {"sym", false},
+                                {"desc_act", false},        {"static_groups", false},
+                                {"true_sequential", true},  {"damp_percent", 0.01},
+                                {"checkpoint_format", o.gptq_format == "v1" ? "gptq" : "gptq_v2"},
+                                {"lm_head", lm_head}};
+  }
   return j;
 }
 
@@ -296,12 +376,16 @@ nlohmann::ordered_json export_config(const ExportOptions& o, const ModelConfig& 
 int run_tl_export(const ExportOptions& o) {
   if (o.input.empty()) throw Error("missing INPUT");
   if (o.output.empty()) throw Error("missing -o OUT_DIR");
-  if (o.format != "gptq") throw Error("unknown --format '" + o.format + "' (gptq)");
+  if (o.format != "gptq" && o.format != "compressed-tensors")
+    throw Error("unknown --format '" + o.format + "' (gptq, compressed-tensors)");
   if (o.gptq_format != "v1" && o.gptq_format != "v2") throw Error("unknown --gptq-format '" + o.gptq_format + "' (v1, v2)");
   if (o.max_shard_bytes < (1u << 20)) throw Error("--max-shard-bytes below 1 MiB");
   if (fs::exists(fs::symlink_status(o.output))) throw Error("exists; tl-export writes a new folder", o.output);
   if (!o.from.empty() && !is_directory(o.from)) throw Error("--from is not a folder", o.from);
-  const bool v1 = o.gptq_format == "v1";
+  ExportFormat fmt;
+  fmt.ct = o.format == "compressed-tensors";
+  fmt.gptq_v1 = !fmt.ct && o.gptq_format == "v1";
+  fmt.label = fmt.ct ? "compressed-tensors" : "GPTQ";
 
   const TinyloopReader in(o.input);
   if (!in.has_config()) throw Error("no model config: tl-export writes whole models", o.input);
@@ -310,7 +394,7 @@ int run_tl_export(const ExportOptions& o) {
     throw Error("a looped model (n_loop = " + std::to_string(c.n_loop) + "): a Hugging Face Llama has no shared blocks",
                 o.input);
   const std::vector<std::string> quant = in.quant_names(), dense = in.dense_names();
-  if (quant.empty()) throw Error("no quantized weight: nothing to export as GPTQ", o.input);
+  if (quant.empty()) throw Error(std::string("no quantized weight: nothing to export as ") + fmt.label, o.input);
   // One group size for the folder (quantization_config holds one): that of the grouped weights
   // (group size < K); a weight with one group per column fits it where its K is that group size
   // (one group either way), and every weight is per column when the config says -1.
@@ -324,7 +408,7 @@ int run_tl_export(const ExportOptions& o) {
     if (stored_gs == -1) stored_gs = e.group_size, first = n;
     else if (e.group_size != stored_gs)
       throw Error("group size " + std::to_string(e.group_size) + " where " + first + " has " + std::to_string(stored_gs) +
-                      ": a GPTQ config holds one group size",
+                      ": a " + std::string(fmt.label) + " config holds one group size",
                   o.input, n);
   }
   for (const std::string& n : quant) {
@@ -332,10 +416,26 @@ int run_tl_export(const ExportOptions& o) {
     const int64_t K = e.shape.size() == 2 ? e.shape[0] : 0;
     if (e.group_size == K && stored_gs != -1 && K != stored_gs)
       throw Error("one group per column (K = " + std::to_string(K) + ") where " + first + " has groups of " +
-                      std::to_string(stored_gs) + ": a GPTQ config holds one group size",
+                      std::to_string(stored_gs) + ": a " + std::string(fmt.label) + " config holds one group size",
                   o.input, n);
   }
   const bool lm_head = in.has_quant("head");
+  // compressed-tensors' group strategy needs groups that tile K (its loaders take in_features =
+  // groups * group_size).
+  if (fmt.ct && stored_gs != -1)
+    for (const std::string& n : quant) {
+      const EntryInfo e = in.info(n);
+      if (e.shape.size() == 2 && e.group_size != e.shape[0] && e.shape[0] % stored_gs != 0)
+        throw Error("K = " + std::to_string(e.shape[0]) + " is not a multiple of the group size " +
+                        std::to_string(stored_gs) + " (a ragged last group): compressed-tensors' group strategy "
+                        "cannot hold it",
+                    o.input, n);
+    }
+  // The HF modules of dense linears: compressed-tensors' "ignore" list.
+  std::vector<std::string> dense_linears;
+  for (const std::string& n : dense)
+    if (is_tinyloop_linear_name(n))
+      for (const HfSource& p : tinyloop_to_hf_names(n, c)) dense_linears.push_back(p.hf.substr(0, p.hf.size() - 7));
 
   TempDir tmp(o.output);
   ShardWriter shards(tmp.path(), o.max_shard_bytes);
@@ -345,9 +445,12 @@ int run_tl_export(const ExportOptions& o) {
   progress.set_sparse(true);  // without a terminal: a line every ~10 % or ~10 s
   for (const std::string& n : quant) {
     const QuantWeight w = in.read_quant(n, /*with_marlin=*/false);
-    if (w.bits != 4) throw Error("bits = " + std::to_string(w.bits) + ": GPTQ export writes 4-bit weights", o.input, n);
+    if (w.bits != 4)
+      throw Error("bits = " + std::to_string(w.bits) + ": " + fmt.label + " export writes 4-bit weights", o.input, n);
     for (const HfPart& part : linear_parts(n, c)) {
-      for (Tensor& t : gptq_part(w, part, v1, o.input, &zs)) shards.add(std::move(t));
+      const PartCodes codes = integer_part(w, part, fmt, o.input, &zs);
+      for (Tensor& t : fmt.ct ? ct_tensors(codes, part) : gptq_tensors(codes, part, fmt.gptq_v1, o.input, n))
+        shards.add(std::move(t));
       ++hf_layers;
     }
     progress.finished(n);
@@ -372,7 +475,7 @@ int run_tl_export(const ExportOptions& o) {
 
   {
     AtomicOutput cfg(tmp.path() + "/config.json", OutputSink::kStream);
-    const nlohmann::ordered_json j = export_config(o, c, stored_gs, lm_head);
+    const nlohmann::ordered_json j = export_config(o, c, stored_gs, lm_head, dense_linears);
     cfg.write_text([&](std::ostream& os) { os << j.dump(2) << "\n"; });
   }
   std::vector<std::string> copied;
@@ -390,21 +493,24 @@ int run_tl_export(const ExportOptions& o) {
   char moved[200];
   std::snprintf(moved, sizeof moved, "%llu of %llu groups' zero moved to z * scale (max |dW| %.3g)",
                 (unsigned long long)zs.moved, (unsigned long long)zs.groups, zs.max_dw);
+  const std::string what = fmt.ct ? std::string("compressed-tensors pack-quantized")
+                                  : "GPTQ " + o.gptq_format;
   if (!o.quiet)
-    std::fprintf(stderr, "%s: wrote %s (GPTQ %s, group size %lld, %zu quantized weights -> %zu GPTQ layers%s, %zu shard(s), "
+    std::fprintf(stderr, "%s: wrote %s (%s, group size %lld, %zu quantized weights -> %zu HF layers%s, %zu shard(s), "
                          "%.1f MB); %s; copied %zu file(s) from --from\n",
-                 kTool, o.output.c_str(), o.gptq_format.c_str(), (long long)stored_gs, quant.size(), hf_layers,
+                 kTool, o.output.c_str(), what.c_str(), (long long)stored_gs, quant.size(), hf_layers,
                  lm_head ? " incl. lm_head" : "", n_shards, double(shards.total_bytes()) / 1e6, moved, copied.size());
   if (o.json) {
-    nlohmann::json j = report_header(kTool, 1);
+    nlohmann::json j = report_header(kTool, 2);
     j["input"] = o.input;
     j["output"] = o.output;
-    j["format"] = "gptq";
-    j["checkpoint_format"] = v1 ? "gptq" : "gptq_v2";
+    j["format"] = o.format;
+    if (!fmt.ct) j["checkpoint_format"] = fmt.gptq_v1 ? "gptq" : "gptq_v2";
     j["group_size"] = stored_gs;
     j["quantized_weights"] = quant.size();
-    j["gptq_layers"] = hf_layers;
+    j["hf_layers"] = hf_layers;
     j["lm_head"] = lm_head;
+    j["ignored_linears"] = dense_linears;
     j["shards"] = n_shards;
     j["bytes"] = shards.total_bytes();
     j["zero_points"] = {{"groups", zs.groups}, {"moved", zs.moved}, {"max_abs_dw", zs.max_dw}};
