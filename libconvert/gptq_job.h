@@ -34,6 +34,7 @@
 #include "libconvert/eigen_blocking.h"
 #include "libconvert/gptq.h"
 #include "libconvert/gptq_backend.h"
+#include "libconvert/gptq_journal.h"
 #include "libconvert/model_weights.h"
 #include "libconvert/token_calibration.h"
 
@@ -147,6 +148,7 @@ struct Job {
   std::string device_note;                    // said at the start: where GPTQ runs
   GptqPhaseTimes phases;                      // --json "phases" (summed over workers)
   std::mutex phases_mu;
+  std::unique_ptr<GptqJournal> journal;       // sequential CPU runs (open_journal)
 
   explicit Job(const GptqQuantizeOptions& o)
       : opt(o), gptq(o.method == "gptq"), threads(resolve_threads(o.threads)), in(o.input, o.only) {}
@@ -171,6 +173,12 @@ struct Job {
   void read_tokens();
   // Peak memory, before anything large is read (formats/memory_budget.h).
   void admit();
+  // Sequential calibration on the CPU without --save-calib: the resume journal (gptq_journal.h),
+  // checked against this run's fingerprint with --resume. --resume elsewhere is refused by name.
+  void open_journal();
+  nlohmann::json resume_fingerprint() const;
+  // Linear i's report rebuilt from a journaled weight's provenance (the summary's losses).
+  void restore_report(size_t i, const QuantWeight& qw);
   // The config and every entry that is not quantized here (with --drop-unselected: the config
   // only, what a reader needs to open the file). A long copy (a 7B model's embeddings and
   // unselected linears) shows its progress: a live bar on a terminal, a line every 10 s.

@@ -2,6 +2,9 @@
 // needs (all before anything large is read), and the copy of everything not quantized here (gptq_job.h).
 #include "libconvert/gptq_job.h"
 
+#include <dirent.h>
+#include <sys/stat.h>
+
 #include "formats/atomic_output.h"
 #include "formats/text_tokens.h"
 
@@ -100,6 +103,95 @@ void Job::read_tokens() {
                     std::to_string(tokens.size()), opt.calib_source());
   calib_windows = std::min<int64_t>(opt.calib_samples > 0 ? opt.calib_samples : INT64_MAX,
                                     int64_t(tokens.size()) / opt.calib_seq);
+}
+
+namespace {
+
+// What identifies an input between two runs: size and modification time of the file, or of every
+// regular file in the folder (a re-downloaded shard, an edited config.json differ).
+nlohmann::json input_identity(const std::string& path) {
+  auto one = [](const std::string& p) -> nlohmann::json {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) return nullptr;
+    return {{"bytes", int64_t(st.st_size)},
+            {"mtime_ns", int64_t(st.st_mtim.tv_sec) * 1000000000 + int64_t(st.st_mtim.tv_nsec)}};
+  };
+  if (!is_directory(path)) return one(path);
+  nlohmann::json files = nlohmann::json::object();
+  if (DIR* d = ::opendir(path.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      if (n == "." || n == ".." || !is_regular_file(path + "/" + n)) continue;
+      files[n] = one(path + "/" + n);
+    }
+    ::closedir(d);
+  }
+  return files;
+}
+
+// FNV-1a over the calibration token ids: the same windows, whichever file they came from.
+uint64_t tokens_hash(const std::vector<int32_t>& t) {
+  uint64_t h = 1469598103934665603ull;
+  for (int32_t v : t)
+    for (int b = 0; b < 4; ++b) {
+      h ^= uint64_t((uint32_t(v) >> (8 * b)) & 0xffu);
+      h *= 1099511628211ull;
+    }
+  return h;
+}
+
+}  // namespace
+
+// Every option that changes the output's bytes, and the inputs as they are now.
+nlohmann::json Job::resume_fingerprint() const {
+  char hash[32];
+  std::snprintf(hash, sizeof hash, "%016llx", (unsigned long long)tokens_hash(tokens));
+  return {{"producer", std::string("gptq-quantize ") + TL_VERSION},
+          {"input files", input_identity(opt.input)},
+          {"calibration tokens", {{"count", tokens.size()}, {"fnv1a64", hash}}},
+          {"--calib-seq", opt.calib_seq},
+          {"--calib-samples", opt.calib_samples},
+          {"--method", opt.method},
+          {"--only", opt.only},
+          {"--group-size", opt.group_size.name()},
+          {"--damp", opt.damp},
+          {"--block-size", opt.block_size},
+          {"--act-order", opt.act_order},
+          {"--zero", zero_mode_name(opt.zero_mode)},
+          {"--drop-unselected", opt.drop_unselected},
+          {"--no-rtn-compare", !opt.rtn_compare},
+          {"device", "cpu"}};
+}
+
+void Job::open_journal() {
+  const bool keeps = opt.sequential() && gptq && !use_gpu && opt.save_calib.empty();
+  if (!keeps) {
+    if (opt.resume && use_gpu)
+      throw Error("--resume: GPTQ runs on the GPU here (" + opt.gpu->name() +
+                  "), whose sequential path keeps no journal yet; add --device cpu, or rerun without --resume");
+    return;
+  }
+  journal = std::make_unique<GptqJournal>(opt.output, resume_fingerprint(), opt.resume);
+  if (opt.resume && !journal->resumed() && !opt.quiet)
+    notice("--resume: no completed stage in " + journal->folder() + ": starting from the first block");
+}
+
+// Linear i's report rebuilt from a journaled weight's provenance (the summary's losses).
+void Job::restore_report(size_t i, const QuantWeight& qw) {
+  const ImportEntry& e = *linears[i];
+  WeightReport& rep = reports[i];
+  const nlohmann::json& p = qw.provenance;
+  rep.name = e.name;
+  rep.K = qw.K;
+  rep.N = qw.N;
+  rep.group_size = qw.group_size;
+  rep.nsamples = p.value("nsamples", int64_t(0));
+  rep.gptq_loss = p.value("gptq_loss", -1.0);
+  rep.rtn_loss = p.value("rtn_loss", -1.0);
+  rep.percdamp = p.value("damp", 0.0);
+  rep.damp = p.value("damp_abs", 0.0);
+  rep.damp_retries = p.value("damp_retries", 0);
+  rep.dead = p.value("dead_inputs", int64_t(0));
 }
 
 // Peak memory, before anything large is read (formats/memory_budget.h).

@@ -185,6 +185,26 @@ void Job::quantize_sequential(TinyloopWriter& out, Progress& progress) {
   std::unique_ptr<CalibWriter> save;
   if (!opt.save_calib.empty()) save = std::make_unique<CalibWriter>(opt.save_calib);
   std::vector<std::optional<QuantWeight>> done(linears.size());
+  // --resume: the completed stages' weights from the journal, their W_hat in place.
+  std::set<std::string> resumed;
+  if (journal && journal->resumed())
+    progress.note("resuming after " + std::to_string(journal->done_stages().size()) + " completed stage(s) of " +
+                  journal->folder());
+  if (journal)
+    for (const std::string& stage : journal->done_stages()) {
+      for (QuantWeight& qw : journal->read_stage(stage)) {
+        const auto it = index_of.find(qw.name);
+        LinearWeight* l = mw.find_linear(qw.name);
+        if (it == index_of.end() || !l || l->K != qw.K || l->N != qw.N)
+          throw Error("the journal holds weight '" + qw.name + "', which this run does not quantize as it is",
+                      journal->folder());
+        l->W = qw.dequantize();
+        restore_report(it->second, qw);
+        progress.finished(qw.name + " (from the journal)", gptq_flops(qw.K, qw.N));
+        done[it->second] = std::move(qw);
+      }
+      resumed.insert(stage);
+    }
   calibrate_sequential(
       mw, tokens, opt.calib_seq, opt.calib_samples, selected,
       [&](std::map<std::string, Hessian>& hessians, ModelWeights& w) {
@@ -205,8 +225,13 @@ void Job::quantize_sequential(TinyloopWriter& out, Progress& progress) {
         gptq_seconds += since(tq);  // the block's GPTQ wall time, however many workers ran it
         if (save)
           for (const Hessian* h : hs) save->write(*h);
+        if (journal && !hs.empty()) {
+          std::vector<const QuantWeight*> stage;
+          for (const Hessian* h : hs) stage.push_back(&*done[index_of.at(h->name)]);
+          journal->record_stage(calibration_stage(hs.front()->name), stage);
+        }
       },
-      calibration_events(progress));
+      calibration_events(progress), resumed);
   // The CPU path does not separate the Hessians from the forward, nor the factor from the sweep.
   phases.forward = std::max(0.0, since(t_calib) - gptq_seconds);
   phases.hessian = phases.cholesky = -1;

@@ -28,6 +28,10 @@ void validate_options(const GptqQuantizeOptions& opt) {
   if (!opt.calib.empty() && opt.sequential()) throw Error("--calib and --calib-tokens / --calib-text exclude each other");
   if (opt.sequential() && !gptq) throw Error("--calib-tokens / --calib-text apply to --method gptq only");
   if (!opt.save_calib.empty() && !opt.sequential()) throw Error("--save-calib needs --calib-tokens or --calib-text");
+  if (opt.resume && !opt.sequential())
+    throw Error("--resume continues a sequential calibration (--calib-tokens / --calib-text); this run keeps no journal");
+  if (opt.resume && !opt.save_calib.empty())
+    throw Error("--resume and --save-calib exclude each other: an interrupted run's completed stages keep no Hessians");
   if (opt.calib_seq <= 0) throw Error("--calib-seq must be positive");
   if (!gptq && opt.act_order) throw Error("--act-order applies to --method gptq only");
   if (!(opt.damp > 0 && opt.damp < 10)) throw Error("--damp must be in (0, 10), a fraction of the mean Hessian diagonal");
@@ -64,6 +68,7 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
   job.open_calibration();
   job.read_tokens();
   job.admit();
+  job.open_journal();
 
   TinyloopWriter out(opt.output, std::string("gptq-quantize ") + TL_VERSION);
   job.copy_dense(out);
@@ -76,6 +81,7 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
   else job.quantize_sequential(out, progress);
   progress.end();
   out.commit();
+  if (job.journal) job.journal->remove();  // the output is whole: nothing left to resume
 
   const double wall = since(t_start);
   const nlohmann::json s = job.summary_json(wall);

@@ -106,10 +106,20 @@ double block_forward_flops(const ModelConfig& c, int64_t rows) {
   return 2.0 * double(rows) * (D * qkv + att * D + 3.0 * D * F);
 }
 
+std::string calibration_stage(const std::string& weight_name) {
+  if (weight_name.rfind("loop.", 0) == 0) return "loop";
+  if (weight_name.rfind("pre.", 0) == 0) {
+    const size_t dot = weight_name.find('.', 4);
+    return weight_name.substr(0, dot);
+  }
+  return weight_name;  // "head"
+}
+
 TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t>& tokens,
                                       int64_t seq_len, int64_t max_seq,
                                       const std::set<std::string>& selected,
-                                      const QuantizeBlock& quantize, const CalibrationEvents& events) {
+                                      const QuantizeBlock& quantize, const CalibrationEvents& events,
+                                      const std::set<std::string>& resumed) {
   const auto& log = events.log;
   if (seq_len <= 0) throw Error("calibration window length must be positive");
   if (int64_t(tokens.size()) < seq_len)
@@ -160,6 +170,15 @@ TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t
       forward_done(pass);
       continue;
     }
+    if (resumed.count(b.prefix)) {
+      // Quantized by the interrupted run: its W_hat is in place; the pass with the original
+      // weights is not needed (it is counted as done, so the plan stays the same).
+      forward_done(pass);
+      run_block(c, b, x, seq_len);
+      forward_done(pass);
+      say(b.prefix + " resumed from the journal (forward with the quantized weights)");
+      continue;
+    }
     starting(b.prefix + ": forward with the original weights, Hessians");
     HessianSet hs(selected, tc.n_seq);
     ActMatrix x_in = x;
@@ -179,7 +198,10 @@ TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t
     for (int64_t it = 0; it < c.loops; ++it)
       for (BlockWeights& b : w.loop) run_block(c, b, xs, seq_len, hook);
   };
-  if (loop_selected) {
+  if (loop_selected && resumed.count("loop")) {
+    forward_done(loop_pass);
+    say("loop blocks resumed from the journal");
+  } else if (loop_selected) {
     starting("loop blocks: forward over " + std::to_string(c.loops) + " iterations, Hessians");
     HessianSet hs(selected, tc.n_seq);
     ActMatrix x_in = x;
@@ -190,7 +212,7 @@ TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t
     x = std::move(x_in);
     say("loop blocks calibrated over " + std::to_string(c.loops) + " iterations and quantized");
   }
-  if (selected.count("head")) {
+  if (selected.count("head") && !resumed.count("head")) {
     starting("head: forward to the final norm, Hessian");
     run_loops(x, {});
     forward_done(loop_pass);

@@ -60,12 +60,19 @@ bool block_selected(const std::string& prefix, const std::set<std::string>& sele
 // selected, and again before the head's Hessian when the head is.
 double calibration_forward_flops(const ModelConfig& c, int64_t rows, const std::set<std::string>& selected);
 
+// The stage of the calibration that quantizes a weight: "pre.<i>" for a distinct block's
+// weights, "loop" for every shared loop block's (quantized together), "head".
+std::string calibration_stage(const std::string& weight_name);
+
 // tokens: at least seq_len tokens; the first min(max_seq, tokens / seq_len) windows are used.
 // `selected`: linear weight names to calibrate and quantize; others keep their fp weights.
-// Throws tl::Error for bad arguments.
+// `resumed`: stages already quantized (gptq_journal.h) whose weights in `w` hold W_hat: their
+// blocks run once with W_hat (the activations the quantizing run left behind them), no Hessians,
+// no `quantize` call. Throws tl::Error for bad arguments.
 TokenCalibration calibrate_sequential(ModelWeights& w, const std::vector<int32_t>& tokens,
                                       int64_t seq_len, int64_t max_seq,
                                       const std::set<std::string>& selected,
-                                      const QuantizeBlock& quantize, const CalibrationEvents& events = {});
+                                      const QuantizeBlock& quantize, const CalibrationEvents& events = {},
+                                      const std::set<std::string>& resumed = {});
 
 }  // namespace tl

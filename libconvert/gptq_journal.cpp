@@ -1,0 +1,166 @@
+// gptq-quantize's resume journal; see gptq_journal.h.
+#include "libconvert/gptq_journal.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "formats/atomic_output.h"
+#include "formats/file_check.h"
+
+#ifndef TL_VERSION
+#define TL_VERSION "0"
+#endif
+
+namespace tl {
+namespace {
+
+constexpr const char* kJournalFile = "journal.json";
+constexpr const char* kKind = "gptq-quantize resume journal";
+
+// The first key where two fingerprints differ ("" when equal), with both values.
+std::string first_difference(const nlohmann::json& was, const nlohmann::json& now, std::string* a, std::string* b) {
+  for (const auto& [k, v] : now.items())
+    if (!was.contains(k) || was[k] != v) {
+      *a = was.contains(k) ? was[k].dump() : "(absent)";
+      *b = v.dump();
+      return k;
+    }
+  for (const auto& [k, v] : was.items())
+    if (!now.contains(k)) {
+      *a = v.dump();
+      *b = "(absent)";
+      return k;
+    }
+  return "";
+}
+
+// True for a folder this tool made whose journal names no completed stage (or that never got
+// its first journal.json): removing it loses nothing.
+bool holds_no_stage(const std::string& folder) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!is_directory(folder)) return false;
+  if (fs::is_empty(folder, ec)) return true;
+  std::ifstream in(folder + "/" + kJournalFile);
+  if (!in) return false;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.value("kind", std::string()) != kKind) return false;
+  if (!j.contains("stages") || !j["stages"].is_array() || !j["stages"].empty()) return false;
+  for (const auto& e : fs::directory_iterator(folder, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n != kJournalFile && n.rfind(".journal.json.tmp-", 0) != 0 && n.rfind("stage-", 0) != 0 &&
+        n.rfind(".stage-", 0) != 0)
+      return false;  // something that is not ours
+  }
+  return true;
+}
+
+}  // namespace
+
+GptqJournal::GptqJournal(const std::string& output, const nlohmann::json& fingerprint, bool resume)
+    : folder_(folder_for(output)), fingerprint_(fingerprint) {
+  namespace fs = std::filesystem;
+  const std::string path = folder_ + "/" + kJournalFile;
+  std::error_code ec;
+  bool exists = fs::exists(fs::symlink_status(folder_, ec));
+  if (exists && holds_no_stage(folder_)) {
+    fs::remove_all(folder_, ec);  // ours, with no completed stage: nothing to lose or to resume
+    if (ec) throw Error("cannot remove an empty resume journal: " + ec.message(), folder_);
+    exists = false;
+  }
+  if (exists && !resume)
+    throw Error("the journal of an interrupted run of this output: rerun the same command with --resume to continue "
+                "it, or remove the folder to start again",
+                folder_);
+  if (!exists) {
+    if (!fs::create_directory(folder_, ec)) throw Error("cannot create the resume journal: " + ec.message(), folder_);
+    write_journal();
+    return;
+  }
+  if (!is_directory(folder_)) throw Error("exists and is not a resume journal folder", folder_);
+  std::ifstream in(path);
+  if (!in) throw Error("not a gptq-quantize resume journal (no journal.json)", folder_);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.value("kind", std::string()) != kKind || !j.contains("fingerprint") ||
+      !j.contains("stages") || !j["stages"].is_array())
+    throw Error("not a gptq-quantize resume journal", path);
+  std::string was, now;
+  const std::string key = first_difference(j["fingerprint"], fingerprint_, &was, &now);
+  if (!key.empty())
+    throw Error("--resume: " + key + " differs from the interrupted run's (journal: " + was + ", now: " + now +
+                    "); rerun with the same arguments and inputs, or remove the journal to start again",
+                path);
+  try {
+    for (const nlohmann::json& s : j["stages"]) {
+      Stage st;
+      st.name = s.at("stage").get<std::string>();
+      st.file = s.at("file").get<std::string>();
+      st.weights = s.at("weights").get<std::vector<std::string>>();
+      if (st.file.find('/') != std::string::npos || !is_regular_file(folder_ + "/" + st.file))
+        throw Error("stage '" + st.name + "': missing file '" + st.file + "'", path);
+      stages_.push_back(std::move(st));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("not a gptq-quantize resume journal: ") + e.what(), path);
+  }
+}
+
+bool GptqJournal::stage_done(const std::string& stage) const {
+  for (const Stage& s : stages_)
+    if (s.name == stage) return true;
+  return false;
+}
+
+std::vector<std::string> GptqJournal::done_stages() const {
+  std::vector<std::string> out;
+  for (const Stage& s : stages_) out.push_back(s.name);
+  return out;
+}
+
+std::vector<QuantWeight> GptqJournal::read_stage(const std::string& stage) const {
+  for (const Stage& s : stages_) {
+    if (s.name != stage) continue;
+    const TinyloopReader r(folder_ + "/" + s.file);
+    std::vector<QuantWeight> out;
+    for (const std::string& w : s.weights) {
+      if (!r.has_quant(w)) throw Error("the journal's stage '" + stage + "' lacks weight '" + w + "'", folder_ + "/" + s.file);
+      out.push_back(r.read_quant(w, /*with_marlin=*/false));
+    }
+    return out;
+  }
+  throw Error("internal: stage '" + stage + "' is not in the journal", folder_);
+}
+
+void GptqJournal::record_stage(const std::string& stage, const std::vector<const QuantWeight*>& weights) {
+  Stage st;
+  st.name = stage;
+  st.file = "stage-" + std::to_string(stages_.size()) + ".tinyloop";
+  {
+    TinyloopWriter w(folder_ + "/" + st.file, std::string("gptq-quantize ") + TL_VERSION + " (resume journal)");
+    for (const QuantWeight* q : weights) {
+      w.write_quant(*q);
+      st.weights.push_back(q->name);
+    }
+    w.commit();
+  }
+  stages_.push_back(std::move(st));
+  write_journal();
+}
+
+void GptqJournal::write_journal() const {
+  nlohmann::json j = {{"kind", kKind}, {"fingerprint", fingerprint_}, {"stages", nlohmann::json::array()}};
+  for (const Stage& s : stages_) j["stages"].push_back({{"stage", s.name}, {"file", s.file}, {"weights", s.weights}});
+  AtomicOutput out(folder_ + "/" + kJournalFile, OutputSink::kStream);
+  out.write_text([&](std::ostream& os) { os << j.dump(1) << "\n"; });
+}
+
+void GptqJournal::remove() {
+  std::error_code ec;
+  std::filesystem::remove_all(folder_, ec);
+  if (ec) throw Error("cannot remove the resume journal: " + ec.message(), folder_);
+}
+
+}  // namespace tl
