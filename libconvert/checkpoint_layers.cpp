@@ -46,11 +46,11 @@ QuantWeight quant_weight_from_integer_zeros(const std::string& name, int64_t K, 
       if (!std::isfinite(s) || !(s > 0.0f)) {
         char buf[96];
         std::snprintf(buf, sizeof buf, " = %.9g: expected finite and > 0", double(s));
-        throw Error("scale" + at2(g, n) + buf, file, name);
+        throw Error("scales" + at2(g, n) + buf, file, name);
       }
-      if (z[i] < 0 || z[i] > 15)
-        throw Error("zero point" + at2(g, n) + " = " + std::to_string(z[i]) + ": expected 0..15", file, name);
-      w.zero[i] = float_to_half(-(float(z[i]) * s));  // exact product, one rounding
+      if (z[i] < 0 || z[i] > 16)
+        throw Error("zero point" + at2(g, n) + " = " + std::to_string(z[i]) + ": expected 0..16", file, name);
+      w.zero[i] = float_to_half(-(float(z[i]) * s));  // exact: a 5-bit integer times 11 bits; one rounding
     }
   w.scale = std::move(scales);
   return w;

@@ -67,8 +67,9 @@ std::vector<int32_t> ct_pack_weight(const std::vector<uint8_t>& q, int64_t K, in
 std::vector<int32_t> ct_pack_zero_points(const std::vector<int32_t>& z, int64_t G, int64_t N);
 
 // A TinyLoop weight from codes [K, N], integer zero points [G, N] and fp16 scales [G, N]:
-// zero = fp16(-(z * scale)). Throws tl::Error naming `file` and `name` for a scale that is not
-// finite and > 0 or a zero point outside 0..15.
+// zero = fp16(-(z * scale)); the converter of all three formats (GPTQ's too). Throws tl::Error
+// naming `file` and `name` for a scale that is not finite and > 0 or a zero point outside 0..16
+// (16: GPTQ v1's stored nibble 15, read as z - 1 + 1).
 QuantWeight quant_weight_from_integer_zeros(const std::string& name, int64_t K, int64_t N, int64_t group_size,
                                             std::vector<uint8_t> q, const std::vector<int32_t>& z,
                                             std::vector<half_bits> scales, const std::string& file);

@@ -7,15 +7,10 @@
 
 #include "core/error.h"
 #include "core/group_size.h"
+#include "libconvert/checkpoint_layers.h"
 
 namespace tl {
 namespace {
-
-std::string fmt_float(float v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", double(v));
-  return buf;
-}
 
 std::string at2(int64_t r, int64_t c) { return "[" + std::to_string(r) + ", " + std::to_string(c) + "]"; }
 
@@ -83,42 +78,29 @@ QuantWeight gptq_layer_to_tinyloop(const std::string& name, const GptqLayerView&
                     file, name);
   }
 
-  QuantWeight w;
-  w.name = name;
-  w.bits = 4;
-  w.K = K;
-  w.N = N;
-  w.group_size = gs;
-  w.q.resize(size_t(K * N));
+  std::vector<uint8_t> q(size_t(K * N));
   for (int64_t r = 0; r < K / 8; ++r) {
     const int32_t* row = v.qweight + r * N;
     for (int i = 0; i < 8; ++i) {
-      uint8_t* out = w.q.data() + (8 * r + i) * N;
+      uint8_t* out = q.data() + (8 * r + i) * N;
       for (int64_t n = 0; n < N; ++n) out[n] = uint8_t((uint32_t(row[n]) >> (4 * i)) & 15u);
     }
   }
-
-  w.scale.assign(v.scales, v.scales + G * N);
-  w.zero.resize(size_t(G * N));
+  std::vector<int32_t> z(size_t(G * N));
   const uint32_t offset = c.zeros_minus_one ? 1u : 0u;
   for (int64_t g = 0; g < G; ++g)
     for (int64_t n = 0; n < N; ++n) {
       const uint32_t nibble = (uint32_t(v.qzeros[g * (N / 8) + n / 8]) >> (4 * (n % 8))) & 15u;
-      const uint32_t z = nibble + offset;
-      const half_bits sb = v.scales[g * N + n];
-      const float s = half_to_float(sb);
-      if (!std::isfinite(s) || !(s > 0.0f))
-        throw Error("scales" + at2(g, n) + " = " + fmt_float(s) + ": expected finite and > 0",
-                    file, name);
-      if (c.sym && z != 8)
-        throw Error("sym = true but zero point z" + at2(g, n) + " = " + std::to_string(z) +
+      z[size_t(g * N + n)] = int32_t(nibble + offset);
+      if (c.sym && nibble + offset != 8)
+        throw Error("sym = true but zero point z" + at2(g, n) + " = " + std::to_string(nibble + offset) +
                         " (stored nibble " + std::to_string(nibble) + ", checkpoint_format '" +
                         c.checkpoint_format + "'); symmetric checkpoints store 7 in 'gptq' (v1) "
                         "and 8 in 'gptq_v2': is checkpoint_format right?",
                     file, name);
-      // z * s is exact in fp32 (5-bit integer times an 11-bit significand): one rounding.
-      w.zero[size_t(g * N + n)] = float_to_half(-(float(z) * s));
     }
+  QuantWeight w = quant_weight_from_integer_zeros(name, K, N, gs, std::move(q), z,
+                                                  std::vector<half_bits>(v.scales, v.scales + G * N), file);
   w.provenance = {{"method", "gptq-checkpoint"},
                   {"checkpoint_format", c.checkpoint_format},
                   {"sym", c.sym},

@@ -74,14 +74,19 @@ Tensor column_slice(const Tensor& t, const std::string& name, int64_t n0, int64_
   return out;
 }
 
-Tensor int32_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<int32_t>& v) {
+// A tensor holding a vector's bytes (I32 codes and zero points, F16 scales, the I64 shape).
+template <class T>
+Tensor vector_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape, const std::vector<T>& v) {
   Tensor t;
   t.name = name;
-  t.dtype = DType::I32;
+  t.dtype = dtype;
   t.shape = std::move(shape);
-  t.data.resize(v.size() * 4);
+  t.data.resize(v.size() * sizeof(T));
   std::memcpy(t.data.data(), v.data(), t.data.size());
   return t;
+}
+Tensor int32_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<int32_t>& v) {
+  return vector_tensor(name, DType::I32, std::move(shape), v);
 }
 
 // The spacing of fp16 numbers at h (2^-24 among subnormals).
@@ -157,16 +162,6 @@ PartCodes integer_part(const QuantWeight& w, const HfPart& part, const ExportFor
   return p;
 }
 
-Tensor half_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<half_bits>& v) {
-  Tensor t;
-  t.name = name;
-  t.dtype = DType::F16;
-  t.shape = std::move(shape);
-  t.data.resize(v.size() * 2);
-  std::memcpy(t.data.data(), v.data(), t.data.size());
-  return t;
-}
-
 // GPTQ: qweight [K/8, Np], qzeros [G, Np/8], scales [G, Np], g_idx [K].
 std::vector<Tensor> gptq_tensors(const PartCodes& p, const HfPart& part, bool v1, const std::string& file,
                                  const std::string& weight) {
@@ -181,7 +176,7 @@ std::vector<Tensor> gptq_tensors(const PartCodes& p, const HfPart& part, bool v1
   std::vector<Tensor> out;
   out.push_back(int32_tensor(part.hf + ".qweight", {K / 8, Np}, gptq_pack_qweight(p.q, K, Np)));
   out.push_back(int32_tensor(part.hf + ".qzeros", {G, Np / 8}, gptq_pack_qzeros(p.z, G, Np, v1)));
-  out.push_back(half_tensor(part.hf + ".scales", {G, Np}, p.scales));
+  out.push_back(vector_tensor(part.hf + ".scales", DType::F16, {G, Np}, p.scales));
   out.push_back(int32_tensor(part.hf + ".g_idx", {K}, g_idx));
   return out;
 }
@@ -193,18 +188,11 @@ std::vector<Tensor> ct_tensors(const PartCodes& p, const HfPart& part) {
   std::vector<half_bits> scale_t(p.scales.size());
   for (int64_t g = 0; g < G; ++g)
     for (int64_t n = 0; n < Np; ++n) scale_t[size_t(n * G + g)] = p.scales[size_t(g * Np + n)];
-  Tensor shape;
-  shape.name = part.hf + ".weight_shape";
-  shape.dtype = DType::I64;
-  shape.shape = {2};
-  const int64_t nk[2] = {Np, K};
-  shape.data.resize(16);
-  std::memcpy(shape.data.data(), nk, 16);
   std::vector<Tensor> out;
   out.push_back(int32_tensor(part.hf + ".weight_packed", {Np, (K + 7) / 8}, ct_pack_weight(p.q, K, Np)));
-  out.push_back(half_tensor(part.hf + ".weight_scale", {Np, G}, scale_t));
+  out.push_back(vector_tensor(part.hf + ".weight_scale", DType::F16, {Np, G}, scale_t));
   out.push_back(int32_tensor(part.hf + ".weight_zero_point", {(Np + 7) / 8, G}, ct_pack_zero_points(p.z, G, Np)));
-  out.push_back(std::move(shape));
+  out.push_back(vector_tensor(part.hf + ".weight_shape", DType::I64, {2}, std::vector<int64_t>{Np, K}));
   return out;
 }
 

@@ -31,10 +31,14 @@
 #include "formats/safetensors.h"
 #include "libconvert/checkpoint_layers.h"
 #include "libconvert/quant_checkpoint.h"
+#include "int4_layer_fixture.h"
 
 namespace {
 
 namespace fs = std::filesystem;
+using int4_fixture::Layer;
+using int4_fixture::make_tensor;
+using int4_fixture::random_layer;
 
 std::string scratch(const std::string& name) {
   const std::string d = std::string(TL_TEST_TMP) + "/quant_ckpt_" + name + "_" + std::to_string(getpid());
@@ -43,46 +47,11 @@ std::string scratch(const std::string& name) {
   return d;
 }
 
-template <class T>
-tl::Tensor make_tensor(const std::string& name, tl::DType dt, std::vector<int64_t> shape, const std::vector<T>& v) {
-  tl::Tensor t;
-  t.name = name;
-  t.dtype = dt;
-  t.shape = std::move(shape);
-  t.data.resize(v.size() * sizeof(T));
-  std::memcpy(t.data.data(), v.data(), t.data.size());
-  return t;
-}
-
-// A layer in "model" form: codes [K, N], integer zero points and fp16 scales [G, N].
-struct Layer {
-  std::string name;
-  int64_t K = 0, N = 0, gs = 0;  // gs effective (K for one group per column)
-  std::vector<uint8_t> q;
-  std::vector<int32_t> z;
-  std::vector<tl::half_bits> s;
-  int64_t G() const { return tl::group_count(K, gs); }
-};
-
-Layer random_layer(std::mt19937& rng, const std::string& name, int64_t K, int64_t N, int64_t gs, bool sym) {
-  Layer L{name, K, N, gs, {}, {}, {}};
-  L.q.resize(size_t(K * N));
-  for (auto& v : L.q) v = uint8_t(rng() & 15u);
-  std::uniform_real_distribution<float> e(-10.0f, -3.0f);
-  L.s.resize(size_t(L.G() * N));
-  L.z.resize(L.s.size());
-  for (size_t i = 0; i < L.s.size(); ++i) {
-    L.s[i] = tl::float_to_half(std::exp2(e(rng)));
-    L.z[i] = sym ? 8 : (i == 0 ? 0 : i == 1 ? 15 : int32_t(rng() % 16u));
-  }
-  return L;
-}
-
 void check_same(const tl::QuantWeight& w, const Layer& L) {
   CAPTURE(L.name);
   REQUIRE(w.K == L.K);
   REQUIRE(w.N == L.N);
-  CHECK(w.group_size == L.gs);
+  CHECK(w.group_size == L.eff_gs());
   CHECK(w.q == L.q);
   CHECK(w.scale == L.s);
   size_t bad = 0;
@@ -228,7 +197,7 @@ TEST_CASE("awq folders: random layers read back bit for bit; zero_point false is
       std::vector<Layer> layers;
       for (auto [name, K, N] : {std::tuple<const char*, int64_t, int64_t>{"model.layers.0.self_attn.q_proj", 256, 256},
                                 {"model.layers.0.mlp.down_proj", 512, 136}})
-        layers.push_back(random_layer(rng, name, K, N, gs < 0 ? K : gs, sym));
+        layers.push_back(random_layer(rng, name, K, N, gs, sym));
       std::vector<tl::Tensor> ts;
       for (const Layer& L : layers) {
         std::vector<int32_t> codes(L.q.begin(), L.q.end());
@@ -265,7 +234,7 @@ TEST_CASE("compressed-tensors folders: random layers read back bit for bit (grou
     std::vector<Layer> layers;
     for (auto [name, K, N] : {std::tuple<const char*, int64_t, int64_t>{"model.layers.0.self_attn.o_proj", 256, 128},
                               {"model.layers.0.mlp.up_proj", 192, 36}, {"model.layers.1.mlp.gate_proj", 200, 64}})
-      if (c.gs <= 0 || c.gs <= K) layers.push_back(random_layer(rng, name, K, N, c.gs < 0 ? K : c.gs, c.sym));
+      if (c.gs <= 0 || c.gs <= K) layers.push_back(random_layer(rng, name, K, N, c.gs, c.sym));
     std::vector<tl::Tensor> ts;
     for (const Layer& L : layers)
       for (tl::Tensor& t : ct_tensors(L, c.sym, c.scale_dtype)) ts.push_back(std::move(t));
