@@ -17,6 +17,7 @@
 #include "formats/safetensors.h"
 #include "formats/tinyloop_schema.h"
 #include "libconvert/checkpoint_import.h"
+#include "libconvert/quant_checkpoint.h"
 
 namespace tl {
 
@@ -200,6 +201,20 @@ static nlohmann::json summary_safetensors(const std::string& path) {
                   {"shards", r.shard_paths().size()},
                   {"bytes", {{"tensors", total}}},
                   {"file_bytes", fb}};
+  // A 4-bit checkpoint folder (quant_checkpoint.h): its format as the tools read it, or why not.
+  if (is_directory(path) && is_quant_checkpoint(path)) {
+    try {
+      const QuantCheckpoint ck(path);
+      const QuantCheckpointConfig& c = ck.config();
+      s["checkpoint"] = {{"format", quant_format_name(c.format)},
+                         {"group_size", c.group_size},
+                         {"symmetric", c.sym},
+                         {"quantized_layers", ck.quant_names().size()},
+                         {"dense_tensors", ck.dense_names().size()}};
+    } catch (const Error& e) {
+      s["checkpoint"] = {{"refused", e.what()}};
+    }
+  }
   return s;
 }
 
@@ -397,6 +412,19 @@ std::string format_inspect_table(const nlohmann::json& s) {
     sum.rows.push_back({"bits per quantized weight:", bits});
   } else if (kind == "safetensors") {
     sum.rows.push_back({"parameters:", grouped(sm["parameters"]) + " in " + sm["tensors"].dump() + " tensor(s)"});
+    if (s.contains("checkpoint")) {
+      const auto& c = s["checkpoint"];
+      if (c.contains("refused")) {
+        sum.rows.push_back({"4-bit checkpoint:", "not read by the tools: " + c["refused"].get<std::string>()});
+      } else {
+        const int64_t gs = c["group_size"];
+        sum.rows.push_back({"4-bit checkpoint:", c["format"].get<std::string>() + ", " +
+                                                     (gs == -1 ? std::string("one group per column") : "group size " + std::to_string(gs)) +
+                                                     (c["symmetric"].get<bool>() ? ", symmetric" : ", zero points") + ": " +
+                                                     c["quantized_layers"].dump() + " quantized linear(s), " +
+                                                     c["dense_tensors"].dump() + " dense tensor(s)"});
+      }
+    }
   } else {
     sum.rows.push_back({"hessians:", sm["hessians"].dump() + " (" + human_bytes(sm["bytes"]["hessians"]) + ")"});
   }

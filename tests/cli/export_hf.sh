@@ -75,6 +75,9 @@ assert h[p + "weight_zero_point"]["dtype"] == "I32" and h[p + "weight_zero_point
 assert h[p + "weight_shape"]["dtype"] == "I64" and h[p + "weight_shape"]["shape"] == [2]
 assert h["lm_head.weight"]["shape"] == [512, 256] and "lm_head.weight_packed" not in h
 PY
+"$TI" ct > ct_inspect.txt 2>&1 || fail "tl-inspect on the ct folder"
+grep -q "4-bit checkpoint: *compressed-tensors, group size 128, zero points: 14 quantized linear(s), 7 dense tensor(s)" ct_inspect.txt ||
+  fail "tl-inspect's checkpoint line: $(head -5 ct_inspect.txt)"
 "$MP" ct -o ct.tinyloop --json > ct_pack.json 2> /dev/null || fail "marlin-pack cannot read the compressed-tensors folder"
 grep -q '"input_format": "compressed-tensors-checkpoint"' ct_pack.json || fail "marlin-pack input_format: $(head -c 300 ct_pack.json)"
 "$TV" ct --tiers e2e --tokens t.u32 --ctx 64 --device cpu --drift-json ct_drift.json > ct.txt 2>&1 || fail "tl-verify on the ct folder: $(tail -3 ct.txt)"
