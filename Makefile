@@ -7,7 +7,8 @@ BUILD      ?= build
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 PKGS := cmake g++ make pkg-config zlib1g-dev libhdf5-dev hdf5-tools libaec-dev libeigen3-dev \
-        libcli11-dev doctest-dev nlohmann-json3-dev clang libclang-rt-dev libsentencepiece-dev
+        libcli11-dev doctest-dev nlohmann-json3-dev clang libclang-rt-dev libsentencepiece-dev \
+        libpcre2-dev libutf8proc-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 FUZZ_BUILD   ?= build-fuzz

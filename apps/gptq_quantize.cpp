@@ -25,10 +25,11 @@ int main(int argc, char** argv) {
                                       "sequential mode)")
                            ->check(CLI::ExistingFile);
   app.add_option("--calib-text", o.calib_text,
-                 "a UTF-8 text instead, tokenized with the model's tokenizer.model (SentencePiece; BOS once, as "
-                 "tokenizer_config.json says)")
+                 "a UTF-8 text instead, tokenized with the model's own tokenizer: tokenizer.model (SentencePiece; "
+                 "BOS once, as tokenizer_config.json says) or else tokenizer.json (byte-level BPE; BOS as its "
+                 "post_processor says)")
       ->excludes(calib_tokens);
-  app.add_option("--tokenizer", o.tokenizer, "the folder of tokenizer.model for --calib-text (default: INPUT when a folder)");
+  app.add_option("--tokenizer", o.tokenizer, "the folder of tokenizer.model / tokenizer.json for --calib-text (default: INPUT when a folder)");
   app.add_option("--calib-seq", o.calib_seq, "tokens per calibration window")->capture_default_str();
   app.add_option("--calib-samples", o.calib_samples, "calibration windows (at most)")->capture_default_str();
   app.add_option("--save-calib", o.save_calib, "with --calib-tokens: also write the Hessians (.h5)");

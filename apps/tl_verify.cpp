@@ -28,11 +28,12 @@ int main(int argc, char** argv) {
   app.add_option("--md", opt.md_path, "write the report as Markdown");
   auto* tokens = app.add_option("--tokens", opt.e2e.tokens, "e2e: token file (.u32 raw uint32 or .npy) to score");
   app.add_option("--text", opt.e2e.text,
-                 "e2e: a UTF-8 text file to score instead, tokenized with the model's tokenizer.model "
-                 "(SentencePiece; BOS once, as tokenizer_config.json says)")
+                 "e2e: a UTF-8 text file to score instead, tokenized with the model's own tokenizer: "
+                 "tokenizer.model (SentencePiece; BOS once, as tokenizer_config.json says) or else tokenizer.json "
+                 "(byte-level BPE; BOS as its post_processor says)")
       ->excludes(tokens);
   app.add_option("--tokenizer", opt.e2e.tokenizer,
-                 "e2e: the folder of tokenizer.model for --text (default: --reference when it is a folder)");
+                 "e2e: the folder of tokenizer.model / tokenizer.json for --text (default: --reference when it is a folder)");
   app.add_option("--baseline", opt.e2e.baseline, "e2e: a second .tinyloop (e.g. RTN) scored beside FILE");
   app.add_option("--reference", opt.e2e.reference,
                  "e2e: the original model (HF folder, .safetensors with config, dense .tinyloop); every path is "

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "formats/bpe_tokenizer.h"
 #include "formats/file_check.h"
 
 #if TL_HAVE_SENTENCEPIECE
@@ -38,7 +39,7 @@ int64_t first_invalid_utf8(const std::string& s) {
 }
 
 // tokenizer_config.json's add_bos_token (true when the file or the key is absent).
-bool add_bos(const std::string& dir) {
+[[maybe_unused]] bool add_bos(const std::string& dir) {
   const std::string path = dir + "/tokenizer_config.json";
   std::ifstream in(path);
   if (!in) return true;
@@ -49,7 +50,18 @@ bool add_bos(const std::string& dir) {
   return j["add_bos_token"].get<bool>();
 }
 
+// Every id below the model's vocabulary size.
+void check_vocab(const std::vector<int32_t>& ids, int64_t vocab, const std::string& tokenizer) {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab)
+      throw Error("token " + std::to_string(i) + " = " + std::to_string(ids[i]) + " is outside the model's vocabulary of " +
+                      std::to_string(vocab) + ": not this model's tokenizer",
+                  tokenizer);
+}
+
 }  // namespace
+
+std::string tokenizer_json_unavailable_reason() { return BpeTokenizer::unavailable_reason(); }
 
 std::string text_tokenizer_unavailable_reason() {
 #if TL_HAVE_SENTENCEPIECE
@@ -73,11 +85,18 @@ TextTokens tokenize_text_file(const std::string& text_path, const std::string& t
   if (!is_directory(tokenizer_dir)) throw Error("not a folder (expected the model's tokenizer files)", tokenizer_dir);
   const std::string model = tokenizer_dir + "/tokenizer.model";
   if (!is_regular_file(model)) {
-    if (is_regular_file(tokenizer_dir + "/tokenizer.json"))
-      throw Error("only tokenizer.json (a byte-level BPE tokenizer: Llama 3, Qwen2, GPT-2): not supported yet; give "
-                  "token ids with --tokens",
-                  tokenizer_dir);
-    throw Error("no tokenizer.model or tokenizer.json", tokenizer_dir);
+    // A byte-level BPE tokenizer.json (Llama 3, Qwen2, GPT-2); tokenizer.model comes first.
+    const std::string tj = tokenizer_dir + "/tokenizer.json";
+    if (!is_regular_file(tj)) throw Error("no tokenizer.model or tokenizer.json", tokenizer_dir);
+    if (const std::string why = tokenizer_json_unavailable_reason(); !why.empty()) throw Error(why, tj);
+    BpeTokenizer bpe(tj);
+    TextTokens out;
+    out.tokenizer = tj;
+    out.bytes = int64_t(text.size());
+    out.ids = bpe.encode(text);
+    out.bos = !bpe.prefix_ids().empty();
+    check_vocab(out.ids, vocab, tj);
+    return out;
   }
   if (const std::string why = text_tokenizer_unavailable_reason(); !why.empty()) throw Error(why, model);
   TextTokens out;
@@ -94,11 +113,7 @@ TextTokens tokenize_text_file(const std::string& text_path, const std::string& t
     out.ids.push_back(sp.bos_id());
   }
   out.ids.insert(out.ids.end(), ids.begin(), ids.end());
-  for (size_t i = 0; i < out.ids.size(); ++i)
-    if (out.ids[i] < 0 || out.ids[i] >= vocab)
-      throw Error("token " + std::to_string(i) + " = " + std::to_string(out.ids[i]) + " is outside the model's vocabulary of " +
-                      std::to_string(vocab) + ": not this model's tokenizer",
-                  model);
+  check_vocab(out.ids, vocab, model);
 #else
   (void)vocab;
 #endif

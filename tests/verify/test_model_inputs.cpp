@@ -2,7 +2,7 @@
 // (load_model_weights_any, tl-verify --tiers e2e FILE=folder): the folder tl-export writes from a quantized .tinyloop reads back as the same model (codes and
 // scales bit for bit, q | k | v joined, zero points within one fp16 step, Marlin-packed on the way
 // in), scores the same perplexity on the CPU, and the kernel tiers refuse the folder by name; and a
-// text input (--text) scores what its token ids score.
+// text input (--text, tokenizer.model or tokenizer.json) scores what its token ids score.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -134,40 +134,55 @@ TEST_CASE("tl-verify on a GPTQ folder: the e2e tier scores it as the file it cam
 }
 
 TEST_CASE("e2e --text: the figures of --tokens on the ids the model's tokenizer gives the text") {
-  if (!tl::text_tokenizer_unavailable_reason().empty()) return;  // test_text_tokens.cpp checks the refusal
-  const Case c = make_case("e2e_text");
+  // SentencePiece (tokenizer.model) and byte-level BPE (tokenizer.json, the Llama 3 fixture with
+  // its BOS template and special tokens): each tokenizer's ids, scored as --tokens, give the
+  // figures --text gives.
+  struct Tok {
+    std::string dir, why_not;
+    int64_t vocab;
+  };
   const std::string spm = TL_SPM_DIR;
+  std::vector<Tok> toks = {{spm, tl::text_tokenizer_unavailable_reason(), 512},
+                           {spm + "/../bpe/llama3", tl::tokenizer_json_unavailable_reason(), 2048}};
+  const Case c = make_case("e2e_text");
   std::string text;
   {
     std::ifstream in(spm + "/sample.txt");
     const std::string one((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     for (int i = 0; i < 6; ++i) text += one;
   }
+  text += "<|end_of_text|> and a special token written in the text.\n";
   std::ofstream(c.dir + "/eval.txt") << text;
-  // The case's model has 96 tokens, the tokenizer 400: a model of 512 tokens.
-  tl::ModelConfig cfg = quantized_llama(5).config;
-  cfg.vocab = 512;
-  tl::ModelWeights big = tl::random_model_weights(cfg, 6);
-  for (auto& b : big.pre) tl::rtn_quantize_linear(b.mlp_up, 128);
-  const std::string file = c.dir + "/v512.tinyloop";
-  tl::write_model_tinyloop(big, file, tl::DType::F16);
-  const tl::TextTokens t = tl::tokenize_text_file(c.dir + "/eval.txt", spm, 512);
-  tl::write_token_file_u32(c.dir + "/eval.u32", t.ids);
   E2eOptions o;
-  o.file = file;
-  o.ctx = 64;
-  o.device = E2eDevice::kCpu;
-  o.tokens = c.dir + "/eval.u32";
-  const E2eResult ids = run_e2e_tier(o);
-  o.tokens.clear();
-  o.text = c.dir + "/eval.txt";
-  o.tokenizer = spm;
-  const E2eResult from_text = run_e2e_tier(o);
-  REQUIRE(ids.status == Status::kPassed);
-  REQUIRE(from_text.status == Status::kPassed);
-  CHECK(from_text.n_tokens == int64_t(t.ids.size()));
-  CHECK(from_text.scored == ids.scored);
-  CHECK(from_text.main.rows[0].s.ppl == ids.main.rows[0].s.ppl);
+  for (const Tok& tok : toks) {
+    CAPTURE(tok.dir);
+    if (!tok.why_not.empty()) continue;  // test_text_tokens.cpp checks the refusal
+    // The case's model has 96 tokens; the tokenizers 400 and 1517: a model of `vocab` tokens.
+    tl::ModelConfig cfg = quantized_llama(5).config;
+    cfg.vocab = tok.vocab;
+    tl::ModelWeights big = tl::random_model_weights(cfg, 6);
+    for (auto& b : big.pre) tl::rtn_quantize_linear(b.mlp_up, 128);
+    const std::string file = c.dir + "/v" + std::to_string(tok.vocab) + ".tinyloop";
+    tl::write_model_tinyloop(big, file, tl::DType::F16);
+    const tl::TextTokens t = tl::tokenize_text_file(c.dir + "/eval.txt", tok.dir, tok.vocab);
+    tl::write_token_file_u32(c.dir + "/eval.u32", t.ids);
+    o = E2eOptions();
+    o.file = file;
+    o.ctx = 64;
+    o.device = E2eDevice::kCpu;
+    o.tokens = c.dir + "/eval.u32";
+    const E2eResult ids = run_e2e_tier(o);
+    o.tokens.clear();
+    o.text = c.dir + "/eval.txt";
+    o.tokenizer = tok.dir;
+    const E2eResult from_text = run_e2e_tier(o);
+    REQUIRE(ids.status == Status::kPassed);
+    REQUIRE(from_text.status == Status::kPassed);
+    CHECK(from_text.n_tokens == int64_t(t.ids.size()));
+    CHECK(from_text.scored == ids.scored);
+    CHECK(from_text.main.rows[0].s.ppl == ids.main.rows[0].s.ppl);
+  }
+  if (o.text.empty()) return;
   // Both inputs at once: refused.
   o.tokens = c.dir + "/eval.u32";
   CHECK_THROWS_WITH_AS(run_e2e_tier(o), doctest::Contains("give one of --tokens and --text"), tl::Error);
