@@ -12,11 +12,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 work="$build/fuzz"
 mkdir -p "$work/findings" "$work/corpus" "$work/logs"
 seeds="$work/seeds-$$"
-"$build/tests/fuzz/tl_fuzz_seeds" "$seeds" || { echo "fuzz: seed generation failed"; exit 1; }
+"$build/tests/fuzz/tl_fuzz_seeds" "$seeds" "$root" || { echo "fuzz: seed generation failed"; exit 1; }
 trap 'rm -rf "$seeds"' EXIT
 cp "$root"/tests/repro/*.tinyloop "$seeds/tinyloop/"
 mkdir -p "$seeds/hf_config" && cp "$root/tests/repro/config_dhead_mul_overflow.json" "$seeds/hf_config/"
-targets=(tinyloop tinyloop_structured calib safetensors safetensors_index hf_config tokens quant_checkpoint hf_import)
+targets=(tinyloop tinyloop_structured calib safetensors safetensors_index hf_config tokens quant_checkpoint hf_import tokenizer_json)
 [ -n "${FUZZ_TARGETS:-}" ] && read -r -a targets <<< "$FUZZ_TARGETS"  # a subset, e.g. for parallel runs
 status=0
 mkdir -p "$work/report"
@@ -52,7 +52,7 @@ done
 {
   echo "| target | seconds | executions | exec/s | coverage (edges) | features | corpus | result |"
   echo "|---|---|---|---|---|---|---|---|"
-  for t in tinyloop tinyloop_structured calib safetensors safetensors_index hf_config tokens quant_checkpoint hf_import; do
+  for t in tinyloop tinyloop_structured calib safetensors safetensors_index hf_config tokens quant_checkpoint hf_import tokenizer_json; do
     [ -f "$work/report/$t.md" ] && cat "$work/report/$t.md"
   done
 } > "$work/report.md"

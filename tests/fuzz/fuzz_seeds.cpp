@@ -4,6 +4,7 @@
 //   tl_fuzz_seeds OUT
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <sys/stat.h>
@@ -266,12 +267,50 @@ void structured_seeds() {
 
 }  // namespace
 
+// tokenizer_json: the shipped byte-level BPE fixtures (tests/data/bpe) with the start of their
+// sample text, when the source tree is given; and one written here.
+void tokenizer_seeds(const std::string& root) {
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  if (!root.empty()) {
+    const std::string text = slurp(root + "/tests/data/bpe/sample.txt").substr(0, 600);
+    for (const char* f : {"llama3", "qwen2", "gpt2", "smollm"}) {
+      const std::string tj = slurp(root + "/tests/data/bpe/" + f + "/tokenizer.json");
+      if (tj.empty()) continue;
+      seed("tokenizer_json", std::string(f) + ".bin", tl::fuzz::pack_files({{"tokenizer.json", tj}, {"text.txt", text}}));
+    }
+  }
+  // A Llama-3-shaped tokenizer.json in miniature: Split + ByteLevel, an added special token, the
+  // BOS template, ignore_merges.
+  const std::string tiny = R"({
+  "version": "1.0",
+  "added_tokens": [{"id": 5, "content": "<s>", "single_word": false, "lstrip": false, "rstrip": false,
+                    "normalized": false, "special": true}],
+  "normalizer": null,
+  "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": "(?i:'s|'t)|\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"},
+     "behavior": "Isolated", "invert": false},
+    {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]},
+  "post_processor": {"type": "TemplateProcessing",
+    "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+    "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [5], "tokens": ["<s>"]}}},
+  "decoder": null,
+  "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": true,
+            "vocab": {"a": 0, "b": 1, "ab": 2, "\u0120": 3, "\u0120ab": 4}, "merges": ["a b", "\u0120 ab"]}
+})";
+  seed("tokenizer_json", "tiny.bin", tl::fuzz::pack_files({{"tokenizer.json", tiny}, {"text.txt", "ab ab <s>ba"}}));
+}
+
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: tl_fuzz_seeds OUT\n");
+  if (argc != 2 && argc != 3) {
+    std::fprintf(stderr, "usage: tl_fuzz_seeds OUT [SOURCE_ROOT]\n");
     return 2;
   }
   g_out = argv[1];
+  const std::string root = argc == 3 ? argv[2] : "";
   mkdir(g_out.c_str(), 0755);
   try {
     tinyloop_seeds();
@@ -281,6 +320,7 @@ int main(int argc, char** argv) {
     token_seeds();
     gptq_seeds();
     structured_seeds();
+    tokenizer_seeds(root);
   } catch (const tl::Error& e) {
     std::fprintf(stderr, "tl_fuzz_seeds: %s\n", e.what());
     return 2;
