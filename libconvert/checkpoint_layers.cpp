@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/group_size.h"
+#include "core/parallel.h"
 
 namespace tl {
 namespace {
@@ -66,9 +67,11 @@ QuantWeight awq_layer_to_tinyloop(const std::string& name, const AwqLayerView& v
   int shift_of[8];
   for (int i = 0; i < 8; ++i) shift_of[kAwqOrder[i]] = 4 * i;
   std::vector<uint8_t> q(size_t(K * N));
-  for (int64_t k = 0; k < K; ++k)
-    for (int64_t n = 0; n < N; ++n)
-      q[size_t(k * N + n)] = uint8_t((uint32_t(v.qweight[k * W + n / 8]) >> shift_of[n % 8]) & 15u);
+  parallel_chunks(K, 64, [&](int64_t k0, int64_t k1) {  // rows: a 7B model is ~7e9 codes
+    for (int64_t k = k0; k < k1; ++k)
+      for (int64_t n = 0; n < N; ++n)
+        q[size_t(k * N + n)] = uint8_t((uint32_t(v.qweight[k * W + n / 8]) >> shift_of[n % 8]) & 15u);
+  });
   std::vector<int32_t> z(size_t(G * N), 8);
   if (v.qzeros)
     for (int64_t g = 0; g < G; ++g)
@@ -105,9 +108,11 @@ QuantWeight ct_layer_to_tinyloop(const std::string& name, const CtLayerView& v, 
                     file, name + ".weight_g_idx");
   const int64_t words = (K + 7) / 8;
   std::vector<uint8_t> q(size_t(K * N));
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < K; ++k)
-      q[size_t(k * N + n)] = uint8_t((uint32_t(v.packed[n * words + k / 8]) >> (4 * (k % 8))) & 15u);
+  parallel_chunks(K, 64, [&](int64_t k0, int64_t k1) {  // row blocks of the [K, N] codes
+    for (int64_t k = k0; k < k1; ++k)
+      for (int64_t n = 0; n < N; ++n)
+        q[size_t(k * N + n)] = uint8_t((uint32_t(v.packed[n * words + k / 8]) >> (4 * (k % 8))) & 15u);
+  });
   // [N, G] -> TinyLoop's [G, N].
   std::vector<half_bits> scales(size_t(G * N));
   std::vector<int32_t> z(size_t(G * N), 8);

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/group_size.h"
+#include "core/parallel.h"
 #include "libconvert/checkpoint_layers.h"
 
 namespace tl {
@@ -79,13 +80,15 @@ QuantWeight gptq_layer_to_tinyloop(const std::string& name, const GptqLayerView&
   }
 
   std::vector<uint8_t> q(size_t(K * N));
-  for (int64_t r = 0; r < K / 8; ++r) {
-    const int32_t* row = v.qweight + r * N;
-    for (int i = 0; i < 8; ++i) {
-      uint8_t* out = q.data() + (8 * r + i) * N;
-      for (int64_t n = 0; n < N; ++n) out[n] = uint8_t((uint32_t(row[n]) >> (4 * i)) & 15u);
+  parallel_chunks(K / 8, 8, [&](int64_t r0, int64_t r1) {  // word rows: a 7B model is ~7e9 codes
+    for (int64_t r = r0; r < r1; ++r) {
+      const int32_t* row = v.qweight + r * N;
+      for (int i = 0; i < 8; ++i) {
+        uint8_t* out = q.data() + (8 * r + i) * N;
+        for (int64_t n = 0; n < N; ++n) out[n] = uint8_t((uint32_t(row[n]) >> (4 * i)) & 15u);
+      }
     }
-  }
+  });
   std::vector<int32_t> z(size_t(G * N));
   const uint32_t offset = c.zeros_minus_one ? 1u : 0u;
   for (int64_t g = 0; g < G; ++g)
