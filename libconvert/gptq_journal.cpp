@@ -1,7 +1,13 @@
 // gptq-quantize's resume journal; see gptq_journal.h.
 #include "libconvert/gptq_journal.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
@@ -65,22 +71,26 @@ GptqJournal::GptqJournal(const std::string& output, const nlohmann::json& finger
   namespace fs = std::filesystem;
   const std::string path = folder_ + "/" + kJournalFile;
   std::error_code ec;
-  bool exists = fs::exists(fs::symlink_status(folder_, ec));
-  if (exists && holds_no_stage(folder_)) {
-    fs::remove_all(folder_, ec);  // ours, with no completed stage: nothing to lose or to resume
-    if (ec) throw Error("cannot remove an empty resume journal: " + ec.message(), folder_);
-    exists = false;
+  const bool exists = fs::exists(fs::symlink_status(folder_, ec));
+  if (exists && !is_directory(folder_)) throw Error("exists and is not a resume journal folder", folder_);
+  if (!exists && !fs::create_directory(folder_, ec)) {
+    if (ec != std::errc::file_exists) throw Error("cannot create the resume journal: " + ec.message(), folder_);
   }
-  if (exists && !resume)
-    throw Error("the journal of an interrupted run of this output: rerun the same command with --resume to continue "
-                "it, or remove the folder to start again",
-                folder_);
+  lock();  // from here on this process owns the folder
   if (!exists) {
-    if (!fs::create_directory(folder_, ec)) throw Error("cannot create the resume journal: " + ec.message(), folder_);
     write_journal();
     return;
   }
-  if (!is_directory(folder_)) throw Error("exists and is not a resume journal folder", folder_);
+  if (holds_no_stage(folder_)) {
+    // Ours, with no completed stage: nothing to lose or to resume; start it afresh.
+    for (const auto& e : fs::directory_iterator(folder_, ec)) fs::remove_all(e.path(), ec);
+    write_journal();
+    return;
+  }
+  if (!resume)
+    throw Error("the journal of an interrupted run of this output: rerun the same command with --resume to continue "
+                "it, or remove the folder to start again",
+                folder_);
   std::ifstream in(path);
   if (!in) throw Error("not a gptq-quantize resume journal (no journal.json)", folder_);
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
@@ -105,6 +115,27 @@ GptqJournal::GptqJournal(const std::string& output, const nlohmann::json& finger
     }
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("not a gptq-quantize resume journal: ") + e.what(), path);
+  }
+}
+
+GptqJournal::~GptqJournal() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+// flock(2) on the folder itself, held until the process ends (a kill -9 releases it): a second
+// run of the same command while the first still runs is refused instead of sharing the journal.
+void GptqJournal::lock() {
+  lock_fd_ = ::open(folder_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (lock_fd_ < 0) throw Error(std::string("cannot open the resume journal: ") + std::strerror(errno), folder_);
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    if (err == EWOULDBLOCK)
+      throw Error("another gptq-quantize run of this output is running (it holds the resume journal); wait for it, "
+                  "or write to another output",
+                  folder_);
+    throw Error(std::string("cannot lock the resume journal: ") + std::strerror(err), folder_);
   }
 }
 
@@ -159,7 +190,9 @@ void GptqJournal::write_journal() const {
 
 void GptqJournal::remove() {
   std::error_code ec;
-  std::filesystem::remove_all(folder_, ec);
+  std::filesystem::remove_all(folder_, ec);  // still locked: no other run is inside
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+  lock_fd_ = -1;
   if (ec) throw Error("cannot remove the resume journal: " + ec.message(), folder_);
 }
 

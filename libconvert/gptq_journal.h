@@ -21,9 +21,12 @@
 // point, bit for bit, since the CPU forward's result does not depend on the thread count. Then
 // the calibration continues with the next stage.
 //
+// The folder is flock(2)ed by the run that uses it, for its whole life (a kill releases it): a
+// second run of the same output while the first still runs is refused by name, never shares it.
+//
 // Refused by name: a run without --resume whose journal exists (it would be lost), a --resume
 // whose fingerprint differs from the journal's (the key that differs, both values), a journal
-// that is not one of ours.
+// that is not one of ours, a journal another live run holds.
 #pragma once
 
 #include <string>
@@ -42,6 +45,9 @@ class GptqJournal {
   // Opens the journal of `output`. Without `resume` an existing journal is an error; with it a
   // missing one starts a fresh journal and an existing one must carry `fingerprint`.
   GptqJournal(const std::string& output, const nlohmann::json& fingerprint, bool resume);
+  ~GptqJournal();  // releases the folder's lock
+  GptqJournal(const GptqJournal&) = delete;
+  GptqJournal& operator=(const GptqJournal&) = delete;
 
   const std::string& folder() const { return folder_; }
   bool resumed() const { return !stages_.empty(); }
@@ -60,10 +66,12 @@ class GptqJournal {
     std::vector<std::string> weights;
   };
   void write_journal() const;
+  void lock();
 
   std::string folder_;
   nlohmann::json fingerprint_;
   std::vector<Stage> stages_;
+  int lock_fd_ = -1;
 };
 
 }  // namespace tl

@@ -5,6 +5,8 @@
 #     once its journal lists t % 7 completed stages, a few milliseconds later still; the resumed
 #     file must equal the reference byte for byte and the journal must be gone. The stages the
 #     kills landed after are counted: at least one trial per stage count 1..5 resumed mid-run.
+#   - A second run of the same output while the first runs is refused by name (the journal's
+#     lock), with or without --resume.
 #   - Without --resume an existing journal is refused by name (nothing touched); a --resume
 #     whose arguments or inputs differ is refused naming the key; a folder that is not our
 #     journal is never taken for one.
@@ -47,6 +49,20 @@ summary=""
 for k in "${!resumed_at[@]}"; do summary="$summary $k:${resumed_at[$k]}"; done
 echo "gptq_resume: 20 trials identical to the reference; resumed after (stages:trials)$summary"
 for k in 1 2 3 4 5; do [ -n "${resumed_at[$k]:-}" ] || fail "no trial resumed after $k stage(s):$summary"; done
+
+# Two runs of the same output at once: while the first runs (stopped here with SIGSTOP, so the
+# timing is the test's, not the machine's), a second is refused by name, with or without --resume,
+# and touches nothing; the first then finishes with the reference's bytes.
+rm -rf out.tinyloop out.tinyloop.journal
+"$GQ" "${ARGS[@]}" -o out.tinyloop -q 2> /dev/null & pid=$!
+for i in $(seq 3000); do [ "$(stages)" -ge 1 ] && break; sleep 0.005; done
+kill -STOP $pid
+bad "another gptq-quantize run of this output is running" "$GQ" "${ARGS[@]}" -o out.tinyloop
+bad "another gptq-quantize run of this output is running" "$GQ" "${ARGS[@]}" -o out.tinyloop --resume
+kill -CONT $pid
+wait $pid || fail "the first run failed beside the refused ones"
+cmp -s out.tinyloop ref.tinyloop || fail "the first run's file differs from the reference"
+[ -e out.tinyloop.journal ] && fail "the journal was left after a finished run"
 
 # A journal with two completed stages for the refusals below.
 rm -rf out.tinyloop out.tinyloop.journal
