@@ -55,6 +55,9 @@ int main(int argc, char** argv) {
   app.add_option("--damp", o.damp, "Hessian damping, fraction of the mean diagonal")->capture_default_str();
   app.add_option("--block-size", o.block_size, "rows per lazy-update block")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--act-order", o.act_order, "quantize rows by decreasing Hessian diagonal (static groups: stays contiguous)");
+  app.add_flag("--range-search", o.range_search,
+               "search each group's range (shrink min-max over 80 steps, keep the least |W_hat - W|^2.4; upstream "
+               "GPTQ's mse option) inside GPTQ's sweep or for RTN; integer zero points, CPU only");
   app.add_option("--only", o.only, "regex over weight names selecting what to quantize (default: block linears); "
                                   "the rest is copied unchanged");
   app.add_flag("--drop-unselected", o.drop_unselected,

@@ -29,6 +29,7 @@ struct Plan {
   bool grouped = false;          // more than one group along K
   bool dynamic = false;          // grouped && !static: parameters found during the sweep
   ZeroMode mode = ZeroMode::kInt;
+  bool range_search = false;     // minmax_quantizer.h: each group's parameters searched
   std::vector<int32_t> order;    // order[j] = row quantized j-th (perm or identity)
   std::vector<uint8_t> dead;     // [K] by original row
   MatrixRowF U, V;               // U: upper factor of H^-1 (quantization order); V = U^-1
@@ -94,7 +95,7 @@ void run_chunk(const Plan& p, int64_t n0, int64_t C, GptqResult* r, ChunkStats* 
         g = j / p.gs;
         if (j % p.gs == 0) {
           const int64_t rows = std::min(p.gs, K - j);
-          minmax_find_params(Wc.data() + j * C, rows, C, C, p.mode, &cur);
+          minmax_find_params(Wc.data() + j * C, rows, C, C, p.mode, &cur, p.range_search);
           std::copy(cur.scale.begin(), cur.scale.end(), r->scale.begin() + g * N + n0);
           std::copy(cur.zq.begin(), cur.zq.end(), r->zq.begin() + g * N + n0);
         }
@@ -267,6 +268,7 @@ GptqResult gptq_quantize(const float* W, int64_t K, int64_t N, const float* H,
   p.grouped = p.G > 1;
   p.dynamic = p.grouped && !opt.static_groups;
   p.mode = opt.zero_mode;
+  p.range_search = opt.range_search;
 
   GptqResult r;
   r.K = K;
@@ -280,7 +282,7 @@ GptqResult gptq_quantize(const float* W, int64_t K, int64_t N, const float* H,
   if (opt.want_tie_margin) r.tie_margin.assign(size_t(K * N), 1.0f);
 
   // Step 2 (per-row): parameters of the untouched W.
-  if (!p.grouped) minmax_find_params(W, K, N, N, p.mode, &p.fixed);
+  if (!p.grouped) minmax_find_params(W, K, N, N, p.mode, &p.fixed, p.range_search);
 
   // Step 1: dead inputs.
   const Eigen::Map<const MatrixRowF> Hm(H, K, K);
@@ -306,7 +308,7 @@ GptqResult gptq_quantize(const float* W, int64_t K, int64_t N, const float* H,
       for (int64_t k = k0; k < k1; ++k) {
         if (p.dead[size_t(k)]) rows.row(k - k0).setZero();
       }
-      minmax_find_params(rows.data(), k1 - k0, N, N, p.mode, &gp);
+      minmax_find_params(rows.data(), k1 - k0, N, N, p.mode, &gp, p.range_search);
       std::copy(gp.scale.begin(), gp.scale.end(), p.fixed.scale.begin() + g * N);
       std::copy(gp.zq.begin(), gp.zq.end(), p.fixed.zq.begin() + g * N);
     }

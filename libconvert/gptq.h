@@ -54,6 +54,7 @@ struct GptqOptions {
   bool act_order = false;
   bool static_groups = false;   // see step 3 above
   ZeroMode zero_mode = ZeroMode::kInt;
+  bool range_search = false;    // each group's range searched (minmax_quantizer.h; kInt only)
   int threads = 1;
   int64_t chunk_cols = 256;     // output columns per work item (fixed: thread-count independent)
   int max_damp_retries = 4;     // extra attempts after the first when H is not positive definite

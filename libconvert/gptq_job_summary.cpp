@@ -44,6 +44,7 @@ nlohmann::json Job::summary_json(double wall) const {
   s["group_size"] = opt.group_size.is_per_row() ? int64_t(-1) : opt.group_size.rows();
   s["group"] = opt.group_size.name();
   s["zero"] = zero_mode_name(opt.zero_mode);
+  s["range_search"] = opt.range_search;
   s["threads"] = threads;
   s["device"] = use_gpu ? "cuda" : "cpu";
   if (use_gpu) s["device_name"] = opt.gpu->name();

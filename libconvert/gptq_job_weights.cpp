@@ -13,6 +13,7 @@ GptqOptions Job::gptq_options(const std::string& name, int64_t K, Progress& prog
   g.act_order = opt.act_order;
   g.static_groups = opt.act_order;  // contiguous groups (see gptq.h step 3)
   g.zero_mode = opt.zero_mode;
+  g.range_search = opt.range_search;
   g.threads = inner_threads();
   g.want_rtn_loss = opt.rtn_compare;
   g.name = name;
@@ -75,10 +76,12 @@ QuantWeight Job::finish_weight(size_t i, QuantWeight&& qw, nlohmann::json&& prov
 }
 
 nlohmann::json Job::provenance() const {
-  return {{"method", opt.method},
-          {"group", opt.group_size.name()},
-          {"zero", zero_mode_name(opt.zero_mode)},
-          {"producer", std::string("gptq-quantize ") + TL_VERSION}};
+  nlohmann::json p = {{"method", opt.method},
+                      {"group", opt.group_size.name()},
+                      {"zero", zero_mode_name(opt.zero_mode)},
+                      {"producer", std::string("gptq-quantize ") + TL_VERSION}};
+  if (opt.range_search) p["range_search"] = "shrink 1.0..0.21 in 80 steps, least |W_hat - W|^2.4";
+  return p;
 }
 
 // Quantizes linear i (W [K, N]; h empty for RTN without calibration); no I/O.
@@ -93,7 +96,7 @@ QuantWeight Job::quantize_one(size_t i, const std::vector<float>& W, const Hessi
   QuantWeight qw = start_weight(i, h.nsamples);
   WeightReport& rep = reports[i];
   nlohmann::json prov = provenance();
-  MinMaxResult r = rtn_quantize(W.data(), K, N, opt.group_size.effective(K, e.name), opt.zero_mode);
+  MinMaxResult r = rtn_quantize(W.data(), K, N, opt.group_size.effective(K, e.name), opt.zero_mode, opt.range_search);
   if (!h.H.empty()) {
     std::vector<float> E(W.size());
     for (size_t j = 0; j < E.size(); ++j) E[j] = r.w_hat[j] - W[j];

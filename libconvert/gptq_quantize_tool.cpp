@@ -28,6 +28,8 @@ void validate_options(const GptqQuantizeOptions& opt) {
   if (!opt.calib.empty() && opt.sequential()) throw Error("--calib and --calib-tokens / --calib-text exclude each other");
   if (opt.sequential() && !gptq) throw Error("--calib-tokens / --calib-text apply to --method gptq only");
   if (!opt.save_calib.empty() && !opt.sequential()) throw Error("--save-calib needs --calib-tokens or --calib-text");
+  if (opt.range_search && opt.zero_mode != ZeroMode::kInt)
+    throw Error("--range-search searches integer zero points: it does not apply to --zero float");
   if (opt.resume && !opt.sequential())
     throw Error("--resume continues a sequential calibration (--calib-tokens / --calib-text); this run keeps no journal");
   if (opt.resume && !opt.save_calib.empty())

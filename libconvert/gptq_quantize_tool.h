@@ -69,6 +69,7 @@ struct GptqQuantizeOptions {
   int64_t block_size = 128;
   bool act_order = false;            // with groups: static groups (contiguous, Marlin-compatible)
   ZeroMode zero_mode = ZeroMode::kInt;
+  bool range_search = false;         // --range-search: each group's range searched (minmax_quantizer.h)
   int threads = 0;                   // 0: all cores
   uint64_t max_memory = 0;           // bytes; 0: the available memory (formats/memory_budget.h)
   bool for_marlin = false;           // --for marlin: a weight the Marlin kernel cannot run is an error

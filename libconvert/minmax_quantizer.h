@@ -49,10 +49,22 @@ struct MinMaxParams {
 // rounding mode; std::round would round 2.5 to 3).
 inline float round_half_even(float x) { return __builtin_nearbyintf(x); }
 
+// Range search (gptq-quantize --range-search): upstream GPTQ's Quantizer(mse=True) -- GPTQModel's
+// `mse`, the grid search llama.cpp's quantizers also make. For each column the range above,
+// [xmin, xmax], is shrunk to [s xmin, s xmax] for s = 1 - i / kRangeGrid, i = 0 ..
+// kRangeMaxShrink * kRangeGrid - 1 (1.0 down to 0.21), each giving scale = (s xmax - s xmin) / 15
+// and z = round_half_even(-s xmin / scale); the pair whose dequantized group has the least
+// sum_k |W_hat - w|^kRangeNorm is kept, the first on ties. s = 1 comes first, so the search is
+// never worse than min-max in that norm. Integer zero points only (ZeroMode::kInt).
+constexpr int kRangeGrid = 100;
+constexpr float kRangeMaxShrink = 0.8f;
+constexpr float kRangeNorm = 2.4f;
+
 // Parameters over `rows` rows of a row-major [rows, N] block with leading dimension `ld`
-// (columns n are independent). Writes p->scale / p->zq (resized to N).
+// (columns n are independent). Writes p->scale / p->zq (resized to N). range_search: as above
+// (kInt only; tl::Error for kFloat).
 void minmax_find_params(const float* w, int64_t rows, int64_t N, int64_t ld, ZeroMode mode,
-                        MinMaxParams* p);
+                        MinMaxParams* p, bool range_search = false);
 
 // Quantizes one row w[0..N) with per-column parameters: codes to q (may be null) and the
 // dequantized values to w_hat (may be null).
@@ -75,9 +87,9 @@ struct MinMaxResult {
 };
 
 // Plain round-to-nearest (`--method rtn`; the golden files' rtn/ group): each group's
-// parameters from the original W, then every entry rounded. group_size: effective, 0 <
-// group_size <= K (K: per row).
+// parameters from the original W (with range_search: searched, see above), then every entry
+// rounded. group_size: effective, 0 < group_size <= K (K: per row).
 MinMaxResult rtn_quantize(const float* W, int64_t K, int64_t N, int64_t group_size,
-                          ZeroMode mode);
+                          ZeroMode mode, bool range_search = false);
 
 }  // namespace tl

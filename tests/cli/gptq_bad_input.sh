@@ -6,7 +6,7 @@ set -u
 : "${TL_BIN:?}" "${TL_TMP:?}" "${TL_SRC:?}"
 python3 -c "import numpy, h5py" 2>/dev/null || { echo "python3 with numpy + h5py not found: skipped"; exit 77; }
 rm -rf "$TL_TMP" && mkdir -p "$TL_TMP" && cd "$TL_TMP" || exit 1
-GQ="$TL_BIN/gptq-quantize"
+GQ="$TL_BIN/gptq-quantize" TI="$TL_BIN/tl-inspect"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 python3 <<'PY' || fail "could not build the inputs"
@@ -64,6 +64,7 @@ expect_bad "a.weight: --group-size 128 is larger than K = 32 \(in_features\); us
 expect_bad "group-size.*must be one of 32, 64, 128, 256, row" w.safetensors -o out.tinyloop --group-size 100
 expect_bad "zero" w.safetensors -o out.tinyloop --zero half
 expect_bad "--act-order applies to --method gptq" w.safetensors -o out.tinyloop --method rtn --act-order
+expect_bad "--range-search searches integer zero points: it does not apply to --zero float" w.safetensors -o out.tinyloop --method rtn --range-search --zero float
 expect_bad "gptq-quantize: nope.safetensors: no such file" nope.safetensors -o out.tinyloop --method rtn
 expect_bad "junk.bin" junk.bin -o out.tinyloop --method rtn
 expect_bad "nan.weight: weight is not finite at \[0, 0\]" nan.safetensors -o out.tinyloop --method rtn --group-size row
@@ -88,6 +89,11 @@ rm -f probe.tinyloop
 
 # The happy path still works on the same files, and exit codes stay 0.
 "$GQ" w.safetensors -o out.tinyloop --calib calib.h5 --only '^a\.' --group-size 32 -q || fail "good run failed"
+# --range-search: recorded in the provenance, the codes differ from the plain run's.
+"$GQ" w.safetensors -o rs.tinyloop --calib calib.h5 --only '^a\.' --group-size 32 --range-search --device cpu -q || fail "--range-search run failed"
+"$TI" rs.tinyloop --json | grep -q '"range_search"' || fail "--range-search is not in the provenance"
+"$TI" out.tinyloop --json | grep -q '"range_search"' && fail "a plain run's provenance names a range search"
+cmp -s rs.tinyloop out.tinyloop && fail "--range-search changed nothing"
 [ -s out.tinyloop ] || fail "no output"
 cmp -s w.safetensors w.orig || fail "the input was modified"
 echo "gptq_bad_input: ok"
