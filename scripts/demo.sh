@@ -16,6 +16,7 @@ calib_windows=${DEMO_CALIB_WINDOWS:-32}   # of the 128 shipped: keeps the CPU fo
 step() { printf '\n== %s\n' "$*"; }
 
 step "1/4 gptq-quantize: GPTQ 4-bit g128, calibrated block by block on $calib_windows x 512 tokens"
+rm -rf "$out/kjv-gptq-g128.tinyloop.journal"  # an interrupted demo's resume journal: the demo starts afresh
 "$bin/gptq-quantize" "$model" --calib-tokens "$root/data/kjv_calib.u32" --calib-samples "$calib_windows" \
   --group-size 128 -o "$out/kjv-gptq-g128.tinyloop" --json > "$out/gptq.json"
 step "    gptq-quantize: RTN 4-bit g128 (the baseline)"
