@@ -200,39 +200,54 @@ void notice(const std::string& message) {
   else std::fprintf(stderr, "%s: %s\n", g_notice_prefix.c_str(), message.c_str());
 }
 
-AtomicOutput::AtomicOutput(const std::string& target, OutputSink sink) : target_(target) {
+namespace {
+
+// What the constructor checks before it creates anything: tl::Error for a target it refuses;
+// true when the target is written directly (standard output, a special file of a byte stream).
+bool plan_target(const std::string& target, OutputSink sink, std::string* resolved) {
   if (target.empty()) throw Error("empty output path");
   if (target == "-") {
     if (sink == OutputSink::kFile)
       throw Error("an HDF5 file cannot be written to standard output (it needs a seekable file); give a file path", target);
-    direct_ = true;
-    return;
+    return true;
   }
   const std::string base = base_of(target);
   if (base.empty() || base == "." || base == "..")
     throw Error("output path names a folder; expected a file path", target);
-  resolved_ = resolve_links(target);
+  *resolved = resolve_links(target);
 
   struct stat st {};
-  if (stat(resolved_.c_str(), &st) == 0) {
+  if (stat(resolved->c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) throw Error("output path is a directory; expected a file path", target);
     if (!S_ISREG(st.st_mode)) {
       if (sink == OutputSink::kFile)
         throw Error("is " + kind_of(st.st_mode) + "; an HDF5 file must be written to a regular file "
                     "(it is never replaced by one); give a file path", target);
-      direct_ = true;  // a sink such as /dev/null or a pipe: written in place, never replaced
-      return;
+      return true;  // a sink such as /dev/null or a pipe: written in place, never replaced
     }
   }
 
   // Check the folder up front so a long conversion does not fail at the very end.
-  const std::string dir = dir_of(resolved_);
+  const std::string dir = dir_of(*resolved);
   if (stat(dir.c_str(), &st) != 0)
     throw Error("cannot write output: folder '" + dir + "' does not exist", target);
   if (!S_ISDIR(st.st_mode)) throw Error("cannot write output: '" + dir + "' is not a folder", target);
   if (access(dir.c_str(), W_OK | X_OK) != 0)
     throw Error("cannot write output: folder '" + dir + "' is not writable", target);
+  return false;
+}
 
+}  // namespace
+
+void AtomicOutput::check_target(const std::string& target, OutputSink sink) {
+  std::string resolved;
+  (void)plan_target(target, sink, &resolved);
+}
+
+AtomicOutput::AtomicOutput(const std::string& target, OutputSink sink) : target_(target) {
+  direct_ = plan_target(target, sink, &resolved_);
+  if (direct_) return;
+  const std::string dir = dir_of(resolved_);
   install_handlers();
   sweep_stale_temporaries(dir);
   // Reserve the temporary name with O_EXCL: this also proves the folder accepts new files

@@ -38,6 +38,9 @@ class AtomicOutput {
   // Checks the target as described above (tl::Error otherwise) and, for a regular target,
   // creates the temporary file with O_EXCL.
   explicit AtomicOutput(const std::string& target, OutputSink sink = OutputSink::kFile);
+  // The same checks of the target, creating nothing (a job that writes files beside its output,
+  // such as gptq-quantize's resume journal, checks the output first).
+  static void check_target(const std::string& target, OutputSink sink = OutputSink::kFile);
   ~AtomicOutput();  // removes the temporary file unless committed
   AtomicOutput(const AtomicOutput&) = delete;
   AtomicOutput& operator=(const AtomicOutput&) = delete;

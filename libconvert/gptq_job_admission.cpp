@@ -179,6 +179,7 @@ void Job::open_journal() {
                   "), whose sequential path keeps no journal yet; add --device cpu, or rerun without --resume");
     return;
   }
+  AtomicOutput::check_target(opt.output);  // the output's checks before anything is made beside it
   journal = std::make_unique<GptqJournal>(opt.output, resume_fingerprint(), opt.resume);
   if (opt.resume && !journal->resumed() && !opt.quiet)
     notice("--resume: no completed stage in " + journal->folder() + ": starting from the first block");

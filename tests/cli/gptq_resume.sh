@@ -86,6 +86,10 @@ mkdir out.tinyloop.journal && echo mine > out.tinyloop.journal/notes.txt
 bad "the journal of an interrupted run of this output" "$GQ" "${ARGS[@]}" -o out.tinyloop
 bad "not a gptq-quantize resume journal" "$GQ" "${ARGS[@]}" -o out.tinyloop --resume
 [ "$(cat out.tinyloop.journal/notes.txt)" = mine ] || fail "a folder that is not a journal was touched"
+# An output the HDF5 writer refuses is refused before a journal is made beside it.
+bad "/dev/null: is a character device" "$GQ" "${ARGS[@]}" -o /dev/null
+[ -e /dev/null.journal ] && fail "a journal was made beside /dev/null"
+bad "folder '[^']*no-such-folder' does not exist" "$GQ" "${ARGS[@]}" -o no-such-folder/x.tinyloop
 # --resume where no journal is kept.
 bad "--resume continues a sequential calibration" "$GQ" orig --method rtn -o rtn.tinyloop --resume
 bad "--resume and --save-calib exclude each other" "$GQ" "${ARGS[@]}" --save-calib h.h5 -o x.tinyloop --resume
