@@ -21,13 +21,13 @@ int main(int argc, char** argv) {
   app.add_option("--format", o.format,
                  "checkpoint format: gptq (AutoGPTQ / GPTQModel) or compressed-tensors (pack-quantized W4A16, "
                  "asymmetric: what llm-compressor writes and vLLM serves)")
-      ->check(CLI::IsMember({"gptq", "compressed-tensors"}))
+      ->transform(CLI::IsMember({"gptq", "compressed-tensors"}, CLI::ignore_case))
       ->capture_default_str();
   app.add_option("--from", o.from,
                  "the original Hugging Face folder: its config.json (checked against the file's) and tokenizer files");
   app.add_option("--gptq-format", o.gptq_format,
                  "GPTQ's zero-point convention: v1 (AutoGPTQ, stored z - 1; what vLLM and transformers expect) or v2 (GPTQModel)")
-      ->check(CLI::IsMember({"v1", "v2"}))
+      ->transform(CLI::IsMember({"v1", "v2"}, CLI::ignore_case))
       ->capture_default_str();
   app.add_option("--max-shard-bytes", o.max_shard_bytes, "safetensors shard size limit")->capture_default_str();
   app.add_flag("--json", o.json, "print a JSON summary on stdout");
