@@ -236,9 +236,7 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& fil
   // any other quantization method is not.
   if (k.has("quantization_config")) {
     const nlohmann::json& q = k.at("quantization_config");
-    const std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
-                                   ? q["quant_method"].get<std::string>()
-                                   : "gptq";
+    const std::string method = quant_method_of(q);
     if (method != "gptq" && method != "awq" && method != "compressed-tensors")
       throw Error("quant_method \"" + method + "\" is not read (GPTQ, AWQ and compressed-tensors checkpoints are)", file,
                   "quantization_config.quant_method");
@@ -304,6 +302,11 @@ nlohmann::json model_config_to_hf(const ModelConfig& c) {
     j["num_hidden_layers"] = c.n_pre;
   }
   return j;
+}
+
+std::string quant_method_of(const nlohmann::json& q) {
+  return q.is_object() && q.contains("quant_method") && q["quant_method"].is_string() ? q["quant_method"].get<std::string>()
+                                                                                       : "gptq";
 }
 
 }  // namespace tl

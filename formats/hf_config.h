@@ -16,5 +16,8 @@ namespace tl {
 ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& file = "config.json");
 ModelConfig read_hf_config(const std::string& path);  // path to config.json
 nlohmann::json model_config_to_hf(const ModelConfig& c);  // for exports and tests
+// quantization_config's quant_method: "gptq" when the key is absent or not a string (AutoGPTQ's
+// configs predate the key); the one reading of it (hf_config, libconvert/quant_checkpoint.h).
+std::string quant_method_of(const nlohmann::json& quantization_config);
 
 }  // namespace tl

@@ -108,8 +108,7 @@ bool quant_checkpoint_format(const std::string& dir, QuantFormat* format) {
       const nlohmann::json j = read_json(dir + "/config.json");
       if (!j.is_object() || !j.contains("quantization_config") || !j["quantization_config"].is_object()) return false;
       const nlohmann::json& q = j["quantization_config"];
-      const std::string m = q.contains("quant_method") && q["quant_method"].is_string()
-                                ? q["quant_method"].get<std::string>() : "gptq";
+      const std::string m = quant_method_of(q);
       // Any other method is still a quantized folder: read_quant_checkpoint_config refuses it by name.
       f = m == "awq" ? QuantFormat::kAwq : m == "compressed-tensors" ? QuantFormat::kCompressedTensors : QuantFormat::kGptq;
     } catch (const Error&) {
@@ -224,8 +223,7 @@ QuantCheckpointConfig read_quant_checkpoint_config(const std::string& dir) {
     throw Error("not a quantized checkpoint: no quantization_config", cfg);
   const nlohmann::json& q = j["quantization_config"];
   const std::string file = cfg + ": quantization_config";
-  const std::string m = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
-                            ? q["quant_method"].get<std::string>() : "gptq";
+  const std::string m = quant_method_of(q);
   if (m == "awq") return awq_config_from_json(q, file);
   if (m == "compressed-tensors") return ct_config_from_json(q, file);
   if (m != "gptq")
@@ -265,9 +263,8 @@ struct QuantCheckpoint::Impl {
                   dir, t);
     return e.shape;
   }
-  int64_t effective_group(int64_t K) const {
-    return config.group_size == -1 ? K : std::min<int64_t>(config.group_size, K);
-  }
+  // A group larger than K is one group per column.
+  int64_t effective_group(int64_t K) const { return std::min(group_size_from_upstream(config.group_size, K), K); }
 
   QuantWeight read_gptq(const std::string& name) const {
     const auto qw = need(name, ".qweight", {DType::I32}, 2);
