@@ -18,7 +18,10 @@
 // asymmetric, as the runtime runs them. The runtime row uses the table TL_MARLIN_CROSSOVERS
 // names, if any.
 //
-//   bench_kernels [--quick] [--sets 7b,70b] [--layers qkv,o,gate_up,down] [--m 1,16]
+// --layers swiglu: the SwiGLU pair of each set's MLP (marlin_swiglu_asymmetric, fused at decode
+// sizes) against the two GEMMs + elementwise pass it replaces and against cuBLAS doing the same.
+//
+//   bench_kernels [--quick] [--sets 7b,70b] [--layers qkv,o,gate_up,down,swiglu] [--m 1,16]
 //                 [--g 128,-1] [--json FILE] [--reps N] [--min-reps N] [--native-max-m M] [--tune FILE]
 // --reps / --min-reps: the most / fewest timed runs per kernel and point (100 / 5; a point
 // takes as many as fit ~30 ms per kernel between them). Where the GPU runs under its power cap
@@ -47,6 +50,7 @@
 #include "cuda/cublas_gemm.h"
 #include "cuda/device_buffer.h"
 #include "cuda/marlin_gemm.h"
+#include "cuda/model_ops.h"
 #include "cuda/tl_kernels.h"
 #include "formats/crossover_file.h"
 
@@ -81,7 +85,7 @@ const Layer kLayers[] = {
 
 struct Options {
   std::vector<std::string> sets{"7b", "70b"};
-  std::vector<std::string> layers{"qkv", "o", "gate_up", "down"};
+  std::vector<std::string> layers{"qkv", "o", "gate_up", "down", "swiglu"};
   std::vector<int> ms{1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
   std::vector<int> gs{128, -1};
   std::string json = "bench_kernels.json";
@@ -263,6 +267,132 @@ double geomean(const std::vector<double>& v) {
   return std::exp(s / double(v.size()));
 }
 
+// The MLP shapes of the SwiGLU pair: gate and up [K, F] each.
+struct MlpShape {
+  const char* set;
+  int K, F;
+};
+constexpr MlpShape kMlpShapes[] = {{"7b", 4096, 11008}, {"70b", 8192, 28672}};
+
+// One asymmetric Marlin weight [K, N] made on the GPU, and its fp16 W_hat (the reference's).
+struct BenchWeight {
+  const int32_t* B;
+  const __half *s_perm, *delta, *w_hat;
+};
+BenchWeight make_bench_weight(DeviceScope& mem, int K, int N, int gsz, uint64_t* seed) {
+  const int G = K / gsz;
+  const size_t kn = size_t(K) * N, gn = size_t(G) * N;
+  uint32_t* B = dalloc<uint32_t>(mem, kn / 8);
+  __half *scale = dalloc<__half>(mem, gn), *s_perm = dalloc<__half>(mem, gn), *zero = dalloc<__half>(mem, gn),
+         *delta = dalloc<__half>(mem, gn), *w_hat = dalloc<__half>(mem, kn), *w_marlin = dalloc<__half>(mem, kn);
+  uint8_t* q_tl = dalloc<uint8_t>(mem, kn / 2);
+  CHECK_CUDA(cudaMemset(q_tl, 0, kn / 2));
+  bench::fill_bits<<<1024, 256>>>(B, kn / 8, ++*seed);
+  bench::fill_uniform<<<1024, 256>>>(scale, gn, ++*seed, 0.002f, 0.02f);
+  bench::make_zero_delta<<<1024, 256>>>(scale, zero, delta, gn, ++*seed);
+  bench::permute_scales<<<1024, 256>>>(scale, s_perm, gn, G == 1);
+  bench::decode_marlin<<<4096, 256>>>(B, scale, zero, K, N, gsz, q_tl, w_marlin, w_hat);
+  CHECK_CUDA(cudaGetLastError());
+  return {reinterpret_cast<const int32_t*>(B), s_perm, delta, w_hat};
+}
+
+// The SwiGLU pair (issue 49): marlin_swiglu_asymmetric against the sequence it replaces (two
+// marlin_mm_asymmetric + swiglu_bias_rows: the unfused route, forced by options that turn the
+// decode kernel off at M <= 16) and against cuBLAS fp16 doing the same (two GEMMs + the pass).
+// Checked first: both Marlin routes against cuBLAS on W_hat, rel <= kCheckRelFro. Rows: kernel
+// swiglu_fused (the runtime's route; "unfused" above 16 rows), swiglu_unfused, swiglu_cublas;
+// speedup_vs_cublas as for the layers.
+int bench_swiglu(const Options& opt, Timer& timer, cudaStream_t stream, uint64_t seed, std::vector<Record>& records) {
+  const int max_m = *std::max_element(opt.ms.begin(), opt.ms.end());
+  std::printf("\nSwiGLU pair: silu(A W_gate) * (A W_up), asymmetric, biases; fused = marlin_swiglu_asymmetric as the "
+              "runtime runs it\n%-4s %-12s %5s %4s | %9s | %9s %7s | %9s | %8s %8s\n",
+              "set", "KxF", "M", "g", "fused us", "unfused", "x", "cuBLAS us", "x fused", "GB/s");
+  for (const MlpShape& S : kMlpShapes) {
+    if (std::find(opt.sets.begin(), opt.sets.end(), S.set) == opt.sets.end()) continue;
+    for (int g : opt.gs) {
+      const int gsz = int(tl::group_size_from_marlin(S.K, g)), G = S.K / gsz;
+      DeviceScope mem;
+      const BenchWeight wg = make_bench_weight(mem, S.K, S.F, gsz, &seed), wu = make_bench_weight(mem, S.K, S.F, gsz, &seed);
+      const size_t mf = size_t(max_m) * S.F;
+      __half *A = dalloc<__half>(mem, size_t(max_m) * S.K), *C = dalloc<__half>(mem, mf),
+             *scratch = dalloc<__half>(mem, mf), *C_ref = dalloc<__half>(mem, mf), *up_ref = dalloc<__half>(mem, mf);
+      float *bias_g = dalloc<float>(mem, S.F), *bias_u = dalloc<float>(mem, S.F);
+      std::vector<float> bias_host(size_t(2) * S.F);
+      for (size_t i = 0; i < bias_host.size(); ++i) bias_host[i] = 0.05f * float(int((i * 2654435761u) % 41) - 20) / 20;
+      CHECK_CUDA(cudaMemcpy(bias_g, bias_host.data(), S.F * 4, cudaMemcpyHostToDevice));
+      CHECK_CUDA(cudaMemcpy(bias_u, bias_host.data() + S.F, S.F * 4, cudaMemcpyHostToDevice));
+      int* work = dalloc<int>(mem, tl::cuda::marlin_workspace_ints(2 * S.F));
+      CHECK_CUDA(cudaMemset(work, 0, tl::cuda::marlin_workspace_ints(2 * S.F) * sizeof(int)));
+      bench::fill_uniform<<<1024, 256>>>(A, size_t(max_m) * S.K, ++seed, -1.f, 1.f);
+      CHECK_CUDA(cudaGetLastError());
+      CHECK_CUDA(cudaDeviceSynchronize());
+      const tl::cuda::MarlinOperands og{wg.B, wg.s_perm, wg.delta}, ou{wu.B, wu.s_perm, wu.delta};
+      const tl::cuda::KernelOptions rt = tl::kernel_options_from_env();
+      auto fused = [&](int M) {
+        return tl::cuda::marlin_swiglu_asymmetric(A, og, ou, bias_g, bias_u, C, scratch, work, M, S.F, S.K, gsz, stream, rt);
+      };
+      // The unfused sequence exactly as the launcher's fallback runs it, on the runtime's kernels.
+      auto unfused = [&](int M) {
+        int rc = tl::cuda::marlin_mm_asymmetric(A, wg.B, wg.s_perm, wg.delta, C, work, M, S.F, S.K, gsz, stream, rt);
+        if (!rc) rc = tl::cuda::marlin_mm_asymmetric(A, wu.B, wu.s_perm, wu.delta, scratch, work, M, S.F, S.K, gsz, stream, rt);
+        return rc ? rc : tl::cuda::swiglu_bias_rows(C, scratch, bias_g, bias_u, M, S.F, stream);
+      };
+      auto cublas = [&](int M) {
+        int rc = tl::cuda::detail::cublas_fp16_gemm(A, wg.w_hat, C_ref, M, S.F, S.K, stream);
+        if (!rc) rc = tl::cuda::detail::cublas_fp16_gemm(A, wu.w_hat, up_ref, M, S.F, S.K, stream);
+        return rc ? rc : tl::cuda::swiglu_bias_rows(C_ref, up_ref, bias_g, bias_u, M, S.F, stream);
+      };
+      for (int M : {1, 5, 16, 33}) {
+        if (M > max_m) continue;
+        for (int which = 0; which < 2; ++which) {
+          CHECK_CUDA(cudaMemsetAsync(C, 0xff, size_t(M) * S.F * 2, stream));
+          CHECK_RC(which == 0 ? fused(M) : unfused(M));
+          CHECK_RC(cublas(M));
+          CHECK_CUDA(cudaStreamSynchronize(stream));
+          long long bad = 0;
+          const double r = rel_fro(C, C_ref, size_t(M) * S.F, &bad);
+          if (bad || !(r <= kCheckRelFro)) {
+            std::fprintf(stderr, "bench_kernels: CHECK FAILED swiglu %s %s K=%d F=%d M=%d g=%d: rel %.3g, %lld non-finite\n",
+                         which == 0 ? "fused" : "unfused", S.set, S.K, S.F, M, g, r, bad);
+            return 1;
+          }
+        }
+      }
+      for (int M : opt.ms) {
+        const std::vector<double> us = timer.medians_us({[&] { return fused(M); }, [&] { return unfused(M); },
+                                                         [&] { return cublas(M); }});
+        const double flop = 4.0 * M * double(S.F) * S.K, bytes = 2 * (double(S.K) * S.F / 2 + 4.0 * G * S.F);
+        const char* route = tl::cuda::marlin_swiglu_route(M, S.F, S.K, gsz, rt);
+        const char* names[3] = {"swiglu_fused", "swiglu_unfused", "swiglu_cublas"};
+        for (int k = 0; k < 3; ++k)
+          records.push_back({S.set, "swiglu", names[k], S.K, S.F, M, g, us[size_t(k)], flop / us[size_t(k)] * 1e-6,
+                             bytes / us[size_t(k)] * 1e-3, us[2] / us[size_t(k)], k == 0 ? route : names[k], ""});
+        char kxf[24];
+        std::snprintf(kxf, sizeof kxf, "%dx%d", S.K, S.F);
+        std::printf("%-4s %-12s %5d %4d | %9.1f | %9.1f %7.2f | %9.1f | %8.2f %8.0f  %s\n", S.set, kxf, M, g, us[0],
+                    us[1], us[1] / us[0], us[2], us[2] / us[0], bytes / us[0] * 1e-3, route);
+        std::fflush(stdout);
+      }
+    }
+  }
+  std::printf("\nSwiGLU pair, unfused time / fused time (geometric mean over M <= 16):\n");
+  for (const MlpShape& S : kMlpShapes)
+    for (int g : opt.gs) {
+      std::map<int, std::map<std::string, double>> t;
+      for (const Record& r : records)
+        if (r.layer == "swiglu" && r.set == S.set && r.g == g && r.M <= 16) t[r.M][r.kernel] = r.us;
+      std::vector<double> ratio;
+      double worst = INFINITY;
+      for (const auto& [M, k] : t) {
+        ratio.push_back(k.at("swiglu_unfused") / k.at("swiglu_fused"));
+        worst = std::min(worst, ratio.back());
+      }
+      if (!ratio.empty())
+        std::printf("  %-4s g=%4d: %.2fx (lowest %.2fx), %zu points\n", S.set, g, geomean(ratio), worst, ratio.size());
+    }
+  return 0;
+}
+
 }  // namespace
 
 int run_bench(int argc, char** argv) {
@@ -313,6 +443,7 @@ int run_bench(int argc, char** argv) {
               "set", "layer", "KxN", "M", "g", "cuBLAS us", "marlin us", "x", "asym us", "x", "dequant us", "x",
               "hopper us", "x", "hop-as us", "x", "pair us", "native us", "x", "TFLOP/s", "GB/s", "decode grid");
 
+  const bool swiglu = std::find(opt.layers.begin(), opt.layers.end(), "swiglu") != opt.layers.end();
   for (const Layer& L : kLayers) {
     if (std::find(opt.sets.begin(), opt.sets.end(), L.set) == opt.sets.end()) continue;
     if (std::find(opt.layers.begin(), opt.layers.end(), L.name) == opt.layers.end()) continue;
@@ -503,6 +634,9 @@ int run_bench(int argc, char** argv) {
       }
     }
   }
+
+  if (swiglu)
+    if (int rc = bench_swiglu(opt, timer, stream, seed + 1000, records)) return rc;
 
   // ---- summary: geometric means per set and group size ----
   struct Summary {

@@ -34,4 +34,14 @@ struct GemmPlan {
                                 // the column tiles' stages; 1: the tiles' stages end to end)
 };
 
+// The SwiGLU pair's plan names the kernel its GEMMs run, prefixed: "pair-decode" (one fused
+// launch), else "pair-tiled" / "pair-hopper" / "pair-dequant" (two GEMMs + the elementwise pass).
+inline std::string_view pair_kernel_name(std::string_view gemm_kernel) {
+  if (gemm_kernel == "decode") return "pair-decode";
+  if (gemm_kernel == "tiled") return "pair-tiled";
+  if (gemm_kernel == "hopper") return "pair-hopper";
+  if (gemm_kernel == "dequant") return "pair-dequant";
+  return "pair-?";
+}
+
 }  // namespace tl::cuda

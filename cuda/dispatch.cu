@@ -36,6 +36,7 @@
 #include "cuda/device_context.h"
 #include "cuda/marlin_gemm.h"
 #include "cuda/marlin_hopper_plan.h"
+#include "cuda/model_ops.h"
 #include "cuda/tl_kernels.h"
 
 namespace tl::cuda {
@@ -69,6 +70,23 @@ void count(GemmPath path, const std::string& fallback_reason) {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_stats.dispatches[static_cast<int>(path)]++;
   if (!fallback_reason.empty()) g_stats.fallbacks[fallback_reason]++;
+}
+
+// A Marlin call of `weights` weights by `kernel`; the first successful one prints its line.
+void count_marlin(const char* kernel, int weights, int status, int M, const DeviceQuantWeight& w) {
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_stats.marlin_kernels[kernel] += weights;
+  }
+  if (status != kOk) return;
+  std::call_once(g_first_line, [&] {
+    char line[160];
+    std::snprintf(line, sizeof line, "[marlin] first dispatch ok: BT=%d N=%d K=%d gs=%d", M, w.N, w.K,
+                  int(marlin_groupsize_arg(w.K, w.group_size)));
+    std::fprintf(stderr, "%s\n", line);
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_stats.first_dispatch_line = line;
+  });
 }
 
 }  // namespace
@@ -112,20 +130,7 @@ GemmPath quant_gemm(const DeviceQuantWeight& w, const __half* X, __half* Y, int 
                                     w.marlin_workspace, M, w.N, w.K, w.group_size, stream, options);
       if (status == kOk || status == kCudaError) {
         path = GemmPath::kMarlin;
-        {
-          std::lock_guard<std::mutex> lock(g_mutex);
-          g_stats.marlin_kernels[detail::marlin_kernel_for(M, w.N, w.K, w.group_size, options)]++;
-        }
-        if (status == kOk) {
-          std::call_once(g_first_line, [&] {
-            char line[160];
-            std::snprintf(line, sizeof line, "[marlin] first dispatch ok: BT=%d N=%d K=%d gs=%d",
-                          M, w.N, w.K, int(marlin_groupsize_arg(w.K, w.group_size)));
-            std::fprintf(stderr, "%s\n", line);
-            std::lock_guard<std::mutex> lock(g_mutex);
-            g_stats.first_dispatch_line = line;
-          });
-        }
+        count_marlin(detail::marlin_kernel_for(M, w.N, w.K, w.group_size, options), 1, status, M, w);
       } else {
         refusal = "marlin rc=" + std::to_string(status);
       }
@@ -140,6 +145,47 @@ GemmPath quant_gemm(const DeviceQuantWeight& w, const __half* X, __half* Y, int 
     }
   }
   count(path, fallback);
+  if (rc) *rc = status;
+  return path;
+}
+
+GemmPath quant_swiglu(const DeviceQuantWeight& gate, const DeviceQuantWeight& up, const float* bias_gate,
+                      const float* bias_up, const __half* X, __half* Y, __half* up_scratch, int* pair_workspace,
+                      int M, cudaStream_t stream, const KernelOptions& options, int* rc) {
+  // The pair runs on Marlin where each weight would, and they are one pair: same K, F, groups.
+  std::string why;
+  if (!options.use_marlin) why = "dispatch disabled";
+  else if (gate.fp16_weight || up.fp16_weight) why = "fp16 copy";
+  else if (!pair_workspace) why = "no pair workspace";
+  else if (gate.K != up.K || gate.N != up.N || gate.group_size != up.group_size) why = "gate and up differ in shape";
+  else if (!(why = marlin_refusal(gate, M)).empty() || !(why = marlin_refusal(up, M)).empty()) why = "marlin: " + why;
+  int status = kOk;
+  if (why.empty()) {
+    const char* route = marlin_swiglu_route(M, gate.N, gate.K, gate.group_size, options);
+    status = marlin_swiglu_asymmetric(X, {gate.marlin_B, gate.marlin_s, gate.marlin_delta},
+                                      {up.marlin_B, up.marlin_s, up.marlin_delta}, bias_gate, bias_up, Y, up_scratch,
+                                      pair_workspace, M, gate.N, gate.K, gate.group_size, stream, options);
+    if (status == kOk || status == kCudaError) {
+      count_marlin(detail::marlin_kernel_for(M, gate.N, gate.K, gate.group_size, options), 2, status, M, gate);
+      count(GemmPath::kMarlin, "");
+      count(GemmPath::kMarlin, "");
+      std::lock_guard<std::mutex> lock(g_mutex);
+      g_stats.swiglu[route]++;
+      if (rc) *rc = status;
+      return GemmPath::kMarlin;
+    }
+    why = "marlin rc=" + std::to_string(status);
+  }
+  // Separately: each weight by quant_gemm (its own path and counters), then the elementwise pass.
+  int rc_gate = kOk, rc_up = kOk;
+  const GemmPath path = quant_gemm(gate, X, Y, M, stream, options, &rc_gate);
+  quant_gemm(up, X, up_scratch, M, stream, options, &rc_up);
+  status = rc_gate != kOk ? rc_gate : rc_up;
+  if (status == kOk) status = swiglu_bias_rows(Y, up_scratch, bias_gate, bias_up, M, gate.N, stream);
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_stats.swiglu["separate (" + why + ")"]++;
+  }
   if (rc) *rc = status;
   return path;
 }

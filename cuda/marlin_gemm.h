@@ -29,10 +29,21 @@ int marlin_dequant_gemm(const __half* A, const int32_t* B, const __half* s, cons
 // The streaming kernel for decode sizes (marlin_small_m.cu), same operands, M in [1, 16];
 // marlin_gemm calls it for M <= kSmallMMaxRows after validating the arguments. grouped: one
 // scale row per 128 rows of K (else per column).
+// pair (the fused SwiGLU pair, marlin_swiglu.cu): B, s, delta are W_gate's section [K, N / 2],
+// *pair holds W_up's and the biases, N is the pair's 2 F columns, C [M, F] receives
+// silu(A W_gate + bias_gate) * (A W_up + bias_up); workspace: marlin_workspace_ints(N) ints.
 constexpr int kSmallMMaxRows = 16;
+struct SmallPairOperands {
+  const int32_t* B_up = nullptr;
+  const __half* s_up = nullptr;
+  const __half* delta_up = nullptr;
+  const float* bias_gate = nullptr;  // [F] or nullptr
+  const float* bias_up = nullptr;
+};
 int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __half* delta,
                    __half* C, int* workspace, int M, int N, int K, bool grouped,
-                   cudaStream_t stream, const KernelOptions& options);
+                   cudaStream_t stream, const KernelOptions& options,
+                   const SmallPairOperands* pair = nullptr);
 
 // The Hopper prefill kernel (marlin_hopper.cu, sm_90a), same operands as marlin_gemm (validated
 // by it), M > 16: kNoConfig where hopper_kernel_available() is false for the current device.
@@ -67,6 +78,6 @@ struct SmallMGrid {
   int blocks, warps_per_block, per_warp, cluster;
 };
 int marlin_small_m_grid(int M, int N, int K, int group_size, bool asym, const KernelOptions& options,
-                        SmallMGrid* out);
+                        SmallMGrid* out, bool pair = false);
 
 }  // namespace tl::cuda::detail

@@ -54,12 +54,26 @@ using namespace detail::small_m;
 
 // MB8: n8 blocks of A rows (1: M <= 8, 2: M <= 16). R: k16 rows in flight per warp (divides 8).
 // kWarps: warps per block (8 / kWarps blocks per SM). kGrouped: scales per 128-row group, i.e.
-// per unit (else one per column). kAsym: with deltas (the asymmetric wrapper).
-template <int MB8, int R, int kWarps, bool kGrouped, bool kAsym>
+// per unit (else one per column). kAsym: with deltas (the asymmetric wrapper). kPair: the fused
+// SwiGLU pair (see "The SwiGLU pair" below; asymmetric only).
+template <int MB8, int R, int kWarps, bool kGrouped, bool kAsym, bool kPair = false>
 __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
     marlin_small_m_kernel(const SmallParams p) {
   constexpr int kThreads = kWarps * 32;
   static_assert(kRowsPerUnit % R == 0, "a ring slot always holds the same row of a unit");
+  static_assert(!kPair || kAsym, "the SwiGLU pair runs the asymmetric weights of the runtime");
+  // ---- The SwiGLU pair. silu(x W_gate) * (x W_up) in one launch: the activations are read
+  // once, the two [M, F] results never reach memory, one launch and one tail instead of three.
+  // The pair is two ordinary Marlin sections (no format of its own). The kernel runs them as one
+  // weight of 2 F columns whose slice c holds gate columns 64c..64c+63 in its half 0 and the same
+  // up columns in its half 1: Marlin's layout keeps each 64-column half of a 128-column slice in
+  // its own 512 bytes of every k16 row (and its scales in their own 64), so half 1 is read from
+  // W_up's section at half 0's offset. Every accumulator of a gate column then sits in the same
+  // thread as the one of its up column, 4 accumulator words apart (w and w + 4), and the combine
+  // paths below sum an "item" of two quads (col, col + 64) where they sum one quad. ----
+  constexpr int kSub = kPair ? 2 : 1;              // quads per item
+  constexpr int kItemCols = kSliceN / kSub;        // the item's quads are kItemCols apart
+  constexpr int kItemsPerRow = kItemCols / 4;
   // [kWarps][2][M][kRedStride]: each warp's two partials, then [2][M][kSliceN]: the block's
   // partials of its first / last slice when blocks combine through DSMEM (cluster mode).
   extern __shared__ float red[];
@@ -80,7 +94,8 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   const int u_begin = min(g_begin + (rank * kWarps + warp) * p.per_warp, g_end);
   const int u_end = min(u_begin + p.per_warp, g_end);
   constexpr bool asym = kAsym;
-  const int b_row = p.N / 2;  // int4 per k16 row of B
+  const int n_src = kPair ? p.N / 2 : p.N;  // columns of a section (the pair: each of its two)
+  const int b_row = n_src / 2;              // int4 per k16 row of B
   const int M = p.M;
   if (lane < 2) tag[warp][lane] = -1;
 
@@ -93,9 +108,9 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
     const __half* d;  // grouped asymmetric: delta of column 64 h + 8 f + gid is d[64 h + 8 f]
   };
   auto src_of = [&](int c, int kt) {
-    const size_t group_row = size_t(kGrouped ? kt : 0) * p.N + size_t(c) * kSliceN;
+    const size_t group_row = size_t(kGrouped ? kt : 0) * n_src + size_t(c) * kItemCols;
     Src r;
-    r.b = p.B + size_t(kt) * kRowsPerUnit * b_row + c * (kSliceN / 2) + lane;
+    r.b = p.B + size_t(kt) * kRowsPerUnit * b_row + c * (kItemCols / 2) + lane;
     r.a = p.A + size_t(kt) * kTileK + 2 * tig;
     r.s = p.s + group_row + 8 * gid;
     r.d = asym ? p.delta + group_row + gid : nullptr;
@@ -122,7 +137,7 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
     }
     const int4* b = src.b + size_t(j) * b_row;
     bq[slot][0] = ldg_stream16(b);
-    bq[slot][1] = ldg_stream16(b + 32);
+    bq[slot][1] = ldg_stream16(kPair ? p.B_up + (b - p.B) : b + 32);
   };
 
   // ---- Scales and deltas of this lane's 16 columns 64 h + 8 f + gid, factor f' = 8 h + f.
@@ -138,7 +153,7 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   __half d_raw[16];       // asymmetric: the unit's (grouped) or the slice's (per column) deltas
   auto fetch_group_factors = [&](const Src& src, int4 (&dst)[2]) {
     dst[0] = __ldg(reinterpret_cast<const int4*>(src.s));
-    dst[1] = __ldg(reinterpret_cast<const int4*>(src.s + 64));
+    dst[1] = __ldg(reinterpret_cast<const int4*>(kPair ? p.s_up + (src.s - p.s) : src.s + 64));
   };
   // Grouped asymmetric: the deltas are in natural column order, 16 scattered halves per lane,
   // the same for the 4 lanes of a gid. Each of those lanes loads 4 of them (factors tig + 4 i),
@@ -149,7 +164,10 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int f = tig + 4 * i;
-      dst[i] = src.d[(f / 8) * 64 + 8 * (f % 8)];
+      if constexpr (kPair)
+        dst[i] = (f < 8 ? src.d : p.delta_up + (src.d - p.delta))[8 * (f % 8)];
+      else
+        dst[i] = src.d[(f / 8) * 64 + 8 * (f % 8)];
     }
   };
   auto gather_group_deltas = [&]() {
@@ -268,7 +286,25 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
     return v;
   };
   // A slice that lies wholly in this warp's stripe: written straight from the registers.
+  // The pair's output: silu(g + bias) * (u + bias) in fp32, one rounding (output column n of C).
+  auto swiglu = [&](int n, float g, float u) {
+    if (p.bias_gate) g += p.bias_gate[n];
+    if (p.bias_up) u += p.bias_up[n];
+    return g / (1.0f + expf(-g)) * u;
+  };
   auto store_from_registers = [&](int c) {
+    if constexpr (kPair) {  // accumulator words w (gate) and w + 4 (up) of the same column
+#pragma unroll
+      for (int b8 = 0; b8 < MB8; ++b8)
+#pragma unroll
+        for (int w = 0; w < 4; ++w)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int n = c * kItemCols + 16 * w + gid + 8 * (e / 2), row = 8 * b8 + 2 * tig + e % 2;
+            if (row < M) p.C[size_t(row) * n_src + n] = __float2half_rn(swiglu(n, acc[b8][w][e], acc[b8][w + 4][e]));
+          }
+      return;
+    }
     each_element([&](int b8, int w, int e) {
       const int n = c * kSliceN + 16 * w + gid + 8 * (e / 2), row = 8 * b8 + 2 * tig + e % 2;
       if (row < M) p.C[size_t(row) * p.N + n] = __float2half_rn(out_value(n, acc[b8][w][e]));
@@ -315,9 +351,15 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
       if (u == u_begin || kt == 0) {  // per-column asymmetric: a new slice's factors
 #pragma unroll
         for (int f = 0; f < 16; ++f) {
-          const int n = c * kSliceN + (f / 8) * 64 + 8 * (f % 8) + gid;
-          s_col[f] = p.s[per_column_scale_index(n)];
-          d_raw[f] = p.delta[n];
+          if constexpr (kPair) {  // half f / 8 of the slice: gate's or up's columns 64c..64c+63
+            const int n = c * kItemCols + 8 * (f % 8) + gid;
+            s_col[f] = (f < 8 ? p.s : p.s_up)[per_column_scale_index(n)];
+            d_raw[f] = (f < 8 ? p.delta : p.delta_up)[n];
+          } else {
+            const int n = c * kSliceN + (f / 8) * 64 + 8 * (f % 8) + gid;
+            s_col[f] = p.s[per_column_scale_index(n)];
+            d_raw[f] = p.delta[n];
+          }
         }
       }
     }
@@ -377,18 +419,27 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   // on the H200 (7B down, M = 16): one dependent load per partial had made this tail ~10 us. ----
   const int bu0 = min(g_begin + rank * block_units, g_end), bu1 = min(bu0 + block_units, g_end);
   const int c0 = bu0 / k_tiles, c1 = bu0 < bu1 ? (bu1 - 1) / k_tiles : c0 - 1;  // none if empty
-  constexpr int kQuadsPerThread = 8 * MB8 * (kSliceN / 4) / kThreads;  // a slice's quads, max M
-  const int quads = M * (kSliceN / 4);
+  // An item: kSub quads of one row, kItemCols columns apart (one quad; the pair: a gate quad and
+  // its up quad). (row, col) of item e: item_at(e), its quads at col + kItemCols * sub.
+  constexpr int kItemsPerThread = 8 * MB8 * kItemsPerRow / kThreads;  // a slice's items, max M
+  constexpr int kQuadsPerThread = kItemsPerThread * kSub;
+  const int items = M * kItemsPerRow;
   float* const block_slots = red + 2 * kWarps * M * kRedStride;
-  auto quad_at = [&](int e) { return make_int2(e / (kSliceN / 4), 4 * (e % (kSliceN / 4))); };
-  auto store_quad = [&](int c, int row, int col, const float4& v) {
-    const int n = c * kSliceN + col;
-    const half2 lo = __floats2half2_rn(out_value(n, v.x), out_value(n + 1, v.y));
-    const half2 hi = __floats2half2_rn(out_value(n + 2, v.z), out_value(n + 3, v.w));
+  auto item_at = [&](int e) { return make_int2(e / kItemsPerRow, 4 * (e % kItemsPerRow)); };
+  auto store_item = [&](int c, int row, int col, const float4 (&v)[kSub]) {
+    const int n = c * kItemCols + col;
+    half2 lo, hi;
+    if constexpr (kPair) {
+      lo = __floats2half2_rn(swiglu(n, v[0].x, v[1].x), swiglu(n + 1, v[0].y, v[1].y));
+      hi = __floats2half2_rn(swiglu(n + 2, v[0].z, v[1].z), swiglu(n + 3, v[0].w, v[1].w));
+    } else {
+      lo = __floats2half2_rn(out_value(n, v[0].x), out_value(n + 1, v[0].y));
+      hi = __floats2half2_rn(out_value(n + 2, v[0].z), out_value(n + 3, v[0].w));
+    }
     uint2 bits;
     bits.x = *reinterpret_cast<const uint32_t*>(&lo);
     bits.y = *reinterpret_cast<const uint32_t*>(&hi);
-    *reinterpret_cast<uint2*>(p.C + size_t(row) * p.N + n) = bits;
+    *reinterpret_cast<uint2*>(p.C + size_t(row) * n_src + n) = bits;
   };
 
   // Combine the block: per slice, the parked partials in warp order. A slice wholly inside
@@ -406,24 +457,36 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
     const bool whole = c * k_tiles >= bu0 && (c + 1) * k_tiles <= bu1;
     const int which = c == c0 ? 0 : 1;
 #pragma unroll
-    for (int j = 0; j < kQuadsPerThread; ++j) {
+    for (int j = 0; j < kItemsPerThread; ++j) {
       const int e = threadIdx.x + j * kThreads;
-      if (e >= quads) break;
-      const int2 rc = quad_at(e);
-      float4 v[2 * kWarps];
+      if (e >= items) break;
+      const int2 rc = item_at(e);
+      float4 sum[kSub];
 #pragma unroll
-      for (int i = 0; i < 2 * kWarps; ++i)
-        v[i] = parked >> i & 1u
-                   ? *reinterpret_cast<const float4*>(red + (i * M + rc.x) * kRedStride + rc.y)
-                   : make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int sub = 0; sub < kSub; ++sub) {
+        const int col = rc.y + kItemCols * sub;
+        float4 v[2 * kWarps];
 #pragma unroll
-      for (int i = 1; i < 2 * kWarps; ++i) add4(v[0], v[i]);
-      if (whole)
-        store_quad(c, rc.x, rc.y, v[0]);
-      else if (p.cluster)
-        *reinterpret_cast<float4*>(block_slots + (which * M + rc.x) * kSliceN + rc.y) = v[0];
-      else
-        __stcg(reinterpret_cast<float4*>(slot_of(blockIdx.x, which) + rc.x * kSliceN + rc.y), v[0]);
+        for (int i = 0; i < 2 * kWarps; ++i)
+          v[i] = parked >> i & 1u
+                     ? *reinterpret_cast<const float4*>(red + (i * M + rc.x) * kRedStride + col)
+                     : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int i = 1; i < 2 * kWarps; ++i) add4(v[0], v[i]);
+        sum[sub] = v[0];
+      }
+      if (whole) {
+        store_item(c, rc.x, rc.y, sum);
+        continue;
+      }
+#pragma unroll
+      for (int sub = 0; sub < kSub; ++sub) {
+        const int col = rc.y + kItemCols * sub;
+        if (p.cluster)
+          *reinterpret_cast<float4*>(block_slots + (which * M + rc.x) * kSliceN + col) = sum[sub];
+        else
+          __stcg(reinterpret_cast<float4*>(slot_of(blockIdx.x, which) + rc.x * kSliceN + col), sum[sub]);
+      }
     }
     if (!whole) pending[which] = true;
   }
@@ -438,26 +501,32 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();  // release / acquire at cluster scope: every block's slots are visible
     const int slices = (g_end - g_begin) / k_tiles;
-    for (int it = rank * kThreads + threadIdx.x; it < slices * quads; it += p.cluster * kThreads) {
-      const int f0 = (it / quads) * k_tiles;  // the slice's first unit, relative to the group
+    for (int it = rank * kThreads + threadIdx.x; it < slices * items; it += p.cluster * kThreads) {
+      const int f0 = (it / items) * k_tiles;  // the slice's first unit, relative to the group
       const int b0 = f0 / block_units, b1 = (f0 + k_tiles - 1) / block_units;
       if (b0 == b1) continue;  // inside one block: written above
-      const int2 rc = quad_at(it % quads);
-      float4 v[kMaxCluster];
+      const int2 rc = item_at(it % items);
+      float4 sum[kSub];
 #pragma unroll
-      for (int k = 0; k < kMaxCluster; ++k) {
-        v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (b0 + k <= b1) {
-          // Slot 0 of a block holds the slice if the slice contains the block's first unit:
-          // every block after b0, and b0 when the slice starts with it.
-          const float* slots = cluster.map_shared_rank(block_slots, b0 + k);
-          const int which = k == 0 && f0 != b0 * block_units ? 1 : 0;
-          v[k] = *reinterpret_cast<const float4*>(slots + (which * M + rc.x) * kSliceN + rc.y);
+      for (int sub = 0; sub < kSub; ++sub) {
+        const int col = rc.y + kItemCols * sub;
+        float4 v[kMaxCluster];
+#pragma unroll
+        for (int k = 0; k < kMaxCluster; ++k) {
+          v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (b0 + k <= b1) {
+            // Slot 0 of a block holds the slice if the slice contains the block's first unit:
+            // every block after b0, and b0 when the slice starts with it.
+            const float* slots = cluster.map_shared_rank(block_slots, b0 + k);
+            const int which = k == 0 && f0 != b0 * block_units ? 1 : 0;
+            v[k] = *reinterpret_cast<const float4*>(slots + (which * M + rc.x) * kSliceN + col);
+          }
         }
-      }
 #pragma unroll
-      for (int k = 1; k < kMaxCluster; ++k) add4(v[0], v[k]);
-      store_quad(g_begin / k_tiles + it / quads, rc.x, rc.y, v[0]);
+        for (int k = 1; k < kMaxCluster; ++k) add4(v[0], v[k]);
+        sum[sub] = v[0];
+      }
+      store_item(g_begin / k_tiles + it / items, rc.x, rc.y, sum);
     }
     cluster.sync();  // no block leaves while a peer may still read its shared memory
     return;
@@ -494,15 +563,16 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
     for (int q = 0; q < nparts; q += kPartsInFlight) {
       float4 v[kQuadsPerThread][kPartsInFlight];
 #pragma unroll
-      for (int j = 0; j < kQuadsPerThread; ++j) {
-        const int e = threadIdx.x + j * kThreads;
-        const int2 rc = quad_at(e);
+      for (int j = 0; j < kQuadsPerThread; ++j) {  // quad j: item j / kSub's quad j % kSub
+        const int e = threadIdx.x + (j / kSub) * kThreads;
+        const int2 rc = item_at(e);
+        const int col = rc.y + kItemCols * (j % kSub);
 #pragma unroll
         for (int k = 0; k < kPartsInFlight; ++k) {
           const int part = q + k;
           const float* slot = slot_of(first_blk + part, part == 0 ? first_which : 0);
-          v[j][k] = e < quads && part < nparts
-                        ? __ldcg(reinterpret_cast<const float4*>(slot + rc.x * kSliceN + rc.y))
+          v[j][k] = e < items && part < nparts
+                        ? __ldcg(reinterpret_cast<const float4*>(slot + rc.x * kSliceN + col))
                         : make_float4(0.f, 0.f, 0.f, 0.f);
         }
       }
@@ -512,11 +582,14 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
         for (int k = 0; k < kPartsInFlight; ++k) add4(sum[j], v[j][k]);
     }
 #pragma unroll
-    for (int j = 0; j < kQuadsPerThread; ++j) {
+    for (int j = 0; j < kItemsPerThread; ++j) {
       const int e = threadIdx.x + j * kThreads;
-      if (e < quads) {
-        const int2 rc = quad_at(e);
-        store_quad(c, rc.x, rc.y, sum[j]);
+      if (e < items) {
+        const int2 rc = item_at(e);
+        float4 v[kSub];
+#pragma unroll
+        for (int sub = 0; sub < kSub; ++sub) v[sub] = sum[j * kSub + sub];
+        store_item(c, rc.x, rc.y, v);
       }
     }
     if (threadIdx.x == 0) atomicExch(&p.counters[c], 0);  // leave it zeroed
@@ -533,8 +606,12 @@ int smem_bytes(int warps, int M) {
 }
 
 template <int MB8, int R, int kWarps>
-SmallLaunch make_small_launch(bool grouped, bool asym) {
+SmallLaunch make_small_launch(bool grouped, bool asym, bool pair) {
   const int smem = smem_bytes(kWarps, 8 * MB8);
+  if (pair)
+    return SmallLaunch{grouped ? marlin_small_m_kernel<MB8, R, kWarps, true, true, true>
+                               : marlin_small_m_kernel<MB8, R, kWarps, false, true, true>,
+                       kWarps, smem};
   auto kernel = grouped ? (asym ? marlin_small_m_kernel<MB8, R, kWarps, true, true>
                                 : marlin_small_m_kernel<MB8, R, kWarps, true, false>)
                         : (asym ? marlin_small_m_kernel<MB8, R, kWarps, false, true>
@@ -547,9 +624,9 @@ SmallLaunch make_small_launch(bool grouped, bool asym) {
 // At M <= 8 the 8 warps are two blocks of 4: a block's end-of-stream barrier then waits for 4
 // stripes, not 8, and one block's epilogue overlaps the other's stream (H200: +2 % over both
 // sets; at 9..16 rows blocks of 8 measured 1-3 % faster, see docs/perf.md).
-SmallLaunch pick_small_launch(int M, bool grouped, bool asym) {
-  return M <= 8 ? make_small_launch<1, 8, 4>(grouped, asym)
-                : make_small_launch<2, 4, 8>(grouped, asym);
+SmallLaunch pick_small_launch(int M, bool grouped, bool asym, bool pair) {
+  return M <= 8 ? make_small_launch<1, 8, 4>(grouped, asym, pair)
+                : make_small_launch<2, 4, 8>(grouped, asym, pair);
 }
 
 }  // namespace detail::small_m

@@ -21,7 +21,15 @@ struct SmallParams {
   const int4* B;        // [K/16, 2N] int32, as int4
   const __half* s;      // permuted scales [G, N]
   const __half* delta;  // natural [G, N] or nullptr (symmetric)
-  __half* C;            // [M, N]
+  __half* C;            // [M, N]; a SwiGLU pair: [M, N / 2]
+  // A SwiGLU pair (kPair): B, s, delta are W_gate's [K, N / 2] section, these W_up's; the
+  // kernel's N is the pair's 2 F columns, slice c = gate columns 64c..64c+63 (half 0) and the
+  // same up columns (half 1), and it writes silu(gate + bias_gate) * (up + bias_up) to C.
+  const int4* B_up;
+  const __half* s_up;
+  const __half* delta_up;
+  const float* bias_gate;  // [N / 2] fp32 or nullptr
+  const float* bias_up;
   int* counters;        // [N / 128] arrival counters, zero on entry and on exit
   float* slots;         // [2 * gridDim.x][kSlotFloats]
   int M, N, K;
@@ -49,7 +57,8 @@ struct SmallLaunch {
 
 // Dynamic shared memory of a launch of `warps` warps for M rows.
 int smem_bytes(int warps, int M);
-// The instantiated kernel for M rows (defined next to the kernels, marlin_small_m.cu).
-SmallLaunch pick_small_launch(int M, bool grouped, bool asym);
+// The instantiated kernel for M rows (defined next to the kernels, marlin_small_m.cu); pair:
+// the fused SwiGLU pair (asymmetric only).
+SmallLaunch pick_small_launch(int M, bool grouped, bool asym, bool pair = false);
 
 }  // namespace tl::cuda::detail::small_m

@@ -92,10 +92,10 @@ struct SmallPlan {
 };
 // The grid is worked out once per (kernel, device, N, K, clusters on/off) and cached: a
 // decode step launches the same few shapes over and over, and this is on its host path.
-int plan_small_m(int M, int N, int K, bool grouped, bool asym, bool clusters, SmallPlan* plan) {
+int plan_small_m(int M, int N, int K, bool grouped, bool asym, bool pair, bool clusters, SmallPlan* plan) {
   int sms = 0;
   if (int rc = current_device_sms(&plan->device, &sms)) return rc;
-  plan->launch = pick_small_launch(M, grouped, asym);
+  plan->launch = pick_small_launch(M, grouped, asym, pair);
   const SmallLaunch& l = plan->launch;
   using Key = std::tuple<const void*, int, int, int, bool>;
   static std::mutex mutex;
@@ -137,21 +137,23 @@ int plan_small_m(int M, int N, int K, bool grouped, bool asym, bool clusters, Sm
 }  // namespace
 
 int marlin_small_m_grid(int M, int N, int K, int group_size, bool asym, const KernelOptions& options,
-                        SmallMGrid* out) {
+                        SmallMGrid* out, bool pair) {
   if (M < 1 || M > kSmallMMaxRows || N % kSliceN || K % kTileK) return kShapeUnsupported;
   if (!marlin_group_size_ok(K, group_size)) return kNoConfig;
   SmallPlan plan;
-  if (int rc = plan_small_m(M, N, K, group_size != K, asym, options.clusters, &plan)) return rc;
+  if (int rc = plan_small_m(M, N, K, group_size != K, asym || pair, pair, options.clusters, &plan)) return rc;
   *out = SmallMGrid{plan.grid.blocks, plan.launch.warps, plan.grid.per_warp, plan.grid.cluster};
   return kOk;
 }
 
 int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __half* delta,
                    __half* C, int* workspace, int M, int N, int K, bool grouped,
-                   cudaStream_t stream, const KernelOptions& options) {
+                   cudaStream_t stream, const KernelOptions& options, const SmallPairOperands* pair) {
   if (M < 1 || M > kSmallMMaxRows || N % kSliceN || K % kTileK) return kShapeUnsupported;
+  if (pair && (!delta || !pair->B_up || !pair->s_up || !pair->delta_up)) return kShapeUnsupported;
   SmallPlan plan;
-  if (int rc = plan_small_m(M, N, K, grouped, delta != nullptr, options.clusters, &plan)) return rc;
+  if (int rc = plan_small_m(M, N, K, grouped, delta != nullptr, pair != nullptr, options.clusters, &plan))
+    return rc;
   const SmallLaunch& l = plan.launch;
   const SmallGrid& grid = plan.grid;
   void* slots = nullptr;
@@ -166,6 +168,11 @@ int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __h
   p.s = s;
   p.delta = delta;
   p.C = C;
+  p.B_up = pair ? reinterpret_cast<const int4*>(pair->B_up) : nullptr;
+  p.s_up = pair ? pair->s_up : nullptr;
+  p.delta_up = pair ? pair->delta_up : nullptr;
+  p.bias_gate = pair ? pair->bias_gate : nullptr;
+  p.bias_up = pair ? pair->bias_up : nullptr;
   p.counters = workspace;
   p.slots = static_cast<float*>(slots);
   p.M = M;

@@ -60,10 +60,14 @@ __global__ void residual_add_kernel(float* x, const __half* y, int64_t n) {
     x[i] += __half2float(y[i]);
 }
 
-__global__ void swiglu_kernel(__half* gate, const __half* up, int64_t n) {
+// The formula of silu(g) * u is the fused SwiGLU pair's too (marlin_small_m.cu).
+__global__ void swiglu_kernel(__half* gate, const __half* up, const float* bias_gate, const float* bias_up,
+                              int64_t n, int64_t F) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float g = __half2float(gate[i]);
-    gate[i] = __float2half_rn(g / (1.0f + expf(-g)) * __half2float(up[i]));
+    float g = __half2float(gate[i]), u = __half2float(up[i]);
+    if (bias_gate) g += bias_gate[i % F];
+    if (bias_up) u += bias_up[i % F];
+    gate[i] = __float2half_rn(g / (1.0f + expf(-g)) * u);
   }
 }
 
@@ -385,7 +389,15 @@ int causal_attention(const __half* q, const __half* k, const __half* v, __half* 
 
 int swiglu_inplace(__half* gate, const __half* up, int64_t n, cudaStream_t stream) {
   if (n <= 0) return kOk;
-  swiglu_kernel<<<grid_for(n, 256), 256, 0, stream>>>(gate, up, n);
+  swiglu_kernel<<<grid_for(n, 256), 256, 0, stream>>>(gate, up, nullptr, nullptr, n, n);
+  TL_CHECK_LAUNCH("swiglu_kernel");
+  return kOk;
+}
+
+int swiglu_bias_rows(__half* gate, const __half* up, const float* bias_gate, const float* bias_up, int64_t rows,
+                     int64_t F, cudaStream_t stream) {
+  if (rows <= 0 || F <= 0) return kOk;
+  swiglu_kernel<<<grid_for(rows * F, 256), 256, 0, stream>>>(gate, up, bias_gate, bias_up, rows * F, F);
   TL_CHECK_LAUNCH("swiglu_kernel");
   return kOk;
 }

@@ -58,6 +58,11 @@ int add_bias_rows(__half* y, const float* bias, int64_t rows, int64_t N, cudaStr
 
 // gate[i] = half(silu(gate[i]) * up[i]), in place over n elements.
 int swiglu_inplace(__half* gate, const __half* up, int64_t n, cudaStream_t stream);
+// gate[r, n] = half(silu(g) * u), g = float(gate[r, n]) + bias_gate[n], u = float(up[r, n]) +
+// bias_up[n] (fp32 [F] biases, either nullptr: none), in place over rows x F: the MLP's gate and up
+// biases and its SwiGLU in one pass (the unfused sequence of marlin_swiglu_asymmetric).
+int swiglu_bias_rows(__half* gate, const __half* up, const float* bias_gate, const float* bias_up, int64_t rows,
+                     int64_t F, cudaStream_t stream);
 
 // x[i] += float(y[i]) over n elements.
 int residual_add(float* x, const __half* y, int64_t n, cudaStream_t stream);

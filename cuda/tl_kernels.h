@@ -103,6 +103,34 @@ int marlin_mm_asymmetric(const __half* A, const int32_t* B, const __half* s, con
                          __half* C, int* workspace, int M, int N, int K, int group_size,
                          cudaStream_t stream, const KernelOptions& options = {});
 
+// One asymmetric Marlin weight's device operands, as marlin-pack writes them (B, s, delta).
+struct MarlinOperands {
+  const int32_t* B = nullptr;
+  const __half* s = nullptr;
+  const __half* delta = nullptr;
+};
+
+// The SwiGLU pair: C [M, F] = silu(A W_gate + bias_gate) * (A W_up + bias_up) for two asymmetric
+// Marlin weights [K, F] of one group size (W_hat = W_marlin + delta, as marlin_mm_asymmetric);
+// biases fp32 [F] or nullptr. Where the decode kernel serves M (M <= 16, options.decode_kernel)
+// it is one launch that writes only C: both sums in fp32, silu and the product in fp32, one
+// rounding (cuda/marlin_swiglu.cu). Otherwise the two GEMMs (marlin_mm_asymmetric into C and
+// up_scratch [M, F]) and swiglu_bias_rows. workspace: marlin_workspace_ints(2 F) ints, zeroed
+// once (left zeroed), not shared with a concurrent launch. rc as marlin_mm_asymmetric's (so a
+// caller can fall back), and kShapeUnsupported where the unfused sequence runs without up_scratch.
+int marlin_swiglu_asymmetric(const __half* A, const MarlinOperands& gate, const MarlinOperands& up,
+                             const float* bias_gate, const float* bias_up, __half* C, __half* up_scratch,
+                             int* workspace, int M, int F, int K, int group_size, cudaStream_t stream,
+                             const KernelOptions& options = {});
+// How marlin_swiglu_asymmetric runs M rows: "fused" (one launch), "unfused" (two GEMMs and the
+// elementwise pass) or "unsupported" (the Marlin gate refuses [K, F]); the dispatch counters'
+// and the tiers' one rule. (The fused launch falls back to the unfused sequence only where the
+// GPU's shared memory fits no decode configuration.)
+const char* marlin_swiglu_route(int M, int F, int K, int group_size, const KernelOptions& options);
+// Its plan (core/gemm_plan.h): kernel "pair-decode" with the decode grid over the pair's 2 F
+// columns where it runs fused, else "pair-" + the plan of each of its two GEMMs.
+int marlin_swiglu_plan(int M, int F, int K, int group_size, const KernelOptions& options, GemmPlan* plan);
+
 // ---- dispatcher ----
 
 // One linear weight as the runtime holds it on the device.
@@ -130,11 +158,25 @@ const char* gemm_path_name(GemmPath p);
 GemmPath quant_gemm(const DeviceQuantWeight& w, const __half* X, __half* Y, int M,
                     cudaStream_t stream, const KernelOptions& options, int* rc = nullptr);
 
+// The MLP's gate and up projections and its SwiGLU: Y [M, F] = silu(X W_gate + bias_gate) *
+// (X W_up + bias_up), biases fp32 [F] or nullptr. Where both weights take the Marlin path (each
+// passes marlin's checks of quant_gemm, same K, F and group size, pair_workspace given:
+// marlin_workspace_ints(2 F) ints, zeroed) marlin_swiglu_asymmetric runs them (one fused launch
+// at decode sizes); otherwise each weight goes through quant_gemm (into Y and up_scratch [M, F])
+// and swiglu_bias_rows runs after. Counted as two weights in dispatches / marlin_kernels, and
+// once in DispatchStats::swiglu by how the pair ran. Returns the gate's path; rc as quant_gemm's.
+GemmPath quant_swiglu(const DeviceQuantWeight& gate, const DeviceQuantWeight& up, const float* bias_gate,
+                      const float* bias_up, const __half* X, __half* Y, __half* up_scratch, int* pair_workspace,
+                      int M, cudaStream_t stream, const KernelOptions& options, int* rc = nullptr);
+
 struct DispatchStats {
   long long dispatches[3] = {0, 0, 0};        // per GemmPath
   std::map<std::string, long long> fallbacks; // reason -> count (Marlin wanted but not taken)
   std::map<std::string, long long> marlin_kernels;  // Marlin calls by kernel: decode / tiled / hopper / dequant
   std::map<std::string, long long> native_kernels;  // native calls by kernel: int4 / dequant
+  // quant_swiglu calls by how the pair ran: "fused" (one launch), "unfused" (two Marlin GEMMs +
+  // the elementwise pass), "separate (<why not Marlin>)"
+  std::map<std::string, long long> swiglu;
   std::string first_dispatch_line;            // "[marlin] first dispatch ok: BT=... N=... K=... gs=..."
 };
 DispatchStats dispatch_stats();

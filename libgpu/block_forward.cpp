@@ -57,7 +57,7 @@ void mode_linear(ForwardMode mode, int n_seq, int T, int64_t K, int64_t N, const
 }
 
 void block_forward(const ModelConfig& c, const BlockParams& p, const BlockBuffers& b, int n_seq, int T,
-                   const BlockLinear& linear, ForwardMode mode) {
+                   const BlockLinear& linear, ForwardMode mode, const BlockSwiglu& swiglu) {
   const int M = n_seq * T, D = int(c.d_model), H = int(c.n_heads), Hkv = int(c.n_kv_heads);
   const int dh = int(c.d_head);
   const int64_t F = c.ffn, qkv_n = int64_t(H + 2 * Hkv) * dh;
@@ -83,9 +83,14 @@ void block_forward(const ModelConfig& c, const BlockParams& p, const BlockBuffer
   linear_bias(1, b.att, b.y);
   check_launch(cuda::residual_add(b.x, b.y, int64_t(M) * D, nullptr), "residual_add");
   check_launch(cuda::rms_norm_rows(b.x, p.mlp_norm, b.h, M, D, eps, nullptr), "rms_norm mlp");
-  linear_bias(2, b.h, b.gate);
-  linear_bias(3, b.h, b.up);
-  check_launch(cuda::swiglu_inplace(b.gate, b.up, int64_t(M) * F, nullptr), "swiglu");
+  if (swiglu) {
+    mode_linear(mode, n_seq, T, D, F, b.h, b.gate,
+                [&](const __half* x, __half* y, int rows) { swiglu(x, y, b.up, p.bias[2], p.bias[3], rows); });
+  } else {
+    linear_bias(2, b.h, b.gate);
+    linear_bias(3, b.h, b.up);
+    check_launch(cuda::swiglu_inplace(b.gate, b.up, int64_t(M) * F, nullptr), "swiglu");
+  }
   linear_bias(4, b.gate, b.y);
   check_launch(cuda::residual_add(b.x, b.y, int64_t(M) * D, nullptr), "residual_add");
 }

@@ -46,6 +46,10 @@ BlockBufferSizes block_buffer_elements(const ModelConfig& c, int64_t rows);
 // Y [M, N] = X [M, K] * W_i for the block's linear i (0..4, kBlockLinearNames order), without
 // its bias (block_forward adds it).
 using BlockLinear = std::function<void(int i, const __half* X, __half* Y, int M)>;
+// The MLP's pair in one call: Y [M, F] = silu(X W2 + bias_gate) * (X W3 + bias_up) (biases fp32
+// [F] or nullptr), up_scratch [M, F] free for its use (cuda::quant_swiglu).
+using BlockSwiglu = std::function<void(const __half* X, __half* Y, __half* up_scratch, const float* bias_gate,
+                                       const float* bias_up, int M)>;
 
 // A block's parameters besides its linear weights, device fp32 (null where the config has none).
 struct BlockParams {
@@ -76,8 +80,11 @@ void upload_rope_tables(const ModelConfig& c, int T, cuda::DeviceBuffer<float>& 
 
 // x <- block(x) over n_seq sequences of T tokens, rows in the mode's order. Throws tl::Error
 // when an op refuses the shape or CUDA fails.
+// swiglu: the MLP's gate, up and SwiGLU through one call (null: linear 2 and 3, their biases,
+// then swiglu_inplace).
 void block_forward(const ModelConfig& c, const BlockParams& p, const BlockBuffers& b, int n_seq, int T,
-                   const BlockLinear& linear, ForwardMode mode = ForwardMode::kPrefill);
+                   const BlockLinear& linear, ForwardMode mode = ForwardMode::kPrefill,
+                   const BlockSwiglu& swiglu = nullptr);
 
 // The mode's linear: Y [n_seq * T, N] = X [n_seq * T, K] * W, once (prefill) or once per position
 // on its n_seq contiguous rows (decode, position-major rows). linear(X, Y, M) runs one GEMM.

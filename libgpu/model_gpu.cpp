@@ -120,6 +120,7 @@ struct GpuLinear {
 struct GpuBlock {
   BlockParamBuffers params;  // norms, biases, q/k norms, window
   GpuLinear lin[5];          // kBlockLinearNames order: qkv, out, gate, up, down
+  DevBuf pair_work;          // the gate + up pair's Marlin workspace (both packed), else empty
 };
 
 }  // namespace
@@ -214,6 +215,13 @@ struct GpuModel::Impl {
       upload_linear(*b.linear(kBlockLinearNames[i]), g.lin[i]);
       info.linear_weights++;
     }
+    if (g.lin[2].packed && g.lin[3].packed) {  // the Marlin path runs them as one SwiGLU pair
+      const size_t ws = cuda::marlin_workspace_ints(2 * g.lin[2].N) * sizeof(int);
+      g.pair_work.reserve(ws);
+      TL_CUDA_THROW(cudaMemset(g.pair_work.as<int>(), 0, ws));
+      info.marlin_bytes += g.pair_work.bytes();
+      info.weight_bytes += g.pair_work.bytes();
+    }
   }
 
   void gemm(const GpuLinear& l, GpuPath p, const __half* X, __half* Y, int M) {
@@ -267,8 +275,22 @@ struct GpuModel::Impl {
     bb.up = up.as<__half>();
     bb.cos_tab = cos_tab.as<float>();
     bb.sin_tab = sin_tab.as<float>();
+    // The Marlin path runs the MLP's gate and up as the runtime does: one quant_swiglu call (the
+    // fused pair at decode sizes, where both weights are packed).
+    BlockSwiglu swiglu;
+    if (p == GpuPath::kMarlin)
+      swiglu = [&](const __half* X, __half* Y, __half* up_scratch, const float* bias_gate, const float* bias_up,
+                   int M) {
+        cuda::KernelOptions options = runtime_options;
+        options.use_marlin = true;
+        int rc = cuda::kOk;
+        cuda::quant_swiglu(b.lin[2].w_marlin, b.lin[3].w_marlin, bias_gate, bias_up, X, Y, up_scratch,
+                           b.pair_work.bytes() ? b.pair_work.as<int>() : nullptr, M, nullptr, options, &rc);
+        check_launch(rc, "quant_swiglu " + b.lin[2].name + " + " + b.lin[3].name + " (M=" + std::to_string(M) +
+                             " K=" + std::to_string(b.lin[2].K) + " F=" + std::to_string(b.lin[2].N) + ")");
+      };
     block_forward(c, b.params.params(), bb, n_seq, T,
-                  [&](int i, const __half* X, __half* Y, int M) { gemm(b.lin[i], p, X, Y, M); }, mode);
+                  [&](int i, const __half* X, __half* Y, int M) { gemm(b.lin[i], p, X, Y, M); }, mode, swiglu);
   }
 };
 

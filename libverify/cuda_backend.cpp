@@ -96,6 +96,38 @@ class CudaBackend final : public KernelBackend {
     });
   }
 
+  KernelStatus swiglu_pair(const half_bits* A, const int32_t* B_gate, const half_bits* s_gate,
+                           const half_bits* delta_gate, const int32_t* B_up, const half_bits* s_up,
+                           const half_bits* delta_up, const float* bias_gate, const float* bias_up, half_bits* C,
+                           int M, int N, int K, int group_size) override {
+    return guarded([&] {
+      const int G = int(group_count(K, group_size));
+      DeviceBuffer<uint16_t> dA(size_t(M) * K), dC(size_t(M) * N), scratch(size_t(M) * N);
+      DeviceBuffer<uint16_t> ds[2] = {DeviceBuffer<uint16_t>(size_t(G) * N), DeviceBuffer<uint16_t>(size_t(G) * N)};
+      DeviceBuffer<uint16_t> dd[2] = {DeviceBuffer<uint16_t>(size_t(G) * N), DeviceBuffer<uint16_t>(size_t(G) * N)};
+      DeviceBuffer<int32_t> dB[2] = {DeviceBuffer<int32_t>(size_t(K / 16) * 2 * N),
+                                     DeviceBuffer<int32_t>(size_t(K / 16) * 2 * N)};
+      DeviceBuffer<float> db[2] = {DeviceBuffer<float>(bias_gate ? size_t(N) : 0),
+                                   DeviceBuffer<float>(bias_up ? size_t(N) : 0)};
+      DeviceBuffer<int> ws(tl::cuda::marlin_workspace_ints(2 * N));
+      dA.upload(A);
+      ds[0].upload(s_gate); dd[0].upload(delta_gate); dB[0].upload(B_gate);
+      ds[1].upload(s_up); dd[1].upload(delta_up); dB[1].upload(B_up);
+      if (bias_gate) db[0].upload(bias_gate);
+      if (bias_up) db[1].upload(bias_up);
+      dC.fill_bytes(0x7e);
+      scratch.fill_bytes(0x7e);
+      ws.fill_bytes(0);
+      const int rc = tl::cuda::marlin_swiglu_asymmetric(
+          half(dA), {dB[0].get(), half(ds[0]), half(dd[0])}, {dB[1].get(), half(ds[1]), half(dd[1])},
+          bias_gate ? db[0].get() : nullptr, bias_up ? db[1].get() : nullptr, half(dC), half(scratch), ws.get(), M, N, K,
+          group_size, stream_, options_);
+      finish("marlin_swiglu_asymmetric", rc, M, N, K, group_size);
+      check_workspace_zero(ws, 2 * N);
+      dC.download(C);
+    });
+  }
+
   KernelStatus native_gemm(const half_bits* A, const uint8_t* q_packed, const half_bits* scale,
                            const half_bits* zero, half_bits* C, int M, int N, int K, int group_size) override {
     return guarded([&] {
@@ -114,8 +146,9 @@ class CudaBackend final : public KernelBackend {
   GemmPlan plan(PlanKernel kernel, int M, int N, int K, int group_size) override {
     TL_CUDA_THROW(cudaSetDevice(device_));
     GemmPlan p;
-    const int rc = kernel == PlanKernel::kNative
-                       ? tl::cuda::int4_gemm_plan(M, N, K, group_size, &p, options_)
+    const int rc = kernel == PlanKernel::kNative ? tl::cuda::int4_gemm_plan(M, N, K, group_size, &p, options_)
+                   : kernel == PlanKernel::kSwiglu
+                       ? tl::cuda::marlin_swiglu_plan(M, N, K, group_size, options_, &p)
                        : tl::cuda::marlin_plan(M, N, K, group_size, kernel == PlanKernel::kMarlinAsymmetric,
                                                options_, &p);
     if (rc != tl::cuda::kOk) {

@@ -99,6 +99,7 @@ inline void add_dispatch(E2ePathRow& row) {
   for (const auto& [reason, n] : s.fallbacks) row.fallbacks[reason] += n;
   for (const auto& [kernel, n] : s.marlin_kernels) row.kernels["marlin-" + kernel] += n;
   for (const auto& [kernel, n] : s.native_kernels) row.kernels["native-" + kernel] += n;
+  for (const auto& [how, n] : s.swiglu) row.kernels["swiglu-pair " + how] += n;
   row.kernels["cublas-fp16"] += s.dispatches[int(cuda::GemmPath::kFp16Copy)];
 #else
   (void)row;

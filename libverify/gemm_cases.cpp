@@ -126,6 +126,26 @@ CaseResult run_wrapper_case(KernelBackend& backend, const QuantWeight& w,
   return c;
 }
 
+CaseResult run_swiglu_case(KernelBackend& backend, const QuantWeight& gate, const QuantWeight& up,
+                           const std::vector<float>& bias_gate, const std::vector<float>& bias_up,
+                           const std::vector<half_bits>& A, int64_t M, const TierBounds& bounds) {
+  CaseResult c = new_case(M, gate.K, gate.N, gate.group_size);
+  const MarlinSection &g = *gate.marlin, &u = *up.marlin;
+  std::vector<half_bits> out(size_t(M * gate.N));
+  const KernelStatus st = backend.swiglu_pair(
+      A.data(), g.B.data(), g.s.data(), g.delta.data(), u.B.data(), u.s.data(), u.delta.data(),
+      bias_gate.empty() ? nullptr : bias_gate.data(), bias_up.empty() ? nullptr : bias_up.data(), out.data(), int(M),
+      int(gate.N), int(gate.K), int(gate.group_size));
+  if (!st.ok) {
+    c.status = Status::kFailed;
+    c.message = st.message;
+    return c;
+  }
+  compare_and_judge(c, out, swiglu_reference(A.data(), M, gate, up, bias_gate, bias_up, kReferenceRowsMax), gate.N,
+                    bounds);
+  return c;
+}
+
 CaseResult run_native_case(KernelBackend& backend, const QuantWeight& w, const std::vector<half_bits>& A,
                            int64_t M, const TierBounds& bounds) {
   CaseResult c = new_case(M, w.K, w.N, w.group_size);

@@ -25,7 +25,10 @@ struct KernelStatus {
 using cuda::GemmPlan;
 
 
-enum class PlanKernel { kMarlinSymmetric, kMarlinAsymmetric, kNative };
+// kSwiglu: the SwiGLU pair of two [K, N] weights (marlin_swiglu_asymmetric): kernel "pair-decode"
+// where it runs fused (the decode kernel's grid over the pair's 2 N columns), else "pair-" + the
+// kernel each of its two GEMMs runs.
+enum class PlanKernel { kMarlinSymmetric, kMarlinAsymmetric, kNative, kSwiglu };
 
 class KernelBackend {
  public:
@@ -45,6 +48,13 @@ class KernelBackend {
   virtual KernelStatus mm_asymmetric(const half_bits* A, const int32_t* B, const half_bits* s,
                                      const half_bits* delta, half_bits* C, int M, int N, int K,
                                      int group_size) = 0;
+  // C [M, N] = silu(A W_hat_gate + bias_gate) * (A W_hat_up + bias_up) through
+  // marlin_swiglu_asymmetric (the runtime's pair), each weight as mm_asymmetric takes it; biases
+  // fp32 [N] or nullptr. C is overwritten.
+  virtual KernelStatus swiglu_pair(const half_bits* A, const int32_t* B_gate, const half_bits* s_gate,
+                                   const half_bits* delta_gate, const int32_t* B_up, const half_bits* s_up,
+                                   const half_bits* delta_up, const float* bias_gate, const float* bias_up,
+                                   half_bits* C, int M, int N, int K, int group_size) = 0;
   // C = A * W_hat through the native int4_gemm on TinyLoop's layout: q packed two codes per
   // byte [K, ceil(N/2)] (core/nibbles.h), scale / zero fp16 [G, N]. C is overwritten.
   virtual KernelStatus native_gemm(const half_bits* A, const uint8_t* q_packed, const half_bits* scale,

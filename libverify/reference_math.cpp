@@ -186,6 +186,29 @@ CaseReference wrapper_reference(const half_bits* A, int64_t M, const QuantWeight
   return r;
 }
 
+CaseReference swiglu_reference(const half_bits* A, int64_t M, const QuantWeight& gate, const QuantWeight& up,
+                               const std::vector<float>& bias_gate, const std::vector<float>& bias_up,
+                               int max_rows) {
+  const CaseReference g = wrapper_reference(A, M, gate, gate.marlin->delta, max_rows);
+  const CaseReference u = wrapper_reference(A, M, up, up.marlin->delta, max_rows);
+  CaseReference r;
+  r.rows = g.rows;
+  r.ref.resize(g.ref.size());
+  r.sigma.resize(g.ref.size());
+  const int64_t N = gate.N;
+  for (size_t i = 0; i < r.rows.size(); ++i)
+    for (int64_t n = 0; n < N; ++n) {
+      const size_t o = i * size_t(N) + size_t(n);
+      const double G = g.ref[o] + (bias_gate.empty() ? 0.0 : double(bias_gate[size_t(n)]));
+      const double U = u.ref[o] + (bias_up.empty() ? 0.0 : double(bias_up[size_t(n)]));
+      const double sig = 1.0 / (1.0 + std::exp(-G)), silu = G * sig, dsilu = sig * (1.0 + G * (1.0 - sig));
+      r.ref[o] = silu * U;
+      const double dg = dsilu * U, du = silu;
+      r.sigma[o] = std::sqrt(dg * dg * (g.sigma[o] * g.sigma[o] + G * G) + du * du * (u.sigma[o] * u.sigma[o] + U * U));
+    }
+  return r;
+}
+
 CaseReference native_reference(const half_bits* A, int64_t M, const QuantWeight& w, int max_rows) {
   return one_weight_reference(A, M, w.K, w.N, dequant_asymmetric(w), max_rows);
 }

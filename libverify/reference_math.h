@@ -59,6 +59,15 @@ CaseReference symmetric_reference(const half_bits* A, int64_t M, const QuantWeig
 CaseReference wrapper_reference(const half_bits* A, int64_t M, const QuantWeight& w,
                                 const std::vector<half_bits>& delta16, int max_rows);
 
+// SwiGLU tier: Y = silu(G) * U, G = A * W_hat_gate + bias_gate, U = A * W_hat_up + bias_up (the
+// wrapper references of the two weights, fp32 biases exact in fp64). An error e_G, e_U of the two
+// sums moves Y by silu'(G) U e_G + silu(G) e_U to first order (the next terms are ~2^-11 smaller),
+// so sigma^2 = (silu'(G) U)^2 (sigma_G^2 + G^2) + silu(G)^2 (sigma_U^2 + U^2): each sum's wrapper
+// terms plus its own fp16 rounding (the unfused route stores G and U in fp16; the fused one does not).
+CaseReference swiglu_reference(const half_bits* A, int64_t M, const QuantWeight& gate, const QuantWeight& up,
+                               const std::vector<float>& bias_gate, const std::vector<float>& bias_up,
+                               int max_rows);
+
 // Native tier: C = A * W_hat with the exact W_hat = q * scale + zero; sigma^2 = sum_k (a_k w_hat_k)^2.
 CaseReference native_reference(const half_bits* A, int64_t M, const QuantWeight& w, int max_rows);
 

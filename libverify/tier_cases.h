@@ -24,6 +24,12 @@ CaseResult run_symmetric_case(KernelBackend& backend, const QuantWeight& w,
 CaseResult run_wrapper_case(KernelBackend& backend, const QuantWeight& w,
                             const std::vector<half_bits>& A, int64_t M, const TierBounds& bounds);
 
+// SwiGLU tier: backend.swiglu_pair on the two weights' Marlin sections (same K, N, group size)
+// and fp32 biases ([N] each, or empty) vs fp64 silu(A W_hat_gate + b) * (A W_hat_up + b).
+CaseResult run_swiglu_case(KernelBackend& backend, const QuantWeight& gate, const QuantWeight& up,
+                           const std::vector<float>& bias_gate, const std::vector<float>& bias_up,
+                           const std::vector<half_bits>& A, int64_t M, const TierBounds& bounds);
+
 // Native tier: backend.native_gemm on the weight's own q (packed two per byte), scale, zero
 // vs fp64 A * W_hat.
 CaseResult run_native_case(KernelBackend& backend, const QuantWeight& w, const std::vector<half_bits>& A,

@@ -1,5 +1,6 @@
 #include "libverify/tier_runners.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -45,6 +46,15 @@ class CaseProgress {
 // --max-rel-native set for the kernel's cases; the case label names the bounds.
 constexpr TierBounds kNativeFloorBounds{false, kNativeFloorPathMaxUlp, kNativeFloorPathMaxRel, kGemmFloorFactor};
 
+// The SwiGLU tier's biases: fp32 N(0, 1) per column (the sums they add to are O(1) for the
+// random weights and activations), so silu is exercised on both sides of zero.
+std::vector<float> random_bias(Rng& rng, int64_t N) {
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> b(static_cast<size_t>(N));
+  for (float& x : b) x = d(rng);
+  return b;
+}
+
 // The synthetic cases: chosen per tier from the kernels' plans on this backend (tier_shapes.h).
 void run_synthetic(TierId id, const TierBounds& b, const RunContext& ctx, TierResult& r) {
   const char* name = tier_spec(id).name;
@@ -78,8 +88,14 @@ void run_synthetic(TierId id, const TierBounds& b, const RunContext& ctx, TierRe
       const std::vector<half_bits> A = random_halves(rng, s.M, s.K);
       ctx.backend->set_prefill_floor(s.prefill_floor);
       ctx.backend->set_hopper_kernel(s.hopper);
-      c = id == TierId::kSymmetric ? run_symmetric_case(*ctx.backend, w, A, s.M, b)
-                                   : run_wrapper_case(*ctx.backend, w, A, s.M, b);
+      if (id == TierId::kSwiglu) {
+        const QuantWeight up = random_packed_weight(rng, "", s.K, s.N, s.group_size);
+        const std::vector<float> bias_gate = random_bias(rng, s.N), bias_up = random_bias(rng, s.N);
+        c = run_swiglu_case(*ctx.backend, w, up, bias_gate, bias_up, A, s.M, b);
+      } else {
+        c = id == TierId::kSymmetric ? run_symmetric_case(*ctx.backend, w, A, s.M, b)
+                                     : run_wrapper_case(*ctx.backend, w, A, s.M, b);
+      }
       ctx.backend->set_prefill_floor(false);
       ctx.backend->set_hopper_kernel(false);
       if (s.prefill_floor) c.label += " (prefill floor)";
@@ -146,12 +162,78 @@ void run_native_on_file(const TierBounds& b, const RunContext& ctx, const std::v
   }
 }
 
+// The SwiGLU tier on a file: each block's mlp_gate + mlp_up pair with Marlin sections, at each of
+// kFileTierMs, with random fp32 biases (the kernel's bias path; the file's own biases are the
+// forward's business). A pair whose weights are not both packed is a skipped case.
+void run_swiglu_on_file(const TierBounds& b, const RunContext& ctx, const std::vector<std::string>& names,
+                        TierResult& r) {
+  const TinyloopReader& f = *ctx.file;
+  const std::string gate_suffix = "mlp_gate";
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (const std::string& n : names)
+    if (n.size() >= gate_suffix.size() && n.compare(n.size() - gate_suffix.size(), gate_suffix.size(), gate_suffix) == 0) {
+      const std::string up = n.substr(0, n.size() - gate_suffix.size()) + "mlp_up";
+      if (std::find(names.begin(), names.end(), up) != names.end()) pairs.push_back({n, up});
+    }
+  if (pairs.empty()) {
+    r.status = Status::kSkipped;
+    r.reason = "FILE has no quantized mlp_gate + mlp_up pair";
+    return;
+  }
+  const MarlinSectionReader sections(f.path());
+  CaseProgress progress(ctx.progress, "swiglu", pairs.size() * std::size(kFileTierMs));
+  for (size_t pi = 0; pi < pairs.size(); ++pi) {
+    const EntryInfo gi = f.info(pairs[pi].first), ui = f.info(pairs[pi].second);
+    const std::string label = pairs[pi].first + "+up";
+    if (!gi.has_marlin || !ui.has_marlin) {
+      CaseResult c;
+      c.label = c.weight = label;
+      c.status = Status::kSkipped;
+      c.message = no_section_reason(gi.has_marlin ? ui : gi);
+      progress.done(c);
+      r.cases.push_back(std::move(c));
+      continue;
+    }
+    QuantWeight gate = f.read_quant(pairs[pi].first, /*with_marlin=*/false);
+    QuantWeight up = f.read_quant(pairs[pi].second, /*with_marlin=*/false);
+    gate.marlin = sections.read(gate, gi.compact);
+    up.marlin = sections.read(up, ui.compact);
+    if (gate.K != up.K || gate.N != up.N || gate.group_size != up.group_size) {
+      CaseResult c;
+      c.label = c.weight = label;
+      c.status = Status::kSkipped;
+      c.message = "mlp_gate and mlp_up differ in shape or group size: not one pair";
+      progress.done(c);
+      r.cases.push_back(std::move(c));
+      continue;
+    }
+    for (size_t mi = 0; mi < std::size(kFileTierMs); ++mi) {
+      const int64_t M = kFileTierMs[mi];
+      Rng rng = case_rng(ctx.seed, "swiglu", pi * std::size(kFileTierMs) + mi);
+      const std::vector<half_bits> A = random_halves(rng, M, gate.K);
+      const std::vector<float> bias_gate = random_bias(rng, gate.N), bias_up = random_bias(rng, gate.N);
+      CaseResult c = run_swiglu_case(*ctx.backend, gate, up, bias_gate, bias_up, A, M, b);
+      c.covers = plan_covers(TierId::kSwiglu,
+                             ctx.backend->plan(PlanKernel::kSwiglu, int(M), int(gate.N), int(gate.K), int(gate.group_size)),
+                             M, gate.K, gate.N, gate.group_size);
+      c.weight = pairs[pi].second;  // a fault in either weight fails the pair; the report names up's row
+      c.label = label + " m=" + std::to_string(M);
+      progress.done(c);
+      r.cases.push_back(std::move(c));
+    }
+  }
+}
+
 void run_on_file(TierId id, const TierBounds& b, const RunContext& ctx, TierResult& r) {
   const char* name = tier_spec(id).name;
   const TinyloopReader& f = *ctx.file;
   const std::vector<std::string> names = f.quant_names();
   if (id == TierId::kNative) {
     run_native_on_file(b, ctx, names, r);
+    return;
+  }
+  if (id == TierId::kSwiglu) {
+    run_swiglu_on_file(b, ctx, names, r);
     return;
   }
   size_t packed = 0;

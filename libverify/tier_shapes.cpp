@@ -109,8 +109,29 @@ const std::vector<Requirement>& correction_requirements() {
   return r;
 }
 
+// The SwiGLU pair (PlanKernel::kSwiglu): the fused decode launch in each of its modes, and the
+// unfused sequence on each prefill kernel.
+const std::vector<Requirement>& swiglu_requirements() {
+  static const std::vector<Requirement> r = {
+      {"pair fused M 1..8", [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "pair-decode" && M <= 8; }},
+      {"pair fused M 9..16", [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "pair-decode" && M > 8; }},
+      {"pair fused several units per warp", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "pair-decode" && p.units_per_warp >= 2; }},
+      {"pair fused cluster combine (sm_90)", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "pair-decode" && p.cluster > 0; }},
+      {"pair fused flat combine (slots)", [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "pair-decode" && p.cluster == 0 && p.blocks > 1; }},
+      {"pair fused per-column scales (G = 1)", [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "pair-decode" && gs == K; }},
+      {"pair fused most groups (G >= 64)", [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel == "pair-decode" && gs != K && K / gs >= 64; }},
+      {"pair unfused M 17..63", [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel.rfind("pair-", 0) == 0 && p.kernel != "pair-decode" && in(M, 17, 63); }},
+      {"pair unfused remainder slice of <= 16 rows",
+       [](const GemmPlan& p, int64_t, int64_t, int64_t, int64_t) { return p.kernel == "pair-tiled" && p.slices >= 2 && p.last_slice_rows <= 16; }},
+      {"pair unfused M >= 64", [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel.rfind("pair-", 0) == 0 && p.kernel != "pair-decode" && M >= 64; }},
+      {"pair unfused per-column scales (G = 1)", [](const GemmPlan& p, int64_t, int64_t K, int64_t, int64_t gs) { return p.kernel.rfind("pair-", 0) == 0 && p.kernel != "pair-decode" && gs == K; }},
+  };
+  return r;
+}
+
 const std::vector<Requirement>& requirements(TierId tier) {
   if (tier == TierId::kNative) return native_requirements();
+  if (tier == TierId::kSwiglu) return swiglu_requirements();
   if (tier == TierId::kCorrection) return correction_requirements();
   return marlin_requirements();
 }
@@ -161,6 +182,7 @@ TierShapes tier_shapes(TierId tier, KernelBackend& backend, bool small, bool tho
     KN.push_back({172, 64});
   const PlanKernel pk = tier == TierId::kNative   ? PlanKernel::kNative
                         : tier == TierId::kWrapper ? PlanKernel::kMarlinAsymmetric
+                        : tier == TierId::kSwiglu  ? PlanKernel::kSwiglu
                                                    : PlanKernel::kMarlinSymmetric;
   std::vector<Candidate> pool;
   auto add_candidates = [&](bool floor, bool hopper, int64_t min_m) {
@@ -180,7 +202,8 @@ TierShapes tier_shapes(TierId tier, KernelBackend& backend, bool small, bool tho
             if (c.plan.kernel.empty()) continue;  // the launcher declines this shape
           }
           // The fp64 reference (at most 64 rows) dominates; a CPU emulation computes every row.
-          c.cost = double(std::min<int64_t>(M, 64)) * double(K) * double(N) * (small ? double(M) : 1.0);
+          c.cost = double(std::min<int64_t>(M, 64)) * double(K) * double(N) * (small ? double(M) : 1.0) *
+                   (tier == TierId::kSwiglu ? 2.0 : 1.0);
           pool.push_back(c);
         }
   };
@@ -188,7 +211,7 @@ TierShapes tier_shapes(TierId tier, KernelBackend& backend, bool small, bool tho
   // Marlin tiers: the shapes at or above the runtime's crossover once more with its prefill
   // floor on, and every M > 16 with the Hopper kernel on where the backend has it (the runtime
   // serves them there), beside the tiled kernel's cases above.
-  const bool marlin_tier = tier == TierId::kSymmetric || tier == TierId::kWrapper;
+  const bool marlin_tier = tier == TierId::kSymmetric || tier == TierId::kWrapper || tier == TierId::kSwiglu;
   const int64_t floor_m = marlin_tier ? backend.prefill_floor_min_m() : 0;
   if (floor_m > 0) {
     backend.set_prefill_floor(true);

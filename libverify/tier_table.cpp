@@ -30,6 +30,11 @@ const std::vector<TierSpec>& tier_table() {
        "symmetric (or every packed weight of the file at M = 1, 16, 33, 80)",
        "verify_asymmetric_parity",
        TierBounds{false, kWrapperMaxUlp, kWrapperMaxRel, kGemmFloorFactor}},
+      {TierId::kSwiglu, "swiglu", true, FileUse::kOptional, true, "",
+       "marlin_swiglu_asymmetric (the MLP's gate + up pair: one fused launch at M <= 16, two GEMMs + the "
+       "elementwise pass above) vs fp64 silu(A W_gate + b) * (A W_up + b); random pairs on shapes for every "
+       "path (or each block's packed mlp_gate + mlp_up of the file at M = 1, 16, 33, 80)",
+       "verify_swiglu_pair", TierBounds{false, kSwigluMaxUlp, kSwigluMaxRel, kGemmFloorFactor}},
       {TierId::kNative, "native", true, FileUse::kOptional, true, "",
        "int4_gemm (the native kernel: the dispatcher's fallback and a Marlin-less runtime's only "
        "path) vs fp64 A * W_hat on TinyLoop's own q / scale / zero; random shapes from the kernel's "

@@ -9,7 +9,7 @@
 
 namespace tl::verify {
 
-enum class TierId { kPack, kSymmetric, kCorrection, kWrapper, kNative, kE2e };
+enum class TierId { kPack, kSymmetric, kCorrection, kWrapper, kSwiglu, kNative, kE2e };
 
 // How a tier uses the positional FILE argument.
 enum class FileUse {

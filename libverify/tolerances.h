@@ -59,6 +59,17 @@ constexpr double kASumBoundFactor = 1.0;
 constexpr double kWrapperMaxUlp = 8;
 constexpr double kWrapperMaxRel = 2e-3;
 
+// ---- swiglu (the SwiGLU pair vs fp64 silu(A W_hat_gate + b) * (A W_hat_up + b)) ----
+// Y = silu(G) U is a smooth function of the two sums, so an error of each moves Y by the sum's
+// error times its partial derivative (first order; the second-order terms are ~2^-11 smaller).
+// The reference's sigma (reference_math.h swiglu_reference) is exactly that propagation of the
+// wrapper's sigma of each sum, plus |G| and |U| for the unfused route's fp16 stores of them: at the
+// floored scale the error is the wrapper's (<= 8 steps, same derivation), the fp16 stores add
+// <= 0.5 step each, the fused route's fp32 silu and product (expf: a few u32) nothing visible, and
+// the output rounding is the same 0.5 step. The wrapper's bounds; the floor at c = 1 as theirs.
+constexpr double kSwigluMaxUlp = kWrapperMaxUlp;
+constexpr double kSwigluMaxRel = kWrapperMaxRel;
+
 // ---- native (int4_gemm vs fp64 A * W_hat) ----
 // The kernel dequantizes in fp32 (q * scale exact, + zero: one rounding of 2^-24 relative) and
 // accumulates in fp32 (~sqrt(K) u32 sigma, < 0.01 fp16 step at K = 8192), so the only visible

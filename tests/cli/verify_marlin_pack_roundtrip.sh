@@ -12,6 +12,6 @@ mkdir -p "$TL_TMP" && rm -rf "${TL_TMP:?}"/*
 rc=$?
 cat "$TL_TMP/out"
 [ $rc -eq 0 ] || { cat "$TL_TMP/err"; echo "FAIL: exit $rc"; exit 1; }
-[ "$(grep -c 'passed$' "$TL_TMP/out")" -eq 3 ] || { echo "FAIL: expected 3 packed weights to pass"; exit 1; }
+[ "$(grep -c 'passed$' "$TL_TMP/out")" -eq 4 ] || { echo "FAIL: expected 4 packed weights to pass"; exit 1; }
 grep -q "head .*skipped: not packed: " "$TL_TMP/out" || { echo "FAIL: head not listed as skipped"; exit 1; }
 echo ok

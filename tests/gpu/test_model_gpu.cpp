@@ -157,6 +157,10 @@ TEST_CASE("model gpu: every path's logits match the CPU forward (GQA, loop block
       INFO("marlin kernels: " << st.marlin_kernels.size());
       REQUIRE(st.marlin_kernels.count(want) == 1);
       CHECK(st.marlin_kernels.at(want) == 15);
+      // The MLP's gate + up of each of the 3 block runs: one quant_swiglu call, two GEMMs at 135 rows.
+      REQUIRE(st.swiglu.count("unfused") == 1);
+      CHECK(st.swiglu.at("unfused") == 3);
+      CHECK(st.swiglu.size() == 1);
     }
   }
 }
@@ -183,6 +187,10 @@ TEST_CASE("model gpu: decode mode runs every linear per position on the decode k
       REQUIRE(st.marlin_kernels.count("decode") == 1);
       CHECK(st.marlin_kernels.at("decode") == 15LL * T);  // M = 5: the decode kernel, every call
       CHECK(st.marlin_kernels.size() == 1);
+      // gate + up: the fused pair, one launch per block run and position.
+      REQUIRE(st.swiglu.count("fused") == 1);
+      CHECK(st.swiglu.at("fused") == 3LL * T);
+      CHECK(st.swiglu.size() == 1);
     }
     // A later token changes no earlier position's logits of its sequence, and no other sequence.
     auto tok2 = tok;

@@ -2,6 +2,7 @@
 
 #include "core/group_size.h"
 
+#include <cmath>
 #include <algorithm>
 #include <vector>
 
@@ -96,6 +97,24 @@ KernelStatus EmulatedBackend::mm_asymmetric(const half_bits* A, const int32_t* B
   return correction(A, delta, C, a_sum.data(), M, N, K, group_size);
 }
 
+KernelStatus EmulatedBackend::swiglu_pair(const half_bits* A, const int32_t* B_gate, const half_bits* s_gate,
+                                          const half_bits* delta_gate, const int32_t* B_up, const half_bits* s_up,
+                                          const half_bits* delta_up, const float* bias_gate, const float* bias_up,
+                                          half_bits* C, int M, int N, int K, int group_size) {
+  std::vector<half_bits> up(size_t(M) * size_t(N));
+  KernelStatus st = mm_asymmetric(A, B_gate, s_gate, delta_gate, C, M, N, K, group_size);
+  if (st.ok) st = mm_asymmetric(A, B_up, s_up, delta_up, up.data(), M, N, K, group_size);
+  if (!st.ok) return st;
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      const size_t i = size_t(m) * N + n;
+      const float g = half_to_float(C[i]) + (bias_gate ? bias_gate[n] : 0.f);
+      const float u = half_to_float(up[i]) + (bias_up ? bias_up[n] : 0.f);
+      C[i] = float_to_half(g / (1.0f + std::exp(-g)) * u);
+    }
+  return st;
+}
+
 KernelStatus EmulatedBackend::native_gemm(const half_bits* A, const uint8_t* q_packed, const half_bits* scale,
                                           const half_bits* zero, half_bits* C, int M, int N, int K, int group_size) {
   ++calls;
@@ -127,6 +146,13 @@ KernelStatus EmulatedBackend::native_gemm(const half_bits* A, const uint8_t* q_p
 GemmPlan EmulatedBackend::plan(PlanKernel kernel, int M, int N, int K, int group_size) {
   constexpr int kSms = 132;
   GemmPlan p;
+  if (kernel == PlanKernel::kSwiglu) {  // the launcher's rule: fused on the decode kernel's M
+    if (!marlin_gate(K, N, group_size).ok) return p;
+    p = M <= 16 ? plan(PlanKernel::kMarlinAsymmetric, M, 2 * N, K, group_size)
+                : plan(PlanKernel::kMarlinAsymmetric, M, N, K, group_size);
+    if (!p.kernel.empty()) p.kernel = tl::cuda::pair_kernel_name(p.kernel);
+    return p;
+  }
   if (kernel == PlanKernel::kNative) {
     if (M < 1 || N < 1 || K < 1 || !effective_group_size_ok(K, group_size)) return p;
     p.ragged_n = N % 8 != 0;

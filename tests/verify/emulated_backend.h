@@ -36,6 +36,11 @@ class EmulatedBackend final : public KernelBackend {
   KernelStatus mm_asymmetric(const half_bits* A, const int32_t* B, const half_bits* s,
                              const half_bits* delta, half_bits* C, int M, int N, int K,
                              int group_size) override;
+  // swiglu: the unfused sequence, two wrappers into fp16, then silu(g + b) * (u + b) in fp32.
+  KernelStatus swiglu_pair(const half_bits* A, const int32_t* B_gate, const half_bits* s_gate,
+                           const half_bits* delta_gate, const int32_t* B_up, const half_bits* s_up,
+                           const half_bits* delta_up, const float* bias_gate, const float* bias_up, half_bits* C,
+                           int M, int N, int K, int group_size) override;
   KernelStatus native_gemm(const half_bits* A, const uint8_t* q_packed, const half_bits* scale,
                            const half_bits* zero, half_bits* C, int M, int N, int K, int group_size) override;
   // A plan of the shape of the CUDA launchers' on a modelled GPU of 132 SMs (the H200's), so

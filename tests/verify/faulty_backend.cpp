@@ -74,6 +74,16 @@ KernelStatus FaultyBackend::mm_asymmetric(const half_bits* A, const int32_t* B, 
              [&](const half_bits* a) { return inner_.mm_asymmetric(a, B, s, delta, C, M, N, K, group_size); });
 }
 
+KernelStatus FaultyBackend::swiglu_pair(const half_bits* A, const int32_t* B_gate, const half_bits* s_gate,
+                                        const half_bits* delta_gate, const int32_t* B_up, const half_bits* s_up,
+                                        const half_bits* delta_up, const float* bias_gate, const float* bias_up,
+                                        half_bits* C, int M, int N, int K, int group_size) {
+  return run(A, C, M, N, K, kMarlinSlice, [&](const half_bits* a) {
+    return inner_.swiglu_pair(a, B_gate, s_gate, delta_gate, B_up, s_up, delta_up, bias_gate, bias_up, C, M, N, K,
+                              group_size);
+  });
+}
+
 KernelStatus FaultyBackend::native_gemm(const half_bits* A, const uint8_t* q_packed, const half_bits* scale,
                                         const half_bits* zero, half_bits* C, int M, int N, int K,
                                         int group_size) {

@@ -31,6 +31,10 @@ class FaultyBackend final : public KernelBackend {
   }
   KernelStatus mm_asymmetric(const half_bits* A, const int32_t* B, const half_bits* s, const half_bits* delta,
                              half_bits* C, int M, int N, int K, int group_size) override;
+  KernelStatus swiglu_pair(const half_bits* A, const int32_t* B_gate, const half_bits* s_gate,
+                           const half_bits* delta_gate, const int32_t* B_up, const half_bits* s_up,
+                           const half_bits* delta_up, const float* bias_gate, const float* bias_up, half_bits* C,
+                           int M, int N, int K, int group_size) override;
   KernelStatus native_gemm(const half_bits* A, const uint8_t* q_packed, const half_bits* scale,
                            const half_bits* zero, half_bits* C, int M, int N, int K, int group_size) override;
   GemmPlan plan(PlanKernel kernel, int M, int N, int K, int group_size) override {

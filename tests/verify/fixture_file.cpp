@@ -16,6 +16,7 @@ namespace tl::verify::testing {
 const std::vector<FixtureWeight>& fixture_weights() {
   static const std::vector<FixtureWeight> w = {
       {"layers.0.attn_out", 256, 256, 256},
+      {"layers.0.mlp_gate", 256, 512, 128},
       {"layers.0.mlp_up", 256, 512, 128},
       {"layers.0.mlp_down", 512, 256, 128},
       {"head", 256, 200, 256},

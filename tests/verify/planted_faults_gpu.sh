@@ -54,4 +54,21 @@ one-tile-permutation layers.0.attn_out 128..143
 one-nibble layers.0.mlp_down 165..165
 last-k-tile layers.0.mlp_up
 LIST
+# The SwiGLU pair (the fused decode launch and the unfused sequence): the correct pair passes; a
+# fault in one group of W_up alone, or one column of its delta, fails the pair's cases.
+if ! "$TL_VERIFY" "$dir/ok.tinyloop" --tiers swiglu > "$dir/ok_swiglu.out" 2> "$dir/ok_swiglu.err"; then
+  echo "FAIL: the correct pair does not pass the swiglu tier:"; cat "$dir/ok_swiglu.err"; status=1
+fi
+for fault in one-group-scales one-column-delta; do
+  f="$dir/swiglu-$fault.tinyloop"
+  "$TL_FIXTURE" "$f" --seed 23 --fault "$fault" --weight layers.0.mlp_up || exit 2
+  "$TL_VERIFY" "$f" --tiers swiglu > "$dir/swiglu-$fault.out" 2> "$dir/swiglu-$fault.err"
+  rc=$?
+  if [ $rc -ne 1 ] || ! grep -q "FAILED swiglu: layers.0.mlp_gate+up m=" "$dir/swiglu-$fault.err"; then
+    echo "FAIL: $fault in layers.0.mlp_up: swiglu tier rc $rc, expected 1 and 'FAILED swiglu: layers.0.mlp_gate+up m='"
+    cat "$dir/swiglu-$fault.err"; status=1
+  else
+    echo "ok: $fault in layers.0.mlp_up caught by the swiglu tier: $(grep -c "FAILED swiglu" "$dir/swiglu-$fault.err") of 4 cases"
+  fi
+done
 exit $status

@@ -36,12 +36,14 @@ VerifyOptions synthetic(KernelBackend* b, std::vector<TierId> tiers) {
 TEST_CASE("emulated Marlin arithmetic passes every small synthetic shape of the three GPU tiers") {
   EmulatedBackend emu;
   const RunOutput r =
-      run_verify(synthetic(&emu, {TierId::kSymmetric, TierId::kCorrection, TierId::kWrapper, TierId::kNative}));
+      run_verify(synthetic(&emu, {TierId::kSymmetric, TierId::kCorrection, TierId::kWrapper, TierId::kSwiglu,
+                                  TierId::kNative}));
   INFO(r.out << r.err);
   CHECK(r.rc == 0);
   CHECK(r.out.find("failed\n") == std::string::npos);
   CHECK(r.out.find("device: CPU emulation") != std::string::npos);
   CHECK(r.out.find("native      (coverage)") != std::string::npos);
+  CHECK(r.out.find("swiglu      (coverage)") != std::string::npos);
   CHECK(emu.calls >= 20);
   MESSAGE("emulated run:\n" << r.out);
 }
@@ -79,6 +81,7 @@ TEST_CASE("planted kernel bugs fail the tier that must catch them") {
       {EmulatedBug::kFp16Accumulation, TierId::kSymmetric, "FAILED symmetric: m="},
       {EmulatedBug::kWrongGroup, TierId::kSymmetric, " g=128: max ULP"},
       {EmulatedBug::kUnwrittenTile, TierId::kWrapper, "NaN"},
+      {EmulatedBug::kWrongGroup, TierId::kSwiglu, "FAILED swiglu: m="},
       {EmulatedBug::kCorrectionOffByOne, TierId::kCorrection, "FAILED correction: m="},
       {EmulatedBug::kNativeLastGroup, TierId::kNative, "FAILED native: m="},
       {EmulatedBug::kNativeFloorGroup, TierId::kNative, "(prefill floor: fp16 weights"},

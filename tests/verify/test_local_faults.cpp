@@ -87,6 +87,34 @@ TEST_CASE("local packing faults fail the GPU tiers on the emulation, naming the 
   }
 }
 
+TEST_CASE("the SwiGLU tier catches a fault in one group of W_up alone, and passes the clean pair") {
+  // The pair's output mixes the two sums; a fault confined to one group of the up weight's scales
+  // (the gate weight untouched) must still fail the pair's cases, naming the pair.
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  const std::string dir = scratch_dir("swiglu_faults_emulated");
+  EmulatedBackend emu;
+  VerifyOptions o;
+  o.backend = &emu;
+  o.seed = seed;
+  o.tiers = {TierId::kSwiglu};
+  o.file = dir + "/good.tinyloop";
+  write_verify_fixture(o.file, seed);
+  const RunOutput good = run_verify(o);
+  INFO(good.out << good.err);
+  CHECK(good.rc == 0);
+  CHECK(good.out.find("swiglu") != std::string::npos);
+  CHECK(good.err.find("swiglu layers.0.mlp_gate+up m=1: passed") != std::string::npos);
+  for (PlantedFault fault : {PlantedFault::kOneGroupScales, PlantedFault::kOneColumnDelta}) {
+    o.file = dir + "/bad.tinyloop";
+    write_faulty_fixture(o.file, seed, "layers.0.mlp_up", fault);
+    const RunOutput bad = run_verify(o);
+    INFO(planted_faults()[size_t(fault)].name << "\n" << bad.out << bad.err);
+    CHECK(bad.rc == 1);
+    CHECK(bad.err.find("FAILED swiglu: layers.0.mlp_gate+up m=") != std::string::npos);
+  }
+}
+
 namespace {
 
 // Runs the fault through every GEMM tier's synthetic cases on `inner` and checks each case:
@@ -94,7 +122,7 @@ namespace {
 // does not reach (a remainder row where M fills its slices) passes.
 void check_kernel_fault(KernelBackend& inner, KernelFault fault, uint64_t seed, bool small) {
   FaultyBackend faulty(inner, fault);
-  for (TierId id : {TierId::kSymmetric, TierId::kWrapper, TierId::kNative}) {
+  for (TierId id : {TierId::kSymmetric, TierId::kWrapper, TierId::kSwiglu, TierId::kNative}) {
     RunContext ctx;
     ctx.backend = &faulty;
     ctx.seed = seed;

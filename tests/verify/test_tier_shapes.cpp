@@ -25,7 +25,7 @@ std::set<std::string> covered(const TierShapes& s) {
 
 TEST_CASE("every kernel path is reached or reported as not reached, and each case covers one") {
   EmulatedBackend emu;
-  for (TierId id : {TierId::kSymmetric, TierId::kWrapper, TierId::kNative, TierId::kCorrection}) {
+  for (TierId id : {TierId::kSymmetric, TierId::kWrapper, TierId::kSwiglu, TierId::kNative, TierId::kCorrection}) {
     const TierShapes s = tier_shapes(id, emu, /*small=*/false, /*thorough=*/false);
     const std::vector<std::string> paths = tier_paths(id);
     INFO(tier_spec(id).name);
@@ -52,6 +52,8 @@ TEST_CASE("every kernel path is reached or reported as not reached, and each cas
   // The emulation models no decode clusters: the only Marlin path it cannot reach.
   const TierShapes sym = tier_shapes(TierId::kSymmetric, emu, false, false);
   CHECK(sym.not_reached == std::vector<std::string>{"decode cluster combine (sm_90)"});
+  CHECK(tier_shapes(TierId::kSwiglu, emu, false, false).not_reached ==
+        std::vector<std::string>{"pair fused cluster combine (sm_90)"});
   CHECK(tier_shapes(TierId::kNative, emu, false, false).not_reached.empty());
   CHECK(tier_shapes(TierId::kCorrection, emu, false, false).not_reached.empty());
 }

@@ -19,11 +19,11 @@ TEST_CASE("parse_tier_list accepts table names and rejects others with the valid
 }
 
 TEST_CASE("every tier has a row; bound flags exist exactly for the numeric tiers") {
-  for (TierId id : {TierId::kPack, TierId::kSymmetric, TierId::kCorrection, TierId::kWrapper, TierId::kNative,
-                    TierId::kE2e})
+  for (TierId id : {TierId::kPack, TierId::kSymmetric, TierId::kCorrection, TierId::kWrapper, TierId::kSwiglu,
+                    TierId::kNative, TierId::kE2e})
     CHECK(tier_spec(id).id == id);
   const std::vector<BoundFlag> flags = bound_flags();
-  CHECK(flags.size() == 8);  // ulp + rel for symmetric, correction, wrapper, native
+  CHECK(flags.size() == 10);  // ulp + rel for symmetric, correction, wrapper, swiglu, native
   bool saw = false, native = false;
   for (const BoundFlag& f : flags) {
     CHECK(!tier_spec(f.tier).bounds.exact);

@@ -20,7 +20,8 @@ if(TARGET tl-verify)
 
   # Synthetic tiers on random data (the seed is printed; the JSON report is kept for CI).
   foreach(pair "verify_symmetric_parity:symmetric" "verify_asymmetric_parity:wrapper"
-               "verify_correction_kernel:correction" "verify_native_int4:native" "verify_e2e:e2e")
+               "verify_correction_kernel:correction" "verify_swiglu_pair:swiglu" "verify_native_int4:native"
+               "verify_e2e:e2e")
     string(REPLACE ":" ";" pair ${pair})
     list(GET pair 0 name)
     list(GET pair 1 tier)
@@ -34,9 +35,10 @@ if(TARGET tl-verify)
   add_test(NAME verify_mm_asymmetric
            COMMAND bash ${TL_VERIFY_TEST_DIR}/run_file_tier.sh verify_mm_asymmetric wrapper)
   add_test(NAME verify_pack COMMAND bash ${TL_VERIFY_TEST_DIR}/run_file_tier.sh verify_pack pack)
+  add_test(NAME verify_swiglu_file COMMAND bash ${TL_VERIFY_TEST_DIR}/run_file_tier.sh verify_swiglu_file swiglu)
   # The planted packing faults against the GPU tiers alone (the pack tier is excluded, so
   # this proves the kernels' tiers catch them); exits 77 without a GPU.
   add_test(NAME verify_planted_faults_gpu COMMAND bash ${TL_VERIFY_TEST_DIR}/planted_faults_gpu.sh)
-  set_tests_properties(verify_mm_asymmetric verify_pack verify_planted_faults_gpu PROPERTIES
+  set_tests_properties(verify_mm_asymmetric verify_pack verify_swiglu_file verify_planted_faults_gpu PROPERTIES
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${TL_VERIFY_ENV}")
 endif()
