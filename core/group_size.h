@@ -114,17 +114,24 @@ inline bool marlin_group_size_ok(int64_t K, int64_t group_size) {
   return false;
 }
 
-// The gate's shape half: K and N whole Marlin tiles.
+// The kernels' shape half: K and N whole Marlin tiles (N of the packed section).
 inline bool marlin_shape_ok(int64_t K, int64_t N) {
   return K > 0 && N > 0 && K % kMarlinTileK == 0 && N % kMarlinTileN == 0;
 }
 
-// The gate in words, for --help: "K % 128 == 0, N % 128 == 0, group size 128 or per-row (= K)".
+// The columns of a weight's Marlin section: N rounded up to a whole tile. marlin-pack pads a
+// weight whose N is not a multiple of 128 (a vocabulary of 50257: the head) with zero columns
+// (docs/format.md, "Padded sections"); the kernels run the padded section and write only the
+// weight's own N columns.
+inline int64_t marlin_padded_n(int64_t N) { return N > 0 ? (N + kMarlinTileN - 1) / kMarlinTileN * kMarlinTileN : 0; }
+
+// The gate in words, for --help: "K % 128 == 0 (N any: padded to a multiple of 128), group
+// size 128 or per-row (= K)".
 inline std::string marlin_gate_text() {
   std::string list;
   for (int64_t s : kMarlinGroupSizes) list += std::to_string(s) + " or ";
-  return "K % " + std::to_string(kMarlinTileK) + " == 0, N % " + std::to_string(kMarlinTileN) +
-         " == 0, group size " + list + "per-row (= K)";
+  return "K % " + std::to_string(kMarlinTileK) + " == 0 (N any: padded to a multiple of " +
+         std::to_string(kMarlinTileN) + "), group size " + list + "per-row (= K)";
 }
 
 struct MarlinGate {
@@ -132,13 +139,14 @@ struct MarlinGate {
   std::string reason;  // why not, e.g. "N = 50257 is not a multiple of 128"
 };
 
-// Whether the Marlin kernel can run a [K, N] weight with this effective group size; every
-// reason that fails, joined with " and " ("; " separates the weights' reasons in a tally).
+// Whether the Marlin kernel can run a [K, N] weight with this effective group size (N any:
+// the section is padded to marlin_padded_n(N)); every reason that fails, joined with " and "
+// ("; " separates the weights' reasons in a tally).
 inline MarlinGate marlin_gate(int64_t K, int64_t N, int64_t group_size) {
   MarlinGate g;
   auto add = [&g](const std::string& s) { g.reason += (g.reason.empty() ? "" : " and ") + s; };
   if (K <= 0 || K % kMarlinTileK != 0) add("K = " + std::to_string(K) + " is not a multiple of " + std::to_string(kMarlinTileK));
-  if (N <= 0 || N % kMarlinTileN != 0) add("N = " + std::to_string(N) + " is not a multiple of " + std::to_string(kMarlinTileN));
+  if (N <= 0) add("N = " + std::to_string(N));
   if (!marlin_group_size_ok(K, group_size)) {
     std::string list;
     for (int64_t s : kMarlinGroupSizes) list += std::to_string(s) + ", ";

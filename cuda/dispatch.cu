@@ -63,7 +63,17 @@ std::string marlin_refusal(const DeviceQuantWeight& w, int M) {
   }
   if (M < 1) return "M < 1";
   const MarlinGate gate = marlin_gate(w.K, w.N, w.group_size);
-  return gate.ok ? "" : gate.reason;
+  if (!gate.ok) return gate.reason;
+  const int np = w.marlin_N > 0 ? w.marlin_N : w.N;  // the pack's columns
+  if (np % kMarlinTileN != 0 || (np != w.N && np != marlin_padded_n(w.N)))
+    return "marlin pack of " + std::to_string(np) + " columns for N = " + std::to_string(w.N);
+  return "";
+}
+
+// The kernel a Marlin call of w runs (a padded pack: the decode kernel or the floor).
+const char* marlin_kernel_of(const DeviceQuantWeight& w, int M, const KernelOptions& options) {
+  if (w.marlin_N > w.N) return detail::marlin_route_name(detail::marlin_padded_route(M, options));
+  return detail::marlin_kernel_for(M, w.N, w.K, w.group_size, options);
 }
 
 void count(GemmPath path, const std::string& fallback_reason) {
@@ -126,11 +136,14 @@ GemmPath quant_gemm(const DeviceQuantWeight& w, const __half* X, __half* Y, int 
     const bool enabled = options.use_marlin;
     std::string refusal = enabled ? marlin_refusal(w, M) : "dispatch disabled";
     if (refusal.empty()) {
-      status = marlin_mm_asymmetric(X, w.marlin_B, w.marlin_s, w.marlin_delta, Y,
-                                    w.marlin_workspace, M, w.N, w.K, w.group_size, stream, options);
+      status = w.marlin_N > w.N
+                   ? marlin_mm_asymmetric_padded(X, w.marlin_B, w.marlin_s, w.marlin_delta, Y, w.marlin_workspace, M,
+                                                 w.marlin_N, w.N, w.K, w.group_size, stream, options)
+                   : marlin_mm_asymmetric(X, w.marlin_B, w.marlin_s, w.marlin_delta, Y, w.marlin_workspace, M, w.N,
+                                          w.K, w.group_size, stream, options);
       if (status == kOk || status == kCudaError) {
         path = GemmPath::kMarlin;
-        count_marlin(detail::marlin_kernel_for(M, w.N, w.K, w.group_size, options), 1, status, M, w);
+        count_marlin(marlin_kernel_of(w, M, options), 1, status, M, w);
       } else {
         refusal = "marlin rc=" + std::to_string(status);
       }
@@ -158,6 +171,7 @@ GemmPath quant_swiglu(const DeviceQuantWeight& gate, const DeviceQuantWeight& up
   else if (gate.fp16_weight || up.fp16_weight) why = "fp16 copy";
   else if (!pair_workspace) why = "no pair workspace";
   else if (gate.K != up.K || gate.N != up.N || gate.group_size != up.group_size) why = "gate and up differ in shape";
+  else if (gate.marlin_N > gate.N || up.marlin_N > up.N) why = "padded pack";
   else if (!(why = marlin_refusal(gate, M)).empty() || !(why = marlin_refusal(up, M)).empty()) why = "marlin: " + why;
   int status = kOk;
   if (why.empty()) {

@@ -21,4 +21,11 @@ int marlin_mm_asymmetric(const __half* A, const int32_t* B, const __half* s, con
   return detail::marlin_gemm(A, B, s, delta, C, workspace, M, N, K, group_size, stream, options);
 }
 
+int marlin_mm_asymmetric_padded(const __half* A, const int32_t* B, const __half* s, const __half* delta, __half* C,
+                                int* workspace, int M, int N_packed, int N_out, int K, int group_size,
+                                cudaStream_t stream, const KernelOptions& options) {
+  if (!delta || N_out < 1) return kShapeUnsupported;
+  return detail::marlin_gemm(A, B, s, delta, C, workspace, M, N_packed, K, group_size, stream, options, N_out);
+}
+
 }  // namespace tl::cuda

@@ -94,7 +94,8 @@ __global__ void __launch_bounds__(kThreads) dequant_marlin(const int32_t* __rest
 
 int marlin_dequant_gemm(const __half* A, const int32_t* B, const __half* s, const __half* delta,
                         __half* C, int M, int N, int K, int group_size, cudaStream_t stream,
-                        const KernelOptions& options) {
+                        const KernelOptions& options, int n_out) {
+  const int ldc = n_out > 0 ? n_out : N;  // a padded section: C holds its first n_out columns
   int device = 0;
   TL_CUDA_CHECK(cudaGetDevice(&device));
   const int cols = dequant_chunk_cols(N, K, options);
@@ -102,13 +103,14 @@ int marlin_dequant_gemm(const __half* A, const int32_t* B, const __half* s, cons
   if (int rc = stream_scratch(device, stream, size_t(K) * cols * sizeof(__half), &scratch)) return rc;
   __half* W = static_cast<__half*>(scratch);
   const bool per_column = group_size == K;
-  for (int c0 = 0; c0 < N; c0 += cols) {
+  for (int c0 = 0; c0 < ldc; c0 += cols) {
     const int nc = std::min(cols, N - c0);  // a multiple of 128: N and cols are
     const dim3 grid((nc + kStrip - 1) / kStrip, std::min(K / kTileK, kMaxGridY));
     dequant_marlin<<<grid, kThreads, 0, stream>>>(B, s, delta, W, K, N, c0, nc, group_size, per_column);
     TL_CUDA_CHECK(cudaGetLastError());
     // The next chunk's dequantization overwrites W after this GEMM on the same stream.
-    if (int rc = cublas_fp16_gemm_ld(A, W, nc, C + c0, N, M, nc, K, stream)) return rc;
+    // cuBLAS writes the chunk's columns below ldc (all of them unless the section is padded).
+    if (int rc = cublas_fp16_gemm_ld(A, W, nc, C + c0, ldc, M, std::min(nc, ldc - c0), K, stream)) return rc;
   }
   return kOk;
 }

@@ -15,16 +15,20 @@ namespace tl::cuda::detail {
 //                W[k, n] = (q - 8) * s[g, n] + delta[g, n]  (asymmetric, fused correction).
 // group_size: the effective group size (core/group_size.h: 128, or K for per-column scales).
 // delta is float16 [G, N] in the natural (unpermuted) order.
+// n_out (0: N): a padded section (N = marlin_padded_n(n_out)): C [M, n_out] is written, its
+// columns only; M <= 16 on the decode kernel (its stores stop at n_out), larger M on the prefill
+// floor (cuBLAS writes the n_out columns), whatever the options say otherwise: the tiled and
+// Hopper kernels store whole 128- and 256-column tiles (marlin_padded_route).
 int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half* delta,
                 __half* C, int* workspace, int M, int N, int K, int group_size,
-                cudaStream_t stream, const KernelOptions& options);
+                cudaStream_t stream, const KernelOptions& options, int n_out = 0);
 
 // The prefill floor (marlin_dequant.cu), same operands as marlin_gemm (validated by it): the
 // weight dequantized into fp16 column chunks of at most options.dequant_scratch_bytes in the
 // stream's scratch (dequant_chunk_cols, cuda/cublas_gemm.h), each multiplied by cuBLAS.
 int marlin_dequant_gemm(const __half* A, const int32_t* B, const __half* s, const __half* delta,
                         __half* C, int M, int N, int K, int group_size, cudaStream_t stream,
-                        const KernelOptions& options);
+                        const KernelOptions& options, int n_out = 0);
 
 // The streaming kernel for decode sizes (marlin_small_m.cu), same operands, M in [1, 16];
 // marlin_gemm calls it for M <= kSmallMMaxRows after validating the arguments. grouped: one
@@ -40,10 +44,11 @@ struct SmallPairOperands {
   const float* bias_gate = nullptr;  // [F] or nullptr
   const float* bias_up = nullptr;
 };
+// n_out (0: N): a padded section's own columns, C [M, n_out], columns n_out..N-1 not stored.
 int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __half* delta,
                    __half* C, int* workspace, int M, int N, int K, bool grouped,
                    cudaStream_t stream, const KernelOptions& options,
-                   const SmallPairOperands* pair = nullptr);
+                   const SmallPairOperands* pair = nullptr, int n_out = 0);
 
 // The Hopper prefill kernel (marlin_hopper.cu, sm_90a), same operands as marlin_gemm (validated
 // by it), M > 16: kNoConfig where hopper_kernel_available() is false for the current device.
@@ -66,6 +71,11 @@ int marlin_tiled_plan(int M, int N, int K, const KernelOptions& options, GemmPla
 // options.crossovers where it has one, else the options' own.
 enum class MarlinRoute { kDecode, kTiled, kHopper, kDequant };
 MarlinRoute marlin_route(int M, int N, int K, int group_size, const KernelOptions& options);
+// The route of a padded section (marlin_gemm's n_out < N): the decode kernel at M <= 16 (with
+// options.decode_kernel), else the floor.
+inline MarlinRoute marlin_padded_route(int M, const KernelOptions& options) {
+  return M <= kSmallMMaxRows && options.decode_kernel ? MarlinRoute::kDecode : MarlinRoute::kDequant;
+}
 const char* marlin_route_name(MarlinRoute route);  // "decode", "tiled", "hopper", "dequant"
 inline const char* marlin_kernel_for(int M, int N, int K, int group_size, const KernelOptions& options) {
   return marlin_route_name(marlin_route(M, N, K, group_size, options));

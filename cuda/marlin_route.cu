@@ -48,15 +48,24 @@ const char* marlin_route_name(MarlinRoute route) {
 
 int marlin_gemm(const __half* A, const int32_t* B, const __half* s, const __half* delta,
                 __half* C, int* workspace, int M, int N, int K, int group_size,
-                cudaStream_t stream, const KernelOptions& options) {
-  if (M < 1 || !marlin_shape_ok(K, N)) return kShapeUnsupported;
+                cudaStream_t stream, const KernelOptions& options, int n_out) {
+  if (M < 1 || !marlin_shape_ok(K, N) || n_out < 0 || n_out > N) return kShapeUnsupported;
+  if (n_out == N) n_out = 0;
+  if (n_out > 0 && marlin_padded_n(n_out) != N) return kShapeUnsupported;  // not a padded section of N
   if (!A || !B || !s || !C || !workspace) return kShapeUnsupported;
   if (!aligned16(A) || !aligned16(B) || !aligned16(s) || !aligned16(C) ||
       (delta && !aligned16(delta)))
     return kShapeUnsupported;
   if (!marlin_group_size_ok(K, group_size)) return kNoConfig;
   const int groupsize = int(marlin_groupsize_arg(K, group_size));  // the kernel's form: -1 per column
-  const MarlinRoute route = marlin_route(M, N, K, group_size, options);
+  const MarlinRoute route = n_out > 0 ? marlin_padded_route(M, options) : marlin_route(M, N, K, group_size, options);
+  if (n_out > 0) {  // the two routes that store only the first n_out columns
+    if (route == MarlinRoute::kDecode) {
+      const int rc = marlin_small_m(A, B, s, delta, C, workspace, M, N, K, groupsize > 0, stream, options, nullptr, n_out);
+      if (rc != kNoConfig) return rc;  // else: too little shared memory, the floor runs
+    }
+    return marlin_dequant_gemm(A, B, s, delta, C, M, N, K, group_size, stream, options, n_out);
+  }
   if (route == MarlinRoute::kHopper)  // prefill on sm_90: the wgmma kernel
     return marlin_hopper(A, B, s, delta, C, M, N, K, group_size, stream, options);
   if (route == MarlinRoute::kDequant)  // prefill: fp16 tiles + cuBLAS beat the tiled kernel there

@@ -96,6 +96,7 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   constexpr bool asym = kAsym;
   const int n_src = kPair ? p.N / 2 : p.N;  // columns of a section (the pair: each of its two)
   const int b_row = n_src / 2;              // int4 per k16 row of B
+  const int ldc = p.n_out;                  // C's columns; a padded section's columns past it are not stored
   const int M = p.M;
   if (lane < 2) tag[warp][lane] = -1;
 
@@ -301,13 +302,13 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int n = c * kItemCols + 16 * w + gid + 8 * (e / 2), row = 8 * b8 + 2 * tig + e % 2;
-            if (row < M) p.C[size_t(row) * n_src + n] = __float2half_rn(swiglu(n, acc[b8][w][e], acc[b8][w + 4][e]));
+            if (row < M) p.C[size_t(row) * ldc + n] = __float2half_rn(swiglu(n, acc[b8][w][e], acc[b8][w + 4][e]));
           }
       return;
     }
     each_element([&](int b8, int w, int e) {
       const int n = c * kSliceN + 16 * w + gid + 8 * (e / 2), row = 8 * b8 + 2 * tig + e % 2;
-      if (row < M) p.C[size_t(row) * p.N + n] = __float2half_rn(out_value(n, acc[b8][w][e]));
+      if (row < M && n < ldc) p.C[size_t(row) * ldc + n] = __float2half_rn(out_value(n, acc[b8][w][e]));
     });
   };
   // Otherwise the warp parks it in shared memory (partial 0: the slice the stripe starts in,
@@ -436,10 +437,18 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
       lo = __floats2half2_rn(out_value(n, v[0].x), out_value(n + 1, v[0].y));
       hi = __floats2half2_rn(out_value(n + 2, v[0].z), out_value(n + 3, v[0].w));
     }
-    uint2 bits;
-    bits.x = *reinterpret_cast<const uint32_t*>(&lo);
-    bits.y = *reinterpret_cast<const uint32_t*>(&hi);
-    *reinterpret_cast<uint2*>(p.C + size_t(row) * n_src + n) = bits;
+    __half* out = p.C + size_t(row) * ldc + n;
+    if ((ldc & 3) == 0 && n + 3 < ldc) {  // 8 bytes, aligned: every row starts on a multiple of 4 halves
+      uint2 bits;
+      bits.x = *reinterpret_cast<const uint32_t*>(&lo);
+      bits.y = *reinterpret_cast<const uint32_t*>(&hi);
+      *reinterpret_cast<uint2*>(out) = bits;
+    } else {  // a padded section's last columns, or rows of an odd width: halves up to ldc
+      const __half v[4] = {__low2half(lo), __high2half(lo), __low2half(hi), __high2half(hi)};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (n + i < ldc) out[i] = v[i];
+    }
   };
 
   // Combine the block: per slice, the parked partials in warp order. A slice wholly inside
@@ -606,17 +615,19 @@ int smem_bytes(int warps, int M) {
 }
 
 template <int MB8, int R, int kWarps>
-SmallLaunch make_small_launch(bool grouped, bool asym, bool pair) {
-  const int smem = smem_bytes(kWarps, 8 * MB8);
-  if (pair)
-    return SmallLaunch{grouped ? marlin_small_m_kernel<MB8, R, kWarps, true, true, true>
-                               : marlin_small_m_kernel<MB8, R, kWarps, false, true, true>,
-                       kWarps, smem};
+SmallLaunch make_small_launch(bool grouped, bool asym) {
   auto kernel = grouped ? (asym ? marlin_small_m_kernel<MB8, R, kWarps, true, true>
                                 : marlin_small_m_kernel<MB8, R, kWarps, true, false>)
                         : (asym ? marlin_small_m_kernel<MB8, R, kWarps, false, true>
                                 : marlin_small_m_kernel<MB8, R, kWarps, false, false>);
-  return SmallLaunch{kernel, kWarps, smem};
+  return SmallLaunch{kernel, kWarps, smem_bytes(kWarps, 8 * MB8)};
+}
+
+template <int MB8, int R, int kWarps>
+SmallLaunch make_pair_launch(bool grouped) {
+  return SmallLaunch{grouped ? marlin_small_m_kernel<MB8, R, kWarps, true, true, true>
+                             : marlin_small_m_kernel<MB8, R, kWarps, false, true, true>,
+                     kWarps, smem_bytes(kWarps, 8 * MB8)};
 }
 
 // 8 warps per SM with up to 255 registers each: at M <= 8 a whole unit (8 KB) in flight per
@@ -624,9 +635,13 @@ SmallLaunch make_small_launch(bool grouped, bool asym, bool pair) {
 // At M <= 8 the 8 warps are two blocks of 4: a block's end-of-stream barrier then waits for 4
 // stripes, not 8, and one block's epilogue overlaps the other's stream (H200: +2 % over both
 // sets; at 9..16 rows blocks of 8 measured 1-3 % faster, see docs/perf.md).
+// The SwiGLU pair at 9..16 rows: PAIR_R rows in flight (experiment).
+#ifndef TL_PAIR_R16
+#define TL_PAIR_R16 2
+#endif
 SmallLaunch pick_small_launch(int M, bool grouped, bool asym, bool pair) {
-  return M <= 8 ? make_small_launch<1, 8, 4>(grouped, asym, pair)
-                : make_small_launch<2, 4, 8>(grouped, asym, pair);
+  if (pair) return M <= 8 ? make_pair_launch<1, 8, 4>(grouped) : make_pair_launch<2, TL_PAIR_R16, 8>(grouped);
+  return M <= 8 ? make_small_launch<1, 8, 4>(grouped, asym) : make_small_launch<2, 4, 8>(grouped, asym);
 }
 
 }  // namespace detail::small_m

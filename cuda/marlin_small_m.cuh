@@ -33,6 +33,7 @@ struct SmallParams {
   int* counters;        // [N / 128] arrival counters, zero on entry and on exit
   float* slots;         // [2 * gridDim.x][kSlotFloats]
   int M, N, K;
+  int n_out;  // columns of C (its row stride): N; F = N / 2 for a pair; a padded section's own N < N
   int per_warp;        // units per warp stripe
   int cluster;         // blocks per cluster (sm_90): they share slices through DSMEM; 0: slots
   int cluster_slices;  // slices per cluster (the last cluster may have fewer)

@@ -148,8 +148,8 @@ int marlin_small_m_grid(int M, int N, int K, int group_size, bool asym, const Ke
 
 int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __half* delta,
                    __half* C, int* workspace, int M, int N, int K, bool grouped,
-                   cudaStream_t stream, const KernelOptions& options, const SmallPairOperands* pair) {
-  if (M < 1 || M > kSmallMMaxRows || N % kSliceN || K % kTileK) return kShapeUnsupported;
+                   cudaStream_t stream, const KernelOptions& options, const SmallPairOperands* pair, int n_out) {
+  if (M < 1 || M > kSmallMMaxRows || N % kSliceN || K % kTileK || n_out > N || n_out < 0) return kShapeUnsupported;
   if (pair && (!delta || !pair->B_up || !pair->s_up || !pair->delta_up)) return kShapeUnsupported;
   SmallPlan plan;
   if (int rc = plan_small_m(M, N, K, grouped, delta != nullptr, pair != nullptr, options.clusters, &plan))
@@ -178,6 +178,7 @@ int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __h
   p.M = M;
   p.N = N;
   p.K = K;
+  p.n_out = pair ? N / 2 : n_out > 0 ? n_out : N;
   p.per_warp = grid.per_warp;
   p.cluster = grid.cluster;
   p.cluster_slices = grid.cluster_slices;

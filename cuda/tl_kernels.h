@@ -131,6 +131,16 @@ const char* marlin_swiglu_route(int M, int F, int K, int group_size, const Kerne
 // columns where it runs fused, else "pair-" + the plan of each of its two GEMMs.
 int marlin_swiglu_plan(int M, int F, int K, int group_size, const KernelOptions& options, GemmPlan* plan);
 
+// A padded section (marlin-pack pads a weight whose N is not a multiple of 128 to
+// N_packed = marlin_padded_n(N) zero columns, docs/format.md): C [M, N_out] = A * W_hat[:, :N_out],
+// only the weight's own N_out columns written (row stride N_out, any N_out). M <= 16 runs on the
+// decode kernel, whose stores stop at N_out; larger M on the dequantize + cuBLAS floor, which
+// multiplies only those columns (the tiled and Hopper kernels store whole tiles). N_out ==
+// N_packed is marlin_mm_asymmetric. Same rc as marlin_mm_asymmetric.
+int marlin_mm_asymmetric_padded(const __half* A, const int32_t* B, const __half* s, const __half* delta, __half* C,
+                                int* workspace, int M, int N_packed, int N_out, int K, int group_size,
+                                cudaStream_t stream, const KernelOptions& options = {});
+
 // ---- dispatcher ----
 
 // One linear weight as the runtime holds it on the device.
@@ -145,7 +155,8 @@ struct DeviceQuantWeight {
   const int32_t* marlin_B = nullptr; // Marlin pack, if any
   const __half* marlin_s = nullptr;
   const __half* marlin_delta = nullptr;
-  int* marlin_workspace = nullptr;
+  int* marlin_workspace = nullptr;   // marlin_workspace_ints(marlin_N)
+  int marlin_N = 0;                  // the pack's columns: 0 or N, or marlin_padded_n(N) (padded)
   const __half* fp16_weight = nullptr;  // [K, N] "fp16 body cache", if the caller made one
 };
 

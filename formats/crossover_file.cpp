@@ -58,7 +58,12 @@ MarlinCrossovers read_crossovers(const std::string& path) {
     c.group_size = get_int(e, "group_size", 1, c.K, path, item);
     c.hopper_max_m = get_int(e, "hopper_max_m", 0, kMaxCrossoverM, path, item);
     c.dequant_min_m = get_int(e, "dequant_min_m", 0, kMaxCrossoverM, path, item);
-    const MarlinGate gate = marlin_gate(c.K, c.N, c.group_size);
+    MarlinGate gate = marlin_gate(c.K, c.N, c.group_size);
+    if (c.N % kMarlinTileN != 0) {  // a kernel shape: a packed section's N, a whole number of tiles
+      gate.ok = false;
+      gate.reason += (gate.reason.empty() ? "" : " and ") + std::string("N = ") + std::to_string(c.N) +
+                     " is not a multiple of " + std::to_string(kMarlinTileN);
+    }
     if (!gate.ok)
       throw Error("a shape the Marlin kernel cannot run (K and N must be multiples of 128, group_size must be 128 or "
                   "K): " + gate.reason,

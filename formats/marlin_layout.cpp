@@ -261,13 +261,18 @@ void marlin_unpermute_scales(const half_bits* s_packed, int64_t G, int64_t N, bo
   for (int64_t i = 0; i < G * N; ++i) out[scale_source(i, per_column)] = s_packed[i];
 }
 
-std::vector<half_bits> compact_delta(const QuantWeight& w) {
+std::vector<half_bits> compact_delta(const QuantWeight& w, const MarlinSection& m) {
   if (w.scale.size() != w.zero.size())
     throw Error("scale and zero differ in size (" + std::to_string(w.scale.size()) + " vs " +
                     std::to_string(w.zero.size()) + ")", "", w.name);
   std::vector<half_bits> d(w.zero.size());
   marlin_delta(w.scale.data(), w.zero.data(), int64_t(d.size()), d.data());
-  return d;
+  const int64_t N = w.N, NP = m.columns(N);
+  if (NP == N || N <= 0) return d;
+  std::vector<half_bits> padded(d.size() / size_t(N) * size_t(NP), 0);
+  for (size_t r = 0; r < d.size() / size_t(N); ++r)
+    std::copy(d.begin() + r * N, d.begin() + (r + 1) * N, padded.begin() + r * NP);
+  return padded;
 }
 
 void marlin_delta(const half_bits* scale, const half_bits* zero, int64_t count, half_bits* delta) {
@@ -336,35 +341,55 @@ void marlin_pack_into(const QuantWeight& w, const std::string& file, MarlinSecti
     }
   }
 
-  MarlinSection& m = *out;
-  m.groupsize = marlin_groupsize_arg(K, w.group_size);
-  m.layout = kMarlinLayoutTag;
-  m.B.resize(size_t(K / 16 * 2 * N));  // keeps (and does not refill) the pages already held
-  try {
-    marlin_pack_codes(w.q.data(), K, N, m.B.data());
-  } catch (const Error& e) {
-    throw Error(e.what(), file, item);  // the code and its [k, n], now with file and weight
-  }
-  m.s.resize(size_t(G * N));
-  marlin_permute_scales(w.scale.data(), G, N, m.groupsize == -1, m.s.data());
-  m.delta.resize(size_t(G * N));
-  marlin_delta(w.scale.data(), w.zero.data(), G * N, m.delta.data());
   // zero + 8 * scale can leave float16's range for huge scales (> ~8190): the kernel would add
   // an infinity, so such a weight is refused rather than packed.
-  for (int64_t i = 0; i < G * N; ++i)
-    if ((m.delta[size_t(i)] & 0x7c00u) == 0x7c00u)
+  for (int64_t i = 0; i < G * N; ++i) {
+    const half_bits d = float_to_half(half_to_float(w.zero[size_t(i)]) + 8.0f * half_to_float(w.scale[size_t(i)]));
+    if ((d & 0x7c00u) == 0x7c00u)
       throw Error("delta[" + std::to_string(i / N) + ", " + std::to_string(i % N) +
                       "] = zero + 8 * scale overflows float16 (scale " +
                       fmt_float(half_to_float(w.scale[size_t(i)])) + ", zero " +
                       fmt_float(half_to_float(w.zero[size_t(i)])) + ")",
                   file, item);
+  }
+  // N not a multiple of 128: the section gets marlin_padded_n(N) columns, the extra ones zero
+  // weights: code 8, scale 1 and zero -8, so (q - 8) s = 0 and delta = zero + 8 scale = 0.
+  const int64_t NP = marlin_padded_n(N);
+  std::vector<uint8_t> q_pad;
+  std::vector<half_bits> scale_pad, zero_pad;
+  const uint8_t* q = w.q.data();
+  const half_bits *scale = w.scale.data(), *zero = w.zero.data();
+  if (NP != N) {
+    auto widen = [&](const auto* src, int64_t rows, auto fill, auto& dst) {
+      dst.assign(size_t(rows * NP), fill);
+      for (int64_t r = 0; r < rows; ++r) std::copy(src + r * N, src + (r + 1) * N, dst.begin() + r * NP);
+      return dst.data();
+    };
+    q = widen(q, K, uint8_t(8), q_pad);
+    scale = widen(scale, G, float_to_half(1.0f), scale_pad);
+    zero = widen(zero, G, float_to_half(-8.0f), zero_pad);
+  }
+  MarlinSection& m = *out;
+  m.groupsize = marlin_groupsize_arg(K, w.group_size);
+  m.layout = kMarlinLayoutTag;
+  m.padded_n = NP != N ? NP : 0;
+  m.B.resize(size_t(K / 16 * 2 * NP));  // keeps (and does not refill) the pages already held
+  try {
+    marlin_pack_codes(q, K, NP, m.B.data());
+  } catch (const Error& e) {
+    throw Error(e.what(), file, item);  // the code and its [k, n], now with file and weight
+  }
+  m.s.resize(size_t(G * NP));
+  marlin_permute_scales(scale, G, NP, m.groupsize == -1, m.s.data());
+  m.delta.resize(size_t(G * NP));
+  marlin_delta(scale, zero, G * NP, m.delta.data());
 }
 
 MarlinDecoded marlin_decode(const MarlinSection& m, int64_t K, int64_t N, int64_t group_size,
                             const std::string& file, const std::string& item) {
   if (m.layout != kMarlinLayoutTag)
     throw Error("marlin layout '" + m.layout + "', expected '" + kMarlinLayoutTag + "'", file, item);
-  if (K <= 0 || N <= 0 || K % 16 != 0 || N % 64 != 0 || group_size <= 0 || K % group_size != 0)
+  if (K <= 0 || N <= 0 || K % 16 != 0 || m.columns(N) % 64 != 0 || group_size <= 0 || K % group_size != 0)
     throw Error("cannot decode a Marlin section for K = " + std::to_string(K) + ", N = " +
                     std::to_string(N) + ", group_size = " + std::to_string(group_size),
                 file, item);
@@ -373,20 +398,40 @@ MarlinDecoded marlin_decode(const MarlinSection& m, int64_t K, int64_t N, int64_
     throw Error("marlin groupsize " + std::to_string(m.groupsize) + ", expected " +
                     std::to_string(want_gs) + " for group_size " + std::to_string(group_size),
                 file, item);
-  const int64_t G = K / group_size;
-  if (int64_t(m.B.size()) != K / 16 * 2 * N)
-    throw Error("marlin/B holds " + std::to_string(m.B.size()) + " words, expected [" +
-                    std::to_string(K / 16) + ", " + std::to_string(2 * N) + "]",
+  const int64_t G = K / group_size, NP = m.columns(N);
+  if (m.padded_n != 0 && m.padded_n != marlin_padded_n(N))
+    throw Error("marlin section of " + std::to_string(m.padded_n) + " columns: expected " +
+                    (N % kMarlinTileN == 0 ? std::string("N = ") + std::to_string(N) + " (no padding)"
+                                           : std::to_string(marlin_padded_n(N)) + " (N = " + std::to_string(N) +
+                                                 " padded to a multiple of 128)"),
                 file, item);
-  if (int64_t(m.s.size()) != G * N || (!m.delta.empty() && int64_t(m.delta.size()) != G * N))
+  if (int64_t(m.B.size()) != K / 16 * 2 * NP)
+    throw Error("marlin/B holds " + std::to_string(m.B.size()) + " words, expected [" +
+                    std::to_string(K / 16) + ", " + std::to_string(2 * NP) + "]",
+                file, item);
+  if (int64_t(m.s.size()) != G * NP || (!m.delta.empty() && int64_t(m.delta.size()) != G * NP))
     throw Error("marlin/s or marlin/delta size differs from [" + std::to_string(G) + ", " +
-                    std::to_string(N) + "]",
+                    std::to_string(NP) + "]",
                 file, item);
   MarlinDecoded d;
-  d.q.resize(size_t(K * N));
-  marlin_unpack_codes(m.B.data(), K, N, d.q.data());
-  d.scale.resize(size_t(G * N));
-  marlin_unpermute_scales(m.s.data(), G, N, m.groupsize == -1, d.scale.data());
+  d.q.resize(size_t(K * NP));
+  marlin_unpack_codes(m.B.data(), K, NP, d.q.data());
+  d.scale.resize(size_t(G * NP));
+  marlin_unpermute_scales(m.s.data(), G, NP, m.groupsize == -1, d.scale.data());
+  if (NP != N) {  // the weight's own columns; the padding is returned apart
+    auto crop = [&](auto& v, int64_t rows, auto& pad) {
+      pad.clear();
+      auto out = v;
+      out.resize(size_t(rows * N));
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy(v.begin() + r * NP, v.begin() + r * NP + N, out.begin() + r * N);
+        pad.insert(pad.end(), v.begin() + r * NP + N, v.begin() + (r + 1) * NP);
+      }
+      v = std::move(out);
+    };
+    crop(d.q, K, d.pad_q);
+    crop(d.scale, G, d.pad_scale);
+  }
   return d;
 }
 

@@ -39,8 +39,9 @@ void marlin_unpermute_scales(const half_bits* s_packed, int64_t G, int64_t N, bo
 // delta = float16(float32(zero) + 8 * float32(scale)), [G, N].
 void marlin_delta(const half_bits* scale, const half_bits* zero, int64_t count, half_bits* delta);
 // The delta of a compact weight (no stored delta): derived from its scale and zero, the one step
-// that TinyloopReader::read_quant and the verifier's section reader both take.
-std::vector<half_bits> compact_delta(const QuantWeight& w);
+// that TinyloopReader::read_quant and the verifier's section reader both take; [G, NP] for the
+// section m (a padded section's extra columns: 0).
+std::vector<half_bits> compact_delta(const QuantWeight& w, const MarlinSection& m);
 
 // The whole section for one weight (gate checked by the caller; throws tl::Error otherwise).
 MarlinSection marlin_pack(const QuantWeight& w);
@@ -58,9 +59,14 @@ void marlin_unpack_codes_ref(const int32_t* B, int64_t K, int64_t N, uint8_t* q)
 // Decodes a whole section back into the TinyLoop view: q codes [K, N], scale [G, N] (Marlin's
 // s un-permuted) and checks its shapes/groupsize/layout tag against w (throws tl::Error).
 // delta may be empty (a compact weight's section, whose delta is derived on read).
+// A padded section (MarlinSection::padded_n) decodes to the weight's N columns; its padding
+// columns' codes and scales come back apart ([K, NP - N], [G, NP - N]; empty when not padded),
+// for a checker to hold them to the format's zero weights (codes 8, scale 1).
 struct MarlinDecoded {
   std::vector<uint8_t> q;
   std::vector<half_bits> scale;
+  std::vector<uint8_t> pad_q;
+  std::vector<half_bits> pad_scale;
 };
 MarlinDecoded marlin_decode(const MarlinSection& m, int64_t K, int64_t N, int64_t group_size,
                             const std::string& file = "", const std::string& item = "");

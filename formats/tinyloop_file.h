@@ -20,7 +20,11 @@
 //   every consumer sees the same QuantWeight as from the native form. A file holding a compact
 //   weight has format_version 2. A file whose /config uses a family feature (RoPE scaling,
 //   biases, q/k norms, a sliding window: ModelConfig::uses_family_features) has version 3, so
-//   a reader that would drop the feature refuses the file instead. This build reads 1, 2 and 3.
+//   a reader that would drop the feature refuses the file instead. A weight whose N is not a
+//   multiple of 128 (a vocabulary of 50257) has its section padded to marlin_padded_n(N)
+//   columns: marlin/ attr N is that padded count, B / s / delta have it, the extra columns are
+//   zero weights (codes 8, s 1, delta 0); a file holding a padded section has version 4.
+//   This build reads 1 to 4.
 //
 // Every dataset is chunked with the Fletcher32 checksum filter. Readers check the version,
 // dtypes and shapes and throw tl::Error naming the file, the dataset and what was expected.
@@ -46,14 +50,20 @@ namespace tl {
 constexpr int kTinyloopFormatVersion = 1;         // written when every weight is native
 constexpr int kTinyloopCompactFormatVersion = 2;  // written when some weight is compact
 constexpr int kTinyloopFamilyFormatVersion = 3;   // written when the config uses family features
+constexpr int kTinyloopPaddedFormatVersion = 4;   // written when some Marlin section is padded
 constexpr const char* kMarlinLayoutTag = "ist-daslab-marlin-v1";
 
 struct MarlinSection {
   int64_t groupsize = -1;               // Marlin's argument: -1 per column, else the group size
   std::string layout = kMarlinLayoutTag;
-  std::vector<int32_t> B;               // [K/16, 2N]
-  std::vector<half_bits> s;             // [G, N], Marlin-permuted
-  std::vector<half_bits> delta;         // [G, N], natural order
+  // 0: the section has the weight's N columns. Else N was not a multiple of 128 and the section
+  // has padded_n = marlin_padded_n(N) columns, N..padded_n-1 zero weights (codes 8, s = 1,
+  // delta = 0: (q - 8) s + delta = 0); NP below is padded_n or N (docs/format.md).
+  int64_t padded_n = 0;
+  std::vector<int32_t> B;               // [K/16, 2 NP]
+  std::vector<half_bits> s;             // [G, NP], Marlin-permuted
+  std::vector<half_bits> delta;         // [G, NP], natural order
+  int64_t columns(int64_t N) const { return padded_n > 0 ? padded_n : N; }
 };
 
 // How a packed weight's codes are stored: both forms (native q + scale, and the Marlin section),
@@ -79,12 +89,15 @@ struct QuantWeight {
 
 // Payload bytes of a [K, N] 4-bit weight with G groups as the writer stores it: native q (two
 // codes per byte) + scale + zero, plus with a Marlin section B (4 bits per code), s and delta;
-// compact: B + s + zero (one copy of the codes). The unit of every "bytes / bits per weight"
-// in the tools' summaries (tl-inspect reports what HDF5 really stores, chunk padding included).
+// compact: B + s + zero (one copy of the codes); a packed section has marlin_padded_n(N) columns
+// (docs/format.md). The unit of every "bytes / bits per weight" in the tools' summaries
+// (tl-inspect reports what HDF5 really stores, chunk padding included).
 inline uint64_t quant_payload_bytes(int64_t K, int64_t N, int64_t G, bool packed, CodeStorage storage) {
-  const uint64_t gn = uint64_t(G) * uint64_t(N) * sizeof(half_bits), b = uint64_t(K) * uint64_t(N) / 2;
-  if (storage == CodeStorage::kMarlinOnly) return b + 2 * gn;
-  return uint64_t(K) * uint64_t((N + 1) / 2) + 2 * gn + (packed ? b + 2 * gn : 0);
+  const uint64_t NP = uint64_t(marlin_padded_n(N));
+  const uint64_t gn = uint64_t(G) * uint64_t(N) * sizeof(half_bits), b = uint64_t(K) * NP / 2;
+  const uint64_t gnp = uint64_t(G) * NP * sizeof(half_bits);
+  if (storage == CodeStorage::kMarlinOnly) return b + gnp + gn;
+  return uint64_t(K) * uint64_t((N + 1) / 2) + 2 * gn + (packed ? b + 2 * gnp : 0);
 }
 inline double bits_per_weight(uint64_t bytes, double params) { return params > 0 ? double(bytes) * 8.0 / params : 0.0; }
 
@@ -98,6 +111,7 @@ struct EntryInfo {
   bool has_marlin = false;
   bool compact = false;                 // codes only in the Marlin section (CodeStorage::kMarlinOnly)
   int64_t marlin_groupsize = 0;
+  int64_t marlin_n = 0;                 // the section's columns: N, or N padded to a multiple of 128
   uint64_t stored_bytes = 0;            // payload bytes of the entry's datasets
   uint64_t marlin_bytes = 0;            // of which the Marlin section's (quantized, packed only)
   nlohmann::json attributes = nlohmann::json::object();

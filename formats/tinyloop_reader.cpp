@@ -44,10 +44,10 @@ TinyloopReader::TinyloopReader(const std::string& path) : impl_(std::make_unique
   if (!h5::has_attr(f, "/", "format_version"))
     throw Error("root attribute 'format_version' is missing (expected " + std::to_string(kTinyloopFormatVersion) + ")", path);
   const int64_t v = h5::attr_int(f, "/", "format_version", path);
-  if (v != kTinyloopFormatVersion && v != kTinyloopCompactFormatVersion && v != kTinyloopFamilyFormatVersion)
+  impl_->version = v;
+  if (v < kTinyloopFormatVersion || v > kTinyloopPaddedFormatVersion)
     throw Error("unsupported format_version " + std::to_string(v) + ": this build reads versions " +
-                    std::to_string(kTinyloopFormatVersion) + ", " + std::to_string(kTinyloopCompactFormatVersion) +
-                    " and " + std::to_string(kTinyloopFamilyFormatVersion) +
+                    std::to_string(kTinyloopFormatVersion) + " to " + std::to_string(kTinyloopPaddedFormatVersion) +
                     " (use a tinyloop-tools release that matches the file)",
                 path);
 }
@@ -121,6 +121,8 @@ EntryInfo TinyloopReader::info(const std::string& name) const {
     e.has_marlin = h5::is_group(f, gp + "/" + schema::kMarlin);
     e.compact = h5::has_attr(f, gp, schema::kCodesAttr);
     if (e.has_marlin) e.marlin_groupsize = h5::attr_int(f, gp + "/" + schema::kMarlin, "groupsize", path);
+    if (e.has_marlin && h5::has_attr(f, gp + "/" + schema::kMarlin, "N"))
+      e.marlin_n = h5::attr_int(f, gp + "/" + schema::kMarlin, "N", path);
     e.stored_bytes = storage_under(f, gp, path);
     if (e.has_marlin) e.marlin_bytes = storage_under(f, gp + "/" + schema::kMarlin, path);
     h5::Handle g = h5::open_group(f, gp, path);
@@ -170,6 +172,7 @@ struct QuantLayout {
   int64_t K = 0, N = 0, group_size = 0, G = 0;
   bool marlin = false;
   bool compact = false;  // codes = "marlin": q and scale live only in the section
+  int64_t marlin_n = 0;  // the section's columns: N, or marlin_padded_n(N) (a padded section)
 };
 
 // `marlin`: also the Marlin section's attributes and datasets (the pack tier reads a section
@@ -227,11 +230,23 @@ static QuantLayout check_quant_layout(const TinyloopReader::Impl& im, const std:
     if (layout != kMarlinLayoutTag)
       throw Error("layout '" + layout + "': expected '" + kMarlinLayoutTag + "'", path, mp);
     if (l.K % 16 != 0) throw Error("expected K divisible by 16 for a Marlin section, K = " + std::to_string(l.K), path, mp);
-    if (l.compact && l.N % 64 != 0)  // the decoder's tile; every section marlin-pack writes has N % 128 == 0
-      throw Error("expected N divisible by 64 for a compact weight, N = " + std::to_string(l.N), path, mp);
-    shape_of(mp + "/B", {l.K / 16, 2 * l.N}, "int32", false, 4, true);
-    shape_of(mp + "/s", {l.G, l.N}, "float16", true, 0, false);
-    if (!l.compact) shape_of(mp + "/delta", {l.G, l.N}, "float16", true, 0, false);
+    // The section's columns: the weight's N, or N padded to a multiple of 128 (version 4).
+    l.marlin_n = h5::attr_int(f, mp, "N", path);
+    if (l.marlin_n != l.N && (l.N % kMarlinTileN == 0 || l.marlin_n != marlin_padded_n(l.N)))
+      throw Error("N = " + std::to_string(l.marlin_n) + ": expected " + std::to_string(l.N) +
+                      (l.N % kMarlinTileN == 0 ? std::string()
+                                               : " or " + std::to_string(marlin_padded_n(l.N)) +
+                                                     " (padded to a multiple of 128)"),
+                  path, mp);
+    if (l.marlin_n != l.N && im.version < kTinyloopPaddedFormatVersion)
+      throw Error("a padded Marlin section in a file of format_version " + std::to_string(im.version) +
+                      " (padded sections came with version " + std::to_string(kTinyloopPaddedFormatVersion) + ")",
+                  path, mp);
+    if (l.compact && l.marlin_n % 64 != 0)  // the decoder's tile; every section marlin-pack writes has N % 128 == 0
+      throw Error("expected N divisible by 64 for a compact weight, N = " + std::to_string(l.marlin_n), path, mp);
+    shape_of(mp + "/B", {l.K / 16, 2 * l.marlin_n}, "int32", false, 4, true);
+    shape_of(mp + "/s", {l.G, l.marlin_n}, "float16", true, 0, false);
+    if (!l.compact) shape_of(mp + "/delta", {l.G, l.marlin_n}, "float16", true, 0, false);
   }
   return l;
 }
@@ -263,8 +278,9 @@ QuantWeight TinyloopReader::read_quant(const std::string& name, bool with_marlin
   if (l.marlin && (with_marlin || l.compact)) {
     m.groupsize = h5::attr_int(f, mp, "groupsize", path);
     m.layout = h5::attr_string(f, mp, "layout", path);
-    m.B = h5::read<int32_t>(f, mp + "/B", path, nullptr, {w.K / 16, 2 * w.N});
-    m.s = read_gn(f, mp + "/s", path, l.G, w.N);
+    m.padded_n = l.marlin_n != w.N ? l.marlin_n : 0;
+    m.B = h5::read<int32_t>(f, mp + "/B", path, nullptr, {w.K / 16, 2 * l.marlin_n});
+    m.s = read_gn(f, mp + "/s", path, l.G, l.marlin_n);
   }
   if (l.compact) {
     // The exact inverses of what marlin-pack wrote: unpack the codes, un-permute the scales,
@@ -272,12 +288,12 @@ QuantWeight TinyloopReader::read_quant(const std::string& name, bool with_marlin
     MarlinDecoded d = marlin_decode(m, w.K, w.N, w.group_size, path, name);
     w.q = std::move(d.q);
     w.scale = std::move(d.scale);
-    if (with_marlin) m.delta = compact_delta(w);
+    if (with_marlin) m.delta = compact_delta(w, m);
   } else {
     const std::vector<uint8_t> packed = h5::read<uint8_t>(f, gp + "/q", path, nullptr, {w.K, (w.N + 1) / 2});
     w.q = unpack_nibbles(packed.data(), w.K, w.N);
     w.scale = read_gn(f, gp + "/scale", path, l.G, w.N);
-    if (with_marlin && l.marlin) m.delta = read_gn(f, mp + "/delta", path, l.G, w.N);
+    if (with_marlin && l.marlin) m.delta = read_gn(f, mp + "/delta", path, l.G, l.marlin_n);
   }
   if (with_marlin && l.marlin) w.marlin = std::move(m);
   w.validate(path);

@@ -51,6 +51,7 @@ void validate_marlin(const MarlinSection& m, int64_t K, int64_t N, int64_t G, in
 struct TinyloopReader::Impl {
   std::string path;
   h5::Handle file;
+  int64_t version = 0;  // root format_version
 };
 
 struct TinyloopWriter::Impl {
@@ -61,6 +62,7 @@ struct TinyloopWriter::Impl {
   bool config_written = false;
   bool compact_written = false;  // some weight is compact: commit() marks format_version 2
   bool family_written = false;   // the config uses family features: format_version 3
+  bool padded_written = false;   // some Marlin section is padded: format_version 4
   bool committed = false;
   const std::string& target() const { return out.target(); }
 };

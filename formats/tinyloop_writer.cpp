@@ -84,12 +84,13 @@ static void write_marlin(hid_t file, const std::string& gp, const MarlinSection&
   h5::Handle mg = h5::create_group(file, mp, path);
   h5::write_attr(mg, "groupsize", m.groupsize, path);
   h5::write_attr(mg, "layout", m.layout, path);
+  const int64_t NP = m.columns(N);  // the section's columns: N, or N padded to a multiple of 128
   h5::write_attr(mg, "K", K, path);
-  h5::write_attr(mg, "N", N, path);
-  h5::write_dataset(file, mp + "/B", H5T_STD_I32LE, H5T_NATIVE_INT32, {K / 16, 2 * N}, m.B.data(), path);
-  h5::write_dataset(file, mp + "/s", h5::float16_type(), h5::float16_type(), {G, N}, m.s.data(), path);
+  h5::write_attr(mg, "N", NP, path);
+  h5::write_dataset(file, mp + "/B", H5T_STD_I32LE, H5T_NATIVE_INT32, {K / 16, 2 * NP}, m.B.data(), path);
+  h5::write_dataset(file, mp + "/s", h5::float16_type(), h5::float16_type(), {G, NP}, m.s.data(), path);
   if (storage == CodeStorage::kNative)
-    h5::write_dataset(file, mp + "/delta", h5::float16_type(), h5::float16_type(), {G, N}, m.delta.data(), path);
+    h5::write_dataset(file, mp + "/delta", h5::float16_type(), h5::float16_type(), {G, NP}, m.delta.data(), path);
 }
 
 // The native datasets of a weight: q (two codes per byte) and scale.
@@ -129,6 +130,7 @@ void TinyloopWriter::write_quant(const QuantWeight& w, CodeStorage storage) {
     if (w.marlin) write_marlin(f, gp, *w.marlin, w.K, w.N, G, storage, path);
   });
   if (storage == CodeStorage::kMarlinOnly) impl_->compact_written = true;
+  if (w.marlin && w.marlin->padded_n != 0) impl_->padded_written = true;
 }
 
 static const TinyloopReader::Impl& src_impl(const TinyloopReader& src) { return *src.impl(); }
@@ -144,6 +146,9 @@ void TinyloopWriter::copy_entry(const TinyloopReader& src, const std::string& na
   const std::string p = quant ? schema::quant_path(name) : schema::dense_path(name);
   impl_->file.run([&] { h5::copy_object(s.file, p, impl_->file.id(), p, path); });
   if (quant && h5::has_attr(s.file, p, schema::kCodesAttr)) impl_->compact_written = true;
+  const std::string mp = p + "/" + schema::kMarlin;
+  if (quant && h5::is_group(s.file, mp) && h5::attr_int(s.file, mp, "N", src.path()) != src.info(name).shape.at(1))
+    impl_->padded_written = true;  // a padded section, copied raw
 }
 
 void TinyloopWriter::copy_quant_with_marlin(const TinyloopReader& src, const QuantWeight& w, const MarlinSection& m,
@@ -182,6 +187,7 @@ void TinyloopWriter::copy_quant_with_marlin(const TinyloopReader& src, const Qua
     write_marlin(f, gp, m, K, N, G, storage, path);
   });
   if (compact) impl_->compact_written = true;
+  if (m.padded_n != 0) impl_->padded_written = true;
 }
 
 void TinyloopWriter::copy_config_and_attributes(const TinyloopReader& src) {
@@ -217,7 +223,8 @@ void TinyloopWriter::copy_config_and_attributes(const TinyloopReader& src) {
 void TinyloopWriter::commit() {
   require_open(*impl_);
   // A reader older than a feature the file uses refuses it by its version.
-  const int version = impl_->family_written    ? kTinyloopFamilyFormatVersion
+  const int version = impl_->padded_written    ? kTinyloopPaddedFormatVersion
+                      : impl_->family_written    ? kTinyloopFamilyFormatVersion
                       : impl_->compact_written ? kTinyloopCompactFormatVersion
                                                : kTinyloopFormatVersion;
   if (version != kTinyloopFormatVersion)

@@ -151,6 +151,8 @@ static nlohmann::json summary_tinyloop(const std::string& path) {
                      {"B_shape", h5::dataset_info(f, mp + "/B", path).shape},
                      {"s_shape", h5::dataset_info(f, mp + "/s", path).shape},
                      {"compact", e.compact}};  // codes only here (docs/format.md, compact weights)
+      // A padded section (N not a multiple of 128): its columns, the extra ones zero weights.
+      if (e.marlin_n > 0 && e.marlin_n != e.shape.at(1)) q["marlin"]["padded_n"] = e.marlin_n;
       ++packed;
     } else {
       q["marlin"] = nullptr;
@@ -444,7 +446,10 @@ std::string format_inspect_table(const nlohmann::json& s) {
       for (const auto& x : e["extra_datasets"]) extra += (extra.empty() ? "" : ",") + x.get<std::string>();
       const std::string marlin = e["marlin"].is_null() ? "-" : "gs=" + e["marlin"]["groupsize"].dump() + " " +
                                                                    e["marlin"]["layout"].get<std::string>() +
-                                                                   (e["marlin"].value("compact", false) ? " compact" : "");
+                                                                   (e["marlin"].value("compact", false) ? " compact" : "") +
+                                                                   (e["marlin"].contains("padded_n")
+                                                                        ? " padded to " + e["marlin"]["padded_n"].dump()
+                                                                        : "");
       q.rows.push_back({e["name"], e["K"].dump() + " x " + e["N"].dump(), e["bits"].dump(), e["group_size"].dump(),
                         e["G"].dump(), marlin, human_bytes(e["stored_bytes"]), extra.empty() ? "-" : extra});
     }
@@ -633,12 +638,13 @@ nlohmann::json extract_entry(const std::string& path, const std::string& name, c
           Tensor b;
           b.name = "marlin.B";
           b.dtype = DType::I32;
-          b.shape = {w.K / 16, 2 * w.N};
+          const int64_t NP = w.marlin->columns(w.N);  // a padded section's columns
+          b.shape = {w.K / 16, 2 * NP};
           b.data.resize(w.marlin->B.size() * 4);
           std::copy(w.marlin->B.begin(), w.marlin->B.end(), b.as<int32_t>());
           ts.push_back(std::move(b));
-          ts.push_back(half_tensor("marlin.s", {G, w.N}, w.marlin->s));
-          ts.push_back(half_tensor("marlin.delta", {G, w.N}, w.marlin->delta));
+          ts.push_back(half_tensor("marlin.s", {G, NP}, w.marlin->s));
+          ts.push_back(half_tensor("marlin.delta", {G, NP}, w.marlin->delta));
           meta["marlin_groupsize"] = std::to_string(w.marlin->groupsize);
           meta["marlin_layout"] = w.marlin->layout;
         }

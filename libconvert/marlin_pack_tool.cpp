@@ -32,6 +32,8 @@ struct WeightReport {
   uint64_t bytes_added = 0;
   uint64_t bytes = 0;   // the weight's payload in the output (codes, scales, zeros, section)
   bool compact = false;
+  int64_t padded_n = 0;        // N not a multiple of 128: the section's columns
+  uint64_t padding_bytes = 0;  // of `bytes`, the padding columns' (B, s and, stored, delta)
 };
 
 uint64_t section_bytes(const MarlinSection& m) {
@@ -56,6 +58,8 @@ std::string section_difference(const MarlinSection& have, const MarlinSection& w
   if (have.layout != want.layout) return "layout '" + have.layout + "' vs '" + want.layout + "'";
   if (have.groupsize != want.groupsize)
     return "groupsize " + std::to_string(have.groupsize) + " vs " + std::to_string(want.groupsize);
+  if (have.padded_n != want.padded_n)
+    return "columns " + std::to_string(have.columns(N)) + " vs " + std::to_string(want.columns(N));
   if (have.B.size() != want.B.size() || have.s.size() != want.s.size() || have.delta.size() != want.delta.size())
     return "dataset sizes";
   auto first = [N](const auto& a, const auto& b, int64_t cols, const char* what) -> std::string {
@@ -122,6 +126,7 @@ struct Job {
     }
     marlin_pack_into(w, file, &scratch);
     r.marlin_groupsize = scratch.groupsize;
+    r.padded_n = scratch.padded_n;
     if (w.marlin) {
       const std::string diff = section_difference(*w.marlin, scratch, w.N);
       if (!diff.empty())
@@ -153,6 +158,10 @@ struct Job {
   void sized(WeightReport& r, int64_t G) const {
     r.compact = o.drop_native;
     r.bytes = quant_payload_bytes(r.K, r.N, G, true, storage());
+    if (r.padded_n > r.N) {  // B's 4 bits per code, s and (stored) delta, for the extra columns
+      const uint64_t extra = uint64_t(r.padded_n - r.N);
+      r.padding_bytes = uint64_t(r.K) * extra / 2 + uint64_t(G) * extra * sizeof(half_bits) * (r.compact ? 1 : 2);
+    }
   }
 
   void run_tinyloop(TinyloopWriter& out) {
@@ -242,7 +251,8 @@ struct Job {
     j["drop_native"] = o.drop_native;
     nlohmann::json list = nlohmann::json::array();
     size_t packed = 0, verified = 0, skipped = 0;
-    uint64_t added = 0, bytes = 0;
+    uint64_t added = 0, bytes = 0, padding = 0;
+    size_t padded = 0;
     double params = 0;
     for (const WeightReport& r : weights) {
       const double p = double(r.K) * double(r.N);
@@ -253,6 +263,12 @@ struct Job {
                           {"compact", r.compact}};
       if (r.status == "skipped") e["reason"] = r.reason;
       else e["marlin_groupsize"] = r.marlin_groupsize;
+      if (r.padded_n > 0) {
+        e["padded_n"] = r.padded_n;
+        e["padding_bytes"] = r.padding_bytes;
+      }
+      padded += r.padded_n > 0;
+      padding += r.padding_bytes;
       list.push_back(e);
       packed += r.status == "packed";
       verified += r.status == "verified";
@@ -270,6 +286,8 @@ struct Job {
                    {"bytes_added", added},
                    {"bytes", bytes},
                    {"bits_per_weight", bits_per_weight(bytes, params)},
+                   {"padded", padded},
+                   {"padding_bytes", padding},
                    {"dense_copied", dense_copied}};
     return j;
   }
@@ -333,6 +351,9 @@ int run_marlin_pack(const MarlinPackOptions& o) {
                  t["verified"].get<size_t>(), t["skipped"].get<size_t>(), mib(t["bytes"].get<uint64_t>()).c_str(),
                  t["bits_per_weight"].get<double>(), o.drop_native ? " (compact)" : "",
                  format_duration(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count()).c_str());
+    if (t["padded"].get<size_t>() > 0)
+      std::fprintf(stderr, "%s: %zu weight(s) padded to a multiple of 128 columns (zero weights): %s more\n", kTool,
+                   t["padded"].get<size_t>(), mib(t["padding_bytes"].get<uint64_t>()).c_str());
     if (t["skipped"].get<size_t>() > 0)
       std::fprintf(stderr, "%s: skipped: %s\n", kTool, t["skip_reasons"].get<std::string>().c_str());
   }

@@ -192,13 +192,15 @@ struct GpuModel::Impl {
       upload(g.mB, m.B.data(), m.B.size() * 4);
       upload(g.ms, m.s.data(), m.s.size() * 2);
       upload(g.mdelta, m.delta.data(), m.delta.size() * 2);
-      const size_t ws = cuda::marlin_workspace_ints(g.N) * sizeof(int);
+      const int np = int(m.columns(g.N));  // a padded head: the section's 128-column multiple
+      const size_t ws = cuda::marlin_workspace_ints(np) * sizeof(int);
       g.mwork.reserve(ws);
       TL_CUDA_THROW(cudaMemset(g.mwork.as<int>(), 0, ws));
       w.marlin_B = g.mB.as<int32_t>();
       w.marlin_s = g.ms.as<__half>();
       w.marlin_delta = g.mdelta.as<__half>();
       w.marlin_workspace = g.mwork.as<int>();
+      w.marlin_N = np;
       g.packed = true;
       info.marlin_packed++;
       info.marlin_bytes += g.mB.bytes() + g.ms.bytes() + g.mdelta.bytes() + g.mwork.bytes();

@@ -78,21 +78,29 @@ class CudaBackend final : public KernelBackend {
 
   KernelStatus mm_asymmetric(const half_bits* A, const int32_t* B, const half_bits* s,
                              const half_bits* delta, half_bits* C, int M, int N, int K,
-                             int group_size) override {
+                             int group_size, int n_out) override {
     return guarded([&] {
       const int G = int(group_count(K, group_size));
+      const int cols = n_out > 0 ? n_out : N;
       DeviceBuffer<uint16_t> dA(size_t(M) * K), ds(size_t(G) * N), dd(size_t(G) * N),
-          dC(size_t(M) * N);
+          dC(size_t(M) * cols + 64);  // + 64: a store past the padded section's n_out columns shows
       DeviceBuffer<int32_t> dB(size_t(K / 16) * 2 * N);
       DeviceBuffer<int> ws(tl::cuda::marlin_workspace_ints(N));
       dA.upload(A); ds.upload(s); dd.upload(delta); dB.upload(B);
       dC.fill_bytes(0x7e);
       ws.fill_bytes(0);
-      const int rc = tl::cuda::marlin_mm_asymmetric(half(dA), dB.get(), half(ds), half(dd), half(dC),
-                                                    ws.get(), M, N, K, group_size, stream_, options_);
-      finish("marlin_mm_asymmetric", rc, M, N, K, group_size);
+      const int rc = n_out > 0 ? tl::cuda::marlin_mm_asymmetric_padded(half(dA), dB.get(), half(ds), half(dd), half(dC),
+                                                                        ws.get(), M, N, n_out, K, group_size, stream_,
+                                                                        options_)
+                               : tl::cuda::marlin_mm_asymmetric(half(dA), dB.get(), half(ds), half(dd), half(dC),
+                                                                ws.get(), M, N, K, group_size, stream_, options_);
+      finish(n_out > 0 ? "marlin_mm_asymmetric_padded" : "marlin_mm_asymmetric", rc, M, N, K, group_size);
       check_workspace_zero(ws, N);
-      dC.download(C);
+      std::vector<half_bits> out(dC.size());
+      dC.download(out.data());
+      for (size_t i = size_t(M) * cols; i < out.size(); ++i)
+        if (out[i] != 0x7e7e) throw CudaError("the kernel wrote past C [M, " + std::to_string(cols) + "]");
+      std::copy(out.begin(), out.begin() + size_t(M) * cols, C);
     });
   }
 

@@ -94,15 +94,20 @@ CaseResult run_symmetric_case(KernelBackend& backend, const QuantWeight& w,
                               const std::vector<half_bits>& A, int64_t M, const TierBounds& bounds) {
   CaseResult c = new_case(M, w.K, w.N, w.group_size);
   const MarlinSection& sec = *w.marlin;
-  std::vector<half_bits> out(size_t(M * w.N));
-  // The kernel runs what the section says (its groupsize, not the weight's).
-  const KernelStatus st = backend.marlin_gemm(A.data(), sec.B.data(), sec.s.data(), out.data(), int(M), int(w.N),
+  // The kernel runs what the section says (its groupsize and columns, not the weight's): a
+  // padded section's whole product, of which the weight's own N columns are compared.
+  const int64_t NP = sec.columns(w.N);
+  std::vector<half_bits> full(size_t(M * NP));
+  const KernelStatus st = backend.marlin_gemm(A.data(), sec.B.data(), sec.s.data(), full.data(), int(M), int(NP),
                                               int(w.K), int(group_size_from_marlin(w.K, sec.groupsize)));
   if (!st.ok) {
     c.status = Status::kFailed;
     c.message = st.message;
     return c;
   }
+  std::vector<half_bits> out(size_t(M * w.N));
+  for (int64_t m = 0; m < M; ++m)
+    std::copy(full.begin() + m * NP, full.begin() + m * NP + w.N, out.begin() + m * w.N);
   const CaseReference ref = symmetric_reference(A.data(), M, w, kReferenceRowsMax);
   compare_and_judge(c, out, ref, w.N, bounds);
   return c;
@@ -113,15 +118,17 @@ CaseResult run_wrapper_case(KernelBackend& backend, const QuantWeight& w,
   CaseResult c = new_case(M, w.K, w.N, w.group_size);
   const MarlinSection& sec = *w.marlin;
   std::vector<half_bits> out(size_t(M * w.N));
+  // A padded section runs as the runtime runs it: only the weight's own N columns written.
+  const int64_t NP = sec.columns(w.N);
   const KernelStatus st =
-      backend.mm_asymmetric(A.data(), sec.B.data(), sec.s.data(), sec.delta.data(), out.data(),
-                            int(M), int(w.N), int(w.K), int(w.group_size));
+      backend.mm_asymmetric(A.data(), sec.B.data(), sec.s.data(), sec.delta.data(), out.data(), int(M), int(NP),
+                            int(w.K), int(w.group_size), NP != w.N ? int(w.N) : 0);
   if (!st.ok) {
     c.status = Status::kFailed;
     c.message = st.message;
     return c;
   }
-  const CaseReference ref = wrapper_reference(A.data(), M, w, sec.delta, kReferenceRowsMax);
+  const CaseReference ref = wrapper_reference(A.data(), M, w, first_columns(sec.delta, NP, w.N), kReferenceRowsMax);
   compare_and_judge(c, out, ref, w.N, bounds);
   return c;
 }

@@ -45,9 +45,11 @@ class KernelBackend {
   virtual KernelStatus correction(const half_bits* A, const half_bits* delta, half_bits* C,
                                   float* a_sum, int M, int N, int K, int group_size) = 0;
   // C = A * W_hat through marlin_mm_asymmetric; group_size effective (== K for per-row).
+  // n_out (0: N): a padded section of N = marlin_padded_n(n_out) columns, run as the runtime runs
+  // it (marlin_mm_asymmetric_padded): C is [M, n_out].
   virtual KernelStatus mm_asymmetric(const half_bits* A, const int32_t* B, const half_bits* s,
                                      const half_bits* delta, half_bits* C, int M, int N, int K,
-                                     int group_size) = 0;
+                                     int group_size, int n_out) = 0;
   // C [M, N] = silu(A W_hat_gate + bias_gate) * (A W_hat_up + bias_up) through
   // marlin_swiglu_asymmetric (the runtime's pair), each weight as mm_asymmetric takes it; biases
   // fp32 [N] or nullptr. C is overwritten.

@@ -76,19 +76,30 @@ CaseResult check_pack(const QuantWeight& w) {
                 ", K " + std::to_string(K) + "; -1 iff group_size == K)");
   if (sec.layout != kMarlinLayoutTag)
     fail(c, "layout tag '" + sec.layout + "', expected '" + kMarlinLayoutTag + "'");
-  const bool shapes_ok = K % 16 == 0 && N % 64 == 0 && sec.B.size() == size_t(K / 16 * 2 * N) &&
-                         sec.s.size() == size_t(G * N) && sec.delta.size() == size_t(G * N);
+  // NP: the section's columns, N or (N not a multiple of 128) N padded to one.
+  const int64_t NP = sec.columns(N);
+  if (sec.padded_n != 0 && (N % kMarlinTileN == 0 || sec.padded_n != marlin_padded_n(N))) {
+    fail(c, "a section of " + std::to_string(sec.padded_n) + " columns for N = " + std::to_string(N) + ": expected " +
+                std::to_string(marlin_padded_n(N)));
+    return c;
+  }
+  const bool shapes_ok = K % 16 == 0 && NP % 64 == 0 && sec.B.size() == size_t(K / 16 * 2 * NP) &&
+                         sec.s.size() == size_t(G * NP) && sec.delta.size() == size_t(G * NP);
   if (!shapes_ok) {
     fail(c, "section shapes B " + std::to_string(sec.B.size()) + " ints, s " +
                 std::to_string(sec.s.size()) + ", delta " + std::to_string(sec.delta.size()) +
-                " halves; expected B [K/16, 2N] = " + std::to_string(K / 16 * 2 * N) +
-                ", s and delta [G, N] = " + std::to_string(G * N));
+                " halves; expected B [K/16, 2N] = " + std::to_string(K / 16 * 2 * NP) +
+                ", s and delta [G, N] = " + std::to_string(G * NP) + " (N = " + std::to_string(NP) + ")");
     return c;
   }
+  // Element i of a [R, N] array of the weight is element sec_at(i) of the section's [R, NP].
+  auto sec_at = [&](int64_t i) { return size_t(i / N * NP + i % N); };
 
   // Codes.
+  std::vector<uint8_t> q_sec(size_t(K * NP));
+  marlin_unpack_codes(sec.B.data(), K, NP, q_sec.data());
   std::vector<uint8_t> q(size_t(K * N));
-  marlin_unpack_codes(sec.B.data(), K, N, q.data());
+  for (int64_t i = 0; i < K * N; ++i) q[size_t(i)] = q_sec[sec_at(i)];
   Mismatches bad_q(N);
   for (int64_t i = 0; i < K * N; ++i)
     if (q[size_t(i)] != w.q[size_t(i)]) bad_q.add(i);
@@ -98,16 +109,31 @@ CaseResult check_pack(const QuantWeight& w) {
                                std::to_string(w.q[size_t(bad_q.first)]) + " stored"));
 
   // Scales, undone with the permutation the contract's groupsize implies (G == 1: per column).
-  std::vector<half_bits> s(size_t(G * N));
-  marlin_unpermute_scales(sec.s.data(), G, N, G == 1, s.data());
+  std::vector<half_bits> s_sec(size_t(G * NP));
+  marlin_unpermute_scales(sec.s.data(), G, NP, G == 1, s_sec.data());
+  std::vector<half_bits> s(size_t(G * N)), sec_delta(size_t(G * N));
+  for (int64_t i = 0; i < G * N; ++i) s[size_t(i)] = s_sec[sec_at(i)], sec_delta[size_t(i)] = sec.delta[sec_at(i)];
   const std::vector<half_bits> delta = delta_contract(w.scale, w.zero);
   UlpAccumulator acc(0.0);
   Mismatches bad_s(N), bad_d(N);
   for (int64_t i = 0; i < G * N; ++i) {
     acc.add(s[size_t(i)], half_to_float(w.scale[size_t(i)]), 0.0, i);
-    acc.add(sec.delta[size_t(i)], half_to_float(delta[size_t(i)]), 0.0, G * N + i);
+    acc.add(sec_delta[size_t(i)], half_to_float(delta[size_t(i)]), 0.0, G * N + i);
     if (s[size_t(i)] != w.scale[size_t(i)]) bad_s.add(i);
-    if (sec.delta[size_t(i)] != delta[size_t(i)]) bad_d.add(i);
+    if (sec_delta[size_t(i)] != delta[size_t(i)]) bad_d.add(i);
+  }
+  // The padding (docs/format.md): zero weights, codes 8, scale 1, delta 0, so that nothing a
+  // kernel computes in those columns could reach the weight's own.
+  if (NP != N) {
+    int64_t bad_pad = 0;
+    for (int64_t r = 0; r < K; ++r)
+      for (int64_t n = N; n < NP; ++n) bad_pad += q_sec[size_t(r * NP + n)] != 8;
+    for (int64_t r = 0; r < G; ++r)
+      for (int64_t n = N; n < NP; ++n)
+        bad_pad += s_sec[size_t(r * NP + n)] != float_to_half(1.0f) || sec.delta[size_t(r * NP + n)] != 0;
+    if (bad_pad)
+      fail(c, std::to_string(bad_pad) + " padding entries (columns " + std::to_string(N) + ".." + std::to_string(NP - 1) +
+                  ") are not the zero weight (codes 8, scale 1, delta 0)");
   }
   if (bad_s.count)
     fail(c, bad_s.describe("scales", "groups", G * N, "s",
@@ -115,7 +141,7 @@ CaseResult check_pack(const QuantWeight& w) {
                                std::to_string(half_to_float(w.scale[size_t(bad_s.first)])) + " stored"));
   if (bad_d.count)
     fail(c, bad_d.describe("delta entries", "groups", G * N, "delta",
-                           std::to_string(half_to_float(sec.delta[size_t(bad_d.first)])) + " stored, " +
+                           std::to_string(half_to_float(sec_delta[size_t(bad_d.first)])) + " stored, " +
                                std::to_string(half_to_float(delta[size_t(bad_d.first)])) +
                                " expected = float16(zero + 8*scale)"));
 
@@ -130,13 +156,15 @@ CaseResult check_pack(const QuantWeight& w) {
     for (int64_t n = 0; n < N; ++n) {
       const size_t i = size_t(k * N + n), gi = size_t(g * N + n);
       const double ref = double(w.q[i]) * half_to_float(w.scale[gi]) + half_to_float(w.zero[gi]);
-      const double sec_w = (double(q[i]) - 8.0) * half_to_float(s[gi]) + half_to_float(sec.delta[gi]);
+      const double sec_w = (double(q[i]) - 8.0) * half_to_float(s[gi]) + half_to_float(sec_delta[gi]);
       diff2 += (sec_w - ref) * (sec_w - ref);
       ref2 += ref * ref;
     }
   }
   c.stats.rel_err = ref2 > 0 ? std::sqrt(diff2 / ref2) : (diff2 > 0 ? INFINITY : 0.0);
-  if (c.status == Status::kPassed) c.message = "codes, scales and delta bit-identical";
+  if (c.status == Status::kPassed)
+    c.message = NP == N ? "codes, scales and delta bit-identical"
+                        : "codes, scales and delta bit-identical; padded to " + std::to_string(NP) + " zero columns";
   return c;
 }
 

@@ -59,6 +59,7 @@ FaultPlace planted_fault_place(PlantedFault fault, int64_t K, int64_t N, int64_t
 void plant_fault(QuantWeight& w, PlantedFault fault) {
   if (!w.marlin) throw Error("weight has no Marlin section to corrupt", "", w.name);
   MarlinSection& m = *w.marlin;
+  if (m.padded_n != 0) throw Error("planted faults take unpadded sections (N a multiple of 128)", "", w.name);
   const int64_t K = w.K, N = w.N, G = w.groups();
   const bool ok = fault == PlantedFault::kPerRowAsGrouped ? G == 1
                   : fault == PlantedFault::kScalesOffByOneGroup || fault == PlantedFault::kOneGroupScales ? G >= 2

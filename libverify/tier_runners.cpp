@@ -198,11 +198,14 @@ void run_swiglu_on_file(const TierBounds& b, const RunContext& ctx, const std::v
     QuantWeight up = f.read_quant(pairs[pi].second, /*with_marlin=*/false);
     gate.marlin = sections.read(gate, gi.compact);
     up.marlin = sections.read(up, ui.compact);
-    if (gate.K != up.K || gate.N != up.N || gate.group_size != up.group_size) {
+    if (gate.K != up.K || gate.N != up.N || gate.group_size != up.group_size || gate.marlin->padded_n ||
+        up.marlin->padded_n) {
       CaseResult c;
       c.label = c.weight = label;
       c.status = Status::kSkipped;
-      c.message = "mlp_gate and mlp_up differ in shape or group size: not one pair";
+      c.message = gate.marlin->padded_n || up.marlin->padded_n
+                      ? "padded sections (F not a multiple of 128): the runtime runs them as two GEMMs (the wrapper tier's)"
+                      : "mlp_gate and mlp_up differ in shape or group size: not one pair";
       progress.done(c);
       r.cases.push_back(std::move(c));
       continue;
@@ -286,7 +289,8 @@ void run_on_file(TierId id, const TierBounds& b, const RunContext& ctx, TierResu
         c = run_wrapper_case(*ctx.backend, w, A, M, b);
       } else {
         const std::vector<half_bits> C = random_halves(rng, M, w.N);
-        c = run_correction_case(*ctx.backend, A, C, w.marlin->delta, M, w.N, w.K, w.group_size, b);
+        c = run_correction_case(*ctx.backend, A, C, first_columns(w.marlin->delta, w.marlin->columns(w.N), w.N), M,
+                                w.N, w.K, w.group_size, b);
       }
       c.weight = w.name;
       c.label = w.name + " m=" + std::to_string(M);

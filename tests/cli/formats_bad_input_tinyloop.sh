@@ -14,7 +14,7 @@ expect_bad "wrong_dtype.tinyloop: /quant/blk0.mlp_up/scale: expected a float16 d
   "$INSPECT" $B/wrong_dtype.tinyloop --extract blk0.mlp_up -o out.safetensors
 expect_bad "wrong_shape.tinyloop: /quant/blk0.mlp_up/marlin/B: expected shape \[16, 512\], found \[16, 256\]" \
   out.safetensors "$INSPECT" $B/wrong_shape.tinyloop --extract blk0.mlp_up -o out.safetensors
-expect_bad "version9.tinyloop: unsupported format_version 9: this build reads versions 1, 2 and 3" - "$INSPECT" $B/version9.tinyloop
+expect_bad "version9.tinyloop: unsupported format_version 9: this build reads versions 1 to 4" - "$INSPECT" $B/version9.tinyloop
 expect_bad "nan_dense.tinyloop: bad_norm: NaN at flat index 17" out.safetensors \
   "$INSPECT" $B/nan_dense.tinyloop --extract bad_norm -o out.safetensors
 expect_bad "nan_dense.tinyloop: bad_norm: NaN" - "$INSPECT" $B/nan_dense.tinyloop --check

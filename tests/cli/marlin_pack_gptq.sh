@@ -75,12 +75,14 @@ if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
       "$MP" "ck_${fmt}_$sym" -o "a_${fmt}_$sym.tinyloop" --json --quiet > a.json 2> a.err \
         || fail "$fmt sym=$sym: exit $? ($(cat a.err))"
       [ -s a.err ] && fail "--quiet printed on stderr: $(cat a.err)"
-      [ "$(json_get a.json "j['totals']['packed'], j['totals']['skipped'], j['totals']['weights']")" = "1 1 2" ] \
+      [ "$(json_get a.json "j['totals']['packed'], j['totals']['skipped'], j['totals']['weights']")" = "2 0 2" ] \
         || fail "$fmt sym=$sym: totals $(json_get a.json "j['totals']")"
-      # B = K*N/2 bytes, s and delta 2 bytes x G x N each: 32768 + 2 * 1024.
-      [ "$(json_get a.json "j['totals']['bytes_added']")" = "34816" ] || fail "bytes_added"
-      json_get a.json "[w for w in j['weights'] if w['name']=='lm_head'][0]['reason']" \
-        | grep -q "N = 200 is not a multiple of 128" || fail "head reason missing"
+      # B = K*N/2 bytes, s and delta 2 bytes x G x N each: 32768 + 2 * 1024 per weight, the
+      # head's section padded from N = 200 to 256 columns (56 zero columns: 7168 + 2 * 224 bytes).
+      [ "$(json_get a.json "j['totals']['bytes_added']")" = "69632" ] || fail "bytes_added"
+      [ "$(json_get a.json "[(w['padded_n'], w['padding_bytes']) for w in j['weights'] if w['name']=='lm_head'][0]")" = "(256, 7616)" ] \
+        || fail "head padding: $(json_get a.json "j['weights']")"
+      [ "$(json_get a.json "j['totals']['padded'], j['totals']['padding_bytes']")" = "1 7616" ] || fail "padding totals"
       [ "$(json_get a.json "[w for w in j['weights'] if w['status']=='packed'][0]['marlin_groupsize']")" = "128" ] \
         || fail "marlin_groupsize"
     done
@@ -89,7 +91,7 @@ if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
   # Idempotent repack in place: the stored section is rebuilt, compared, kept.
   cp a_gptq_0.tinyloop keep.tinyloop
   "$MP" a_gptq_0.tinyloop --in-place --json > b.json 2> b.err || fail "in-place repack: $(cat b.err)"
-  [ "$(json_get b.json "j['totals']['verified'], j['totals']['packed'], j['totals']['bytes_added']")" = "1 0 0" ] \
+  [ "$(json_get b.json "j['totals']['verified'], j['totals']['packed'], j['totals']['bytes_added']")" = "2 0 0" ] \
     || fail "in-place totals $(json_get b.json "j['totals']")"
   grep -q "verified" b.err || fail "no progress line on stderr without --quiet"
   if command -v h5diff >/dev/null; then
@@ -108,8 +110,9 @@ if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
   # The summary on stderr (stdout carries data only), with why weights were skipped.
   "$MP" ck_gptq_v2_1 -o e.tinyloop > e.out 2> e.err || fail "summary run"
   [ -s e.out ] && fail "marlin-pack printed to stdout without --json: $(cat e.out)"
-  grep -q "1 packed, 0 verified, 1 skipped; .* bits/weight" e.err || fail "summary line: $(cat e.err)"
-  grep -q "^marlin-pack: skipped: 1 x " e.err || fail "skip reasons line: $(cat e.err)"
+  grep -q "2 packed, 0 verified, 0 skipped; .* bits/weight" e.err || fail "summary line: $(cat e.err)"
+  grep -q "^marlin-pack: 1 weight(s) padded to a multiple of 128 columns (zero weights): " e.err || fail "padding line: $(cat e.err)"
+  grep -q "^marlin-pack: skipped:" e.err && fail "a skip reasons line without skipped weights: $(cat e.err)"
   "$MP" ck_gptq_v2_1 -o e2.tinyloop -q > e.out 2> e.err || fail "quiet run"
   [ -s e.out ] || [ -s e.err ] && fail "--quiet printed something: $(cat e.out e.err)"
   echo "marlin_pack_gptq: ok"

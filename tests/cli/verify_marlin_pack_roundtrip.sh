@@ -12,6 +12,20 @@ mkdir -p "$TL_TMP" && rm -rf "${TL_TMP:?}"/*
 rc=$?
 cat "$TL_TMP/out"
 [ $rc -eq 0 ] || { cat "$TL_TMP/err"; echo "FAIL: exit $rc"; exit 1; }
-[ "$(grep -c 'passed$' "$TL_TMP/out")" -eq 4 ] || { echo "FAIL: expected 4 packed weights to pass"; exit 1; }
-grep -q "head .*skipped: not packed: " "$TL_TMP/out" || { echo "FAIL: head not listed as skipped"; exit 1; }
+[ "$(grep -c 'passed$' "$TL_TMP/out")" -eq 5 ] || { echo "FAIL: expected 5 packed weights to pass"; exit 1; }
+# The head (N = 200) is packed padded to 256 zero columns, and the pack tier checks the padding.
+grep -q "head .*passed" "$TL_TMP/out" || { echo "FAIL: the padded head did not pass"; exit 1; }
+# tl-inspect names the padding (table and JSON), and the file says version 4.
+I="$TL_BIN/tl-inspect"
+"$I" "$TL_TMP/packed.tinyloop" > "$TL_TMP/inspect" || { echo "FAIL: tl-inspect exit $?"; exit 1; }
+grep -q "head .* padded to 256 " "$TL_TMP/inspect" || { cat "$TL_TMP/inspect"; echo "FAIL: tl-inspect does not show the padding"; exit 1; }
+"$I" "$TL_TMP/packed.tinyloop" --json > "$TL_TMP/inspect.json" || { echo "FAIL: tl-inspect --json exit $?"; exit 1; }
+python3 - "$TL_TMP/inspect.json" <<'PY' || { echo "FAIL: tl-inspect JSON"; exit 1; }
+import json, sys
+j = json.load(open(sys.argv[1]))
+head = [q for q in j["quantized"] if q["name"] == "head"][0]["marlin"]
+assert head["padded_n"] == 256 and head["B_shape"] == [16, 512], head
+assert all("padded_n" not in q["marlin"] for q in j["quantized"] if q["name"] != "head" and q["marlin"]), j
+assert j["format_version"] == 4, j["format_version"]
+PY
 echo ok

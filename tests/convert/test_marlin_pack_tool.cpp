@@ -54,7 +54,8 @@ std::string slurp(const std::string& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// An input with a packable weight, a per-row one, a head that fails the gate and a dense tensor.
+// An input with a packable weight, a per-row one, a head of N = 200 (packed padded to 256), a
+// weight that fails the gate (K = 200) and a dense tensor.
 std::string write_input(const std::string& name, std::mt19937& rng, bool tamper_existing_section) {
   const std::string path = tmp_path(name);
   tl::TinyloopWriter w(path, "test");
@@ -68,6 +69,7 @@ std::string write_input(const std::string& name, std::mt19937& rng, bool tamper_
   w.write_quant(a);
   w.write_quant(random_weight(rng, "blk.mlp_down", 384, 256, 384));
   w.write_quant(random_weight(rng, "head", 256, 200, 128));
+  w.write_quant(random_weight(rng, "blk.attn_k200", 200, 128, 200));
   w.commit();
   return path;
 }
@@ -86,18 +88,19 @@ TEST_CASE("marlin-pack .tinyloop: packs what passes the gate, copies the rest un
   tl::TinyloopReader src(in), dst(o.output);
   CHECK(dst.has_dense("norm"));
   CHECK(dst.read_dense("norm").data == src.read_dense("norm").data);
-  for (const std::string name : {"blk.mlp_up", "blk.mlp_down", "head"}) {
+  for (const std::string name : {"blk.mlp_up", "blk.mlp_down", "head", "blk.attn_k200"}) {
     CAPTURE(name);
     const tl::QuantWeight a = src.read_quant(name), b = dst.read_quant(name);
     CHECK(a.q == b.q);
     CHECK(a.scale == b.scale);
     CHECK(a.zero == b.zero);
-    if (name == std::string("head")) {
+    if (name == std::string("blk.attn_k200")) {
       CHECK_FALSE(b.marlin.has_value());
       continue;
     }
     REQUIRE(b.marlin.has_value());
     const tl::MarlinSection want = tl::marlin_pack(a);
+    CHECK(b.marlin->padded_n == (name == std::string("head") ? 256 : 0));
     CHECK(b.marlin->groupsize == (name == std::string("blk.mlp_down") ? -1 : 128));
     CHECK(b.marlin->B == want.B);
     CHECK(b.marlin->s == want.s);

@@ -2,6 +2,7 @@
 // the literal per-nibble reference, both scale permutations, the whole section (pack ->
 // decode) and delta. All comparisons are exact (the layout is a bijection on bits).
 #include <algorithm>
+#include <tuple>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -188,4 +189,43 @@ TEST_CASE("marlin section: pack -> decode recovers q and scale for gate-passing 
     CHECK(G * N == int64_t(m.delta.size()));
     CHECK(worst <= 1.0f);
   }
+}
+
+TEST_CASE("marlin section: N not a multiple of 128 packs padded with zero weights, decodes to the weight") {
+  std::mt19937 rng(kSeed + 5);
+  // A toy head, GPT-2's vocabulary (50257 -> 50304) on a short K, and N < 128.
+  for (const auto& [K, N, gs] : {std::tuple<int64_t, int64_t, int64_t>{256, 200, 128}, {128, 50257, 128}, {256, 5, 256}}) {
+    CAPTURE(K);
+    CAPTURE(N);
+    const tl::QuantWeight w = random_weight(rng, K, N, gs);
+    const tl::MarlinSection m = tl::marlin_pack(w);
+    const int64_t NP = tl::marlin_padded_n(N), G = w.groups();
+    CHECK(m.padded_n == NP);
+    CHECK(m.columns(N) == NP);
+    REQUIRE(m.B.size() == size_t(K / 16 * 2 * NP));
+    REQUIRE(m.delta.size() == size_t(G * NP));
+    const tl::MarlinDecoded d = tl::marlin_decode(m, K, N, gs);
+    CHECK(mismatches("q", d.q, w.q, N) == 0);
+    CHECK(mismatches("scale", d.scale, w.scale, N) == 0);
+    // The padding: codes 8, scale 1 and delta 0, i.e. (q - 8) s + delta = 0 in every extra column.
+    REQUIRE(d.pad_q.size() == size_t(K * (NP - N)));
+    CHECK(std::count(d.pad_q.begin(), d.pad_q.end(), uint8_t(8)) == int64_t(d.pad_q.size()));
+    CHECK(std::count(d.pad_scale.begin(), d.pad_scale.end(), tl::float_to_half(1.0f)) == int64_t(d.pad_scale.size()));
+    int64_t pad_delta_nonzero = 0, own_delta_wrong = 0;
+    std::vector<tl::half_bits> own(size_t(G * N));
+    tl::marlin_delta(w.scale.data(), w.zero.data(), G * N, own.data());
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t n = 0; n < NP; ++n) {
+        const tl::half_bits v = m.delta[size_t(g * NP + n)];
+        if (n >= N) pad_delta_nonzero += v != 0;
+        else own_delta_wrong += v != own[size_t(g * N + n)];
+      }
+    CHECK(pad_delta_nonzero == 0);
+    CHECK(own_delta_wrong == 0);
+  }
+  // A section whose column count is neither N nor N padded is refused by the decoder.
+  const tl::QuantWeight w = random_weight(rng, 128, 200, 128);
+  tl::MarlinSection m = tl::marlin_pack(w);
+  m.padded_n = 384;
+  CHECK_THROWS_WITH_AS(tl::marlin_decode(m, 128, 200, 128), doctest::Contains("expected 256"), tl::Error);
 }

@@ -1,6 +1,7 @@
 // .tinyloop round trips, carry-through of unknown content, checksums and bad inputs.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <functional>
 
 #include <cmath>
@@ -329,6 +330,65 @@ TEST_CASE("tinyloop: copy_* carry unknown datasets and attributes through unchan
   CHECK(test::slurp(src) == src_bytes);  // the input is never touched
 }
 
+TEST_CASE("tinyloop: a padded Marlin section (N not a multiple of 128) round-trips, native and compact, as version 4") {
+  const std::string dir = scratch("tl_padded");
+  std::mt19937 rng(std::random_device{}());
+  QuantWeight w = test::random_quant("head", 256, 200, 128, rng);
+  w.marlin = marlin_pack(w);
+  REQUIRE(w.marlin->padded_n == 256);
+  const std::string native = dir + "/native.tinyloop", compact = dir + "/compact.tinyloop";
+  {
+    TinyloopWriter out(native, "test");
+    out.write_quant(w);
+    out.commit();
+  }
+  {
+    TinyloopReader r(native);
+    TinyloopWriter out(compact, "test");
+    out.copy_config_and_attributes(r);
+    out.copy_quant_with_marlin(r, r.read_quant(w.name, false), *w.marlin, CodeStorage::kMarlinOnly);
+    out.commit();
+  }
+  for (const std::string& path : {native, compact}) {
+    CAPTURE(path);
+    TinyloopReader r(path);
+    CHECK(r.root_attributes()["format_version"] == kTinyloopPaddedFormatVersion);
+    CHECK(r.info(w.name).marlin_n == 256);
+    const QuantWeight g = r.read_quant(w.name, true);
+    CHECK(g.N == 200);
+    CHECK(g.q == w.q);
+    CHECK(g.scale == w.scale);
+    REQUIRE(g.marlin);
+    CHECK(g.marlin->padded_n == 256);
+    CHECK(g.marlin->B == w.marlin->B);
+    CHECK(g.marlin->s == w.marlin->s);
+    CHECK(g.marlin->delta == w.marlin->delta);  // compact: derived, padding columns 0 as stored
+  }
+  // The section's N must be the weight's own or its padded count; and a padded section needs version 4.
+  auto with = [&](const std::string& name, const std::function<void(hid_t)>& edit) {
+    const std::string p = dir + "/" + name;
+    std::filesystem::copy_file(native, p, std::filesystem::copy_options::overwrite_existing);
+    hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    edit(f);
+    H5Fclose(f);
+    return p;
+  };
+  const std::string n384 = with("n384.tinyloop", [](hid_t f) {
+    h5::Handle g = h5::open_group(f, "/quant/head/marlin", "t");
+    H5Adelete(g, "N");
+    h5::write_attr(g, "N", int64_t(384), "t");
+  });
+  CHECK_THROWS_WITH_AS(TinyloopReader(n384).read_quant("head", true), doctest::Contains("N = 384: expected 200 or 256"),
+                       Error);
+  const std::string v3 = with("v3.tinyloop", [](hid_t f) {
+    h5::Handle g = h5::open_group(f, "/", "t");
+    H5Adelete(g, "format_version");
+    h5::write_attr(g, "format_version", int64_t(kTinyloopFamilyFormatVersion), "t");
+  });
+  CHECK_THROWS_WITH_AS(TinyloopReader(v3).read_quant("head", true), doctest::Contains("a padded Marlin section in a file of format_version 3"),
+                       Error);
+}
+
 TEST_CASE("tinyloop: a compact weight (codes only in the Marlin section) reads back as the native one") {
   const std::string dir = scratch("tl_compact");
   std::mt19937 rng(std::random_device{}());
@@ -502,10 +562,10 @@ TEST_CASE("tinyloop: bad inputs give one clear error naming file, item and expec
     {
       RawFile rf(p);
       hid_t root = H5Gopen2(rf.f, "/", H5P_DEFAULT);
-      h5::write_attr(root, "format_version", 4, p);
+      h5::write_attr(root, "format_version", 5, p);
       H5Gclose(root);
     }
-    require_throws_with([&] { TinyloopReader r(p); }, {"unsupported format_version 4", "reads versions 1, 2 and 3"});
+    require_throws_with([&] { TinyloopReader r(p); }, {"unsupported format_version 5", "reads versions 1 to 4"});
   }
   SUBCASE("missing dataset") {
     const std::string p = write_sample(dir, rng);

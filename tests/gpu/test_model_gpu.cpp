@@ -165,6 +165,37 @@ TEST_CASE("model gpu: every path's logits match the CPU forward (GQA, loop block
   }
 }
 
+TEST_CASE("model gpu: a head of a vocabulary that is no multiple of 128 runs on Marlin, padded, in both modes") {
+  tl::ModelConfig c = gpu_config();
+  c.vocab = 1001;  // the head's section is padded to 1024 columns
+  tl::ModelWeights w = tl::random_model_weights(c, 33);
+  for (auto* blocks : {&w.pre, &w.loop})
+    for (auto& b : *blocks)
+      for (const char* s : tl::kBlockLinearNames) quantize(*b.linear(s), 128, true);
+  quantize(w.head, 128, true);
+  REQUIRE(w.head.quant->marlin->padded_n == 1024);
+  const int n_seq = 5, T = 20;
+  const auto tok = tl::test::random_tokens(int64_t(n_seq) * T, c.vocab, 46);
+  const tl::ActMatrix cpu = tl::forward_logits(w, tok.data(), n_seq, T);
+  tl::gpu::GpuModel gm(w, false, tl::cuda::runtime_kernel_options());
+  CHECK(gm.info().marlin_packed == 11);
+  for (tl::ForwardMode mode : {tl::ForwardMode::kPrefill, tl::ForwardMode::kDecode}) {
+    tl::cuda::reset_dispatch_stats();
+    gm.forward(tok.data(), n_seq, T, tl::gpu::GpuPath::kMarlin, mode);
+    const tl::cuda::DispatchStats st = tl::cuda::dispatch_stats();
+    std::vector<float> logits;
+    gm.logits_to_host(&logits);
+    compare_logits(mode == tl::ForwardMode::kDecode ? "padded head, decode" : "padded head, prefill", cpu, logits);
+    const long long per_forward = mode == tl::ForwardMode::kDecode ? 16LL * T : 16;
+    CHECK(st.dispatches[int(tl::cuda::GemmPath::kMarlin)] == per_forward);  // every linear, the head too
+    CHECK(st.fallbacks.empty());
+    // The head: the decode kernel per position (M = n_seq), the floor on the prefill's 100 rows.
+    const char* head_kernel = mode == tl::ForwardMode::kDecode ? "decode" : "dequant";
+    REQUIRE(st.marlin_kernels.count(head_kernel) == 1);
+    CHECK(st.marlin_kernels.at(head_kernel) >= (mode == tl::ForwardMode::kDecode ? T : 1));
+  }
+}
+
 TEST_CASE("model gpu: decode mode runs every linear per position on the decode kernel and computes the same model") {
   const tl::ModelWeights w = quantized_model(32);
   const int n_seq = 5, T = 45;

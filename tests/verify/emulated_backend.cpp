@@ -89,7 +89,14 @@ KernelStatus EmulatedBackend::correction(const half_bits* A, const half_bits* de
 
 KernelStatus EmulatedBackend::mm_asymmetric(const half_bits* A, const int32_t* B, const half_bits* s,
                                             const half_bits* delta, half_bits* C, int M, int N, int K,
-                                            int group_size) {
+                                            int group_size, int n_out) {
+  if (n_out > 0 && n_out < N) {  // a padded section: the whole product, then its first n_out columns
+    std::vector<half_bits> full(size_t(M) * size_t(N));
+    const KernelStatus st = mm_asymmetric(A, B, s, delta, full.data(), M, N, K, group_size, 0);
+    for (int m = 0; st.ok && m < M; ++m)
+      std::copy(full.begin() + size_t(m) * N, full.begin() + size_t(m) * N + n_out, C + size_t(m) * n_out);
+    return st;
+  }
   const KernelStatus st =
       marlin_gemm(A, B, s, C, M, N, K, group_size);
   if (!st.ok) return st;
@@ -102,8 +109,8 @@ KernelStatus EmulatedBackend::swiglu_pair(const half_bits* A, const int32_t* B_g
                                           const half_bits* delta_up, const float* bias_gate, const float* bias_up,
                                           half_bits* C, int M, int N, int K, int group_size) {
   std::vector<half_bits> up(size_t(M) * size_t(N));
-  KernelStatus st = mm_asymmetric(A, B_gate, s_gate, delta_gate, C, M, N, K, group_size);
-  if (st.ok) st = mm_asymmetric(A, B_up, s_up, delta_up, up.data(), M, N, K, group_size);
+  KernelStatus st = mm_asymmetric(A, B_gate, s_gate, delta_gate, C, M, N, K, group_size, 0);
+  if (st.ok) st = mm_asymmetric(A, B_up, s_up, delta_up, up.data(), M, N, K, group_size, 0);
   if (!st.ok) return st;
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {
@@ -170,7 +177,7 @@ GemmPlan EmulatedBackend::plan(PlanKernel kernel, int M, int N, int K, int group
     p.blocks = int(base) * p.k_splits;
     return p;
   }
-  if (!marlin_gate(K, N, group_size).ok || M < 1) return p;
+  if (!marlin_gate(K, N, group_size).ok || !marlin_shape_ok(K, N) || M < 1) return p;  // the kernels: whole tiles
   if (hopper_ && M > 16) {
     const tl::cuda::hopper::Schedule sched =
         tl::cuda::hopper::plan_schedule(M, N, K, [](int, int split) { return kSms / split; });

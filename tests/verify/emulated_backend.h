@@ -35,7 +35,7 @@ class EmulatedBackend final : public KernelBackend {
                           int M, int N, int K, int group_size) override;
   KernelStatus mm_asymmetric(const half_bits* A, const int32_t* B, const half_bits* s,
                              const half_bits* delta, half_bits* C, int M, int N, int K,
-                             int group_size) override;
+                             int group_size, int n_out) override;
   // swiglu: the unfused sequence, two wrappers into fp16, then silu(g + b) * (u + b) in fp32.
   KernelStatus swiglu_pair(const half_bits* A, const int32_t* B_gate, const half_bits* s_gate,
                            const half_bits* delta_gate, const int32_t* B_up, const half_bits* s_up,

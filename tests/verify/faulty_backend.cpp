@@ -69,9 +69,10 @@ KernelStatus FaultyBackend::marlin_gemm(const half_bits* A, const int32_t* B, co
 
 KernelStatus FaultyBackend::mm_asymmetric(const half_bits* A, const int32_t* B, const half_bits* s,
                                           const half_bits* delta, half_bits* C, int M, int N, int K,
-                                          int group_size) {
-  return run(A, C, M, N, K, kMarlinSlice,
-             [&](const half_bits* a) { return inner_.mm_asymmetric(a, B, s, delta, C, M, N, K, group_size); });
+                                          int group_size, int n_out) {
+  return run(A, C, M, n_out > 0 ? n_out : N, K, kMarlinSlice, [&](const half_bits* a) {
+    return inner_.mm_asymmetric(a, B, s, delta, C, M, N, K, group_size, n_out);
+  });
 }
 
 KernelStatus FaultyBackend::swiglu_pair(const half_bits* A, const int32_t* B_gate, const half_bits* s_gate,

@@ -30,7 +30,7 @@ class FaultyBackend final : public KernelBackend {
     return inner_.correction(A, delta, C, a_sum, M, N, K, group_size);
   }
   KernelStatus mm_asymmetric(const half_bits* A, const int32_t* B, const half_bits* s, const half_bits* delta,
-                             half_bits* C, int M, int N, int K, int group_size) override;
+                             half_bits* C, int M, int N, int K, int group_size, int n_out) override;
   KernelStatus swiglu_pair(const half_bits* A, const int32_t* B_gate, const half_bits* s_gate,
                            const half_bits* delta_gate, const int32_t* B_up, const half_bits* s_up,
                            const half_bits* delta_up, const float* bias_gate, const float* bias_up, half_bits* C,

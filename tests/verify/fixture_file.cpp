@@ -19,7 +19,8 @@ const std::vector<FixtureWeight>& fixture_weights() {
       {"layers.0.mlp_gate", 256, 512, 128},
       {"layers.0.mlp_up", 256, 512, 128},
       {"layers.0.mlp_down", 512, 256, 128},
-      {"head", 256, 200, 256},
+      {"head", 256, 200, 256},           // N = 200: packed padded to 256 columns
+      {"layers.0.attn_k200", 200, 128, 200},  // K = 200: not packable (the gate's K rule)
   };
   return w;
 }

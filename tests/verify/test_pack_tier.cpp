@@ -5,10 +5,13 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "formats/marlin_layout.h"
 #include "libverify/random_weights.h"
+#include "libverify/tier_cases.h"
 #include "verify/fixture_file.h"
 #include "verify/verify_test_util.h"
 
+using namespace tl;
 using namespace tl::verify;
 using namespace tl::verify::testing;
 
@@ -25,10 +28,35 @@ TEST_CASE("pack tier passes on a correct pack; GPU tiers skipped with reasons; u
   CHECK(r.out.find("layers.0.attn_out") != std::string::npos);
   CHECK(r.out.find("layers.0.mlp_down") != std::string::npos);
   CHECK(r.out.find("head") != std::string::npos);
-  CHECK(r.out.find("skipped: not packed: ") != std::string::npos);
+  CHECK(r.out.find("skipped: not packed: K = 200 is not a multiple of 128") != std::string::npos);
   CHECK(r.out.find("failed\n") == std::string::npos);
   CHECK(r.err.find("symmetric: skipped: ") != std::string::npos);
   CHECK(r.err.find("e2e: skipped: no --tokens file") != std::string::npos);
+}
+
+TEST_CASE("pack tier on a padded section: the weight's columns bit for bit, the padding held to zero weights") {
+  Rng rng = case_rng(fresh_seed(), "padded", 0);
+  QuantWeight w = random_quant_weight(rng, "head", 256, 200, 128);
+  w.marlin = marlin_pack(w);
+  REQUIRE(w.marlin->padded_n == 256);
+  CaseResult c = check_pack(w);
+  INFO(c.message);
+  CHECK(c.status == Status::kPassed);
+  CHECK(c.message.find("padded to 256 zero columns") != std::string::npos);
+  // One padding code that is not 8 (a nonzero weight in column 210): the tier names the padding.
+  std::vector<uint8_t> q(size_t(256 * 256));
+  marlin_unpack_codes(w.marlin->B.data(), 256, 256, q.data());
+  q[size_t(17 * 256 + 210)] = 9;
+  marlin_pack_codes(q.data(), 256, 256, w.marlin->B.data());
+  c = check_pack(w);
+  CHECK(c.status == Status::kFailed);
+  CHECK(c.message.find("1 padding entries (columns 200..255) are not the zero weight") != std::string::npos);
+  // A padding delta that is not 0.
+  w.marlin = marlin_pack(w);
+  w.marlin->delta[size_t(1 * 256 + 255)] = float_to_half(0.5f);
+  c = check_pack(w);
+  CHECK(c.status == Status::kFailed);
+  CHECK(c.message.find("padding entries") != std::string::npos);
 }
 
 TEST_CASE("exit 77 when everything requested is skipped") {
