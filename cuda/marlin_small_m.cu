@@ -635,12 +635,10 @@ SmallLaunch make_pair_launch(bool grouped) {
 // At M <= 8 the 8 warps are two blocks of 4: a block's end-of-stream barrier then waits for 4
 // stripes, not 8, and one block's epilogue overlaps the other's stream (H200: +2 % over both
 // sets; at 9..16 rows blocks of 8 measured 1-3 % faster, see docs/perf.md).
-// The SwiGLU pair at 9..16 rows: PAIR_R rows in flight (experiment).
-#ifndef TL_PAIR_R16
-#define TL_PAIR_R16 2
-#endif
+// The SwiGLU pair takes the same shapes (H200, 2026-12-05: at 9..16 rows 2 k16 rows in flight
+// instead of 4 measured 4-10 % slower, blocks of 4 warps the same).
 SmallLaunch pick_small_launch(int M, bool grouped, bool asym, bool pair) {
-  if (pair) return M <= 8 ? make_pair_launch<1, 8, 4>(grouped) : make_pair_launch<2, TL_PAIR_R16, 8>(grouped);
+  if (pair) return M <= 8 ? make_pair_launch<1, 8, 4>(grouped) : make_pair_launch<2, 4, 8>(grouped);
   return M <= 8 ? make_small_launch<1, 8, 4>(grouped, asym) : make_small_launch<2, 4, 8>(grouped, asym);
 }
 

@@ -15,13 +15,21 @@
 #include <string>
 
 #include "core/group_size.h"
+#include "core/swiglu_pair.h"
 
 namespace tl::cuda {
 
+
 const char* marlin_swiglu_route(int M, int F, int K, int group_size, const KernelOptions& options) {
   if (M < 1 || !marlin_shape_ok(K, F) || !marlin_group_size_ok(K, group_size)) return "unsupported";
-  return detail::marlin_route(M, 2 * F, K, group_size, options) == detail::MarlinRoute::kDecode ? "fused"
-                                                                                                : "unfused";
+  if (detail::marlin_route(M, 2 * F, K, group_size, options) != detail::MarlinRoute::kDecode) return "unfused";
+  if (M > 8) {
+    detail::SmallMGrid g{};
+    if (detail::marlin_small_m_grid(M, 2 * F, K, group_size, true, options, &g, true) != kOk ||
+        g.per_warp > kPairMaxUnitsPerWarp9To16)
+      return "unfused";
+  }
+  return "fused";
 }
 
 int marlin_swiglu_plan(int M, int F, int K, int group_size, const KernelOptions& options, GemmPlan* plan) {
@@ -51,7 +59,7 @@ int marlin_swiglu_asymmetric(const __half* A, const MarlinOperands& gate, const 
   if (!gate.delta || !up.delta || !up.B || !up.s) return kShapeUnsupported;
   if (M < 1 || !marlin_shape_ok(K, F)) return kShapeUnsupported;
   if (!marlin_group_size_ok(K, group_size)) return kNoConfig;
-  if (detail::marlin_route(M, 2 * F, K, group_size, options) == detail::MarlinRoute::kDecode) {
+  if (std::string(marlin_swiglu_route(M, F, K, group_size, options)) == "fused") {
     // marlin_gemm's checks (pointers, alignment) on each section, then the pair launch.
     const detail::SmallPairOperands pair{up.B, up.s, up.delta, bias_gate, bias_up};
     for (const MarlinOperands* w : {&gate, &up})

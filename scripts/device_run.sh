@@ -13,7 +13,9 @@
 # (GPTQ_ACT="0 1"); --json, /usr/bin/time -v, the tool's anonymous RSS and the GPU's memory.
 # e2e-big: the e2e tier on the same 7B-shaped checkpoint (RTN g128, marlin-pack --drop-native)
 # against its bf16 original, 16 x 2048 random tokens, once per mode of E2E_MODES ("prefill
-# decode"); end-to-end seconds, max RSS and the tool's phase lines.
+# decode"); end-to-end seconds, max RSS and the tool's phase lines. BIG_VOCAB=50257: GPT-2's
+# vocabulary (the head's section padded); E2E_ONLY: gptq-quantize's --only (e.g. 'attn|mlp|head'
+# to quantize the head too); E2E_TOKENS (16 x 2048), E2E_CTX (2048).
 # ab: .device/bin/bench_kernels_base (another commit's build) and bench_kernels alternately,
 # base, new, base, new, with BENCH_ARGS; logs ab-base-N.log / ab-new-N.log.
 # Extra benchmark arguments: BENCH_ARGS="--sets 70b --g 128". SANITIZER_TESTS: a doctest
@@ -42,9 +44,9 @@ doctest_line() { grep -E "^\[doctest\] (test cases|assertions)" "$1" | tr '\n' '
 # The random Llama-shaped checkpoint of gptq-big and e2e-big (BIG_SHAPE, BIG_LAYERS), written
 # once per lease into /tmp/l<shape>-<layers>; sets shape, layers and ck.
 big_checkpoint() {
-  shape=${BIG_SHAPE:-7b}; layers=${BIG_LAYERS:-0}; ck=/tmp/l$shape-$layers
+  shape=${BIG_SHAPE:-7b}; layers=${BIG_LAYERS:-0}; vocab=${BIG_VOCAB:-0}; ck=/tmp/l$shape-$layers-$vocab
   if [ ! -f $ck/model.safetensors.index.json ]; then
-    python3 tools/make_llama_checkpoint.py $ck --shape $shape --layers $layers > "$OUT/make-$shape.log" 2>&1 ||
+    python3 tools/make_llama_checkpoint.py $ck --shape $shape --layers $layers --vocab $vocab > "$OUT/make-$shape.log" 2>&1 ||
       note "make_llama_checkpoint failed"
   fi
 }
@@ -221,17 +223,18 @@ PY
     e2e-big)  # the e2e tier at 7B scale: an RTN g128 compact file against its bf16 reference, 16 x 2048
       start=$(date +%s)
       big_checkpoint
-      python3 -c "import numpy as np; np.random.default_rng(1).integers(0, 32000, 16 * 2048, dtype='<u4').tofile('/tmp/e2e_tokens.u32')"
+      nv=$(python3 -c "import json; print(json.load(open('$ck/config.json'))['vocab_size'])")
+      python3 -c "import numpy as np; np.random.default_rng(1).integers(0, $nv, ${E2E_TOKENS:-32768}, dtype='<u4').tofile('/tmp/e2e_tokens.u32')"
       note "$shape checkpoint ready ($(( $(date +%s) - start )) s)"
       t0=$(date +%s)
-      { "$bin/gptq-quantize" $ck --method rtn --group-size 128 -o /tmp/big-rtn.tinyloop -q &&
+      { "$bin/gptq-quantize" $ck --method rtn --group-size 128 ${E2E_ONLY:+--only "$E2E_ONLY"} -o /tmp/big-rtn.tinyloop -q &&
         "$bin/marlin-pack" /tmp/big-rtn.tinyloop -o /tmp/big-rtnm.tinyloop --drop-native --quiet; } > "$OUT/e2e-big-prep.log" 2>&1
       note "RTN g128 + marlin-pack --drop-native: rc=$? ($(( $(date +%s) - t0 )) s, $(du -h /tmp/big-rtnm.tinyloop | cut -f1))"
       rm -f /tmp/big-rtn.tinyloop
       for mode in ${E2E_MODES:-prefill decode}; do
         t0=$(date +%s)
         /usr/bin/time -v "$bin/tl-verify" /tmp/big-rtnm.tinyloop --tiers e2e --reference $ck --tokens /tmp/e2e_tokens.u32 \
-          --ctx 2048 --device cuda --e2e-mode $mode --drift-json "$OUT/e2e-big-$mode.json" > "$OUT/e2e-big-$mode.log" 2>&1; rc=$?
+          --ctx ${E2E_CTX:-2048} --device cuda --e2e-mode $mode --drift-json "$OUT/e2e-big-$mode.json" > "$OUT/e2e-big-$mode.log" 2>&1; rc=$?
         rss=$(grep -E "Maximum resident set size" "$OUT/e2e-big-$mode.log" | grep -oE "[0-9]+$")
         note "tl-verify e2e $shape $mode: rc=$rc, $(( $(date +%s) - t0 )) s end to end, max RSS $(( ${rss:-0} / 1000000 )) GB"
         while IFS= read -r l; do note "  $l"; done < <(grep -E "^tl-verify: (loaded|uploaded|GPU memory|CPU check)|e2e windows|^  (reference|fp16|native|Marlin)" "$OUT/e2e-big-$mode.log" | head -16)

@@ -75,10 +75,13 @@ def main():
     ap.add_argument("--shard-gb", type=float, default=5.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", type=int, default=0, help="number of layers (0: the shape's)")
+    ap.add_argument("--vocab", type=int, default=0, help="vocabulary size (0: the shape's; 50257: GPT-2's)")
     a = ap.parse_args()
     shape = SHAPES[a.shape]
     if a.layers > 0:
         shape = shape[:2] + (a.layers,) + shape[3:]
+    if a.vocab > 0:
+        shape = shape[:5] + (a.vocab,)
     d, f, layers, heads, kv, vocab = shape
     plan, shard, size = [[]], 0, 0
     limit = int(a.shard_gb * 1e9)

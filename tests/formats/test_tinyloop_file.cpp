@@ -330,6 +330,21 @@ TEST_CASE("tinyloop: copy_* carry unknown datasets and attributes through unchan
   CHECK(test::slurp(src) == src_bytes);  // the input is never touched
 }
 
+// w (with its Marlin section) written natively to `native`, then copied compact (codes only in
+// the section) to `compact`, as marlin-pack --drop-native does.
+static void write_native_and_compact(const QuantWeight& w, const std::string& native, const std::string& compact) {
+  {
+    TinyloopWriter out(native, "test");
+    out.write_quant(w);
+    out.commit();
+  }
+  TinyloopReader r(native);
+  TinyloopWriter out(compact, "test");
+  out.copy_config_and_attributes(r);
+  out.copy_quant_with_marlin(r, r.read_quant(w.name, false), *w.marlin, CodeStorage::kMarlinOnly);
+  out.commit();
+}
+
 TEST_CASE("tinyloop: a padded Marlin section (N not a multiple of 128) round-trips, native and compact, as version 4") {
   const std::string dir = scratch("tl_padded");
   std::mt19937 rng(std::random_device{}());
@@ -337,18 +352,7 @@ TEST_CASE("tinyloop: a padded Marlin section (N not a multiple of 128) round-tri
   w.marlin = marlin_pack(w);
   REQUIRE(w.marlin->padded_n == 256);
   const std::string native = dir + "/native.tinyloop", compact = dir + "/compact.tinyloop";
-  {
-    TinyloopWriter out(native, "test");
-    out.write_quant(w);
-    out.commit();
-  }
-  {
-    TinyloopReader r(native);
-    TinyloopWriter out(compact, "test");
-    out.copy_config_and_attributes(r);
-    out.copy_quant_with_marlin(r, r.read_quant(w.name, false), *w.marlin, CodeStorage::kMarlinOnly);
-    out.commit();
-  }
+  write_native_and_compact(w, native, compact);
   for (const std::string& path : {native, compact}) {
     CAPTURE(path);
     TinyloopReader r(path);
@@ -401,18 +405,7 @@ TEST_CASE("tinyloop: a compact weight (codes only in the Marlin section) reads b
     QuantWeight w = test::random_quant("blk0.mlp_up", K, N, gs, rng);
     w.marlin = marlin_pack(w);
     const std::string native = dir + "/native.tinyloop", compact = dir + "/compact.tinyloop";
-    {
-      TinyloopWriter out(native, "test");
-      out.write_quant(w);
-      out.commit();
-    }
-    {
-      TinyloopReader r(native);
-      TinyloopWriter out(compact, "test");
-      out.copy_config_and_attributes(r);
-      out.copy_quant_with_marlin(r, r.read_quant(w.name, false), *w.marlin, CodeStorage::kMarlinOnly);
-      out.commit();
-    }
+    write_native_and_compact(w, native, compact);
     TinyloopReader c(compact);
     CHECK(c.root_attributes()["format_version"] == kTinyloopCompactFormatVersion);
     const EntryInfo e = c.info(w.name);

@@ -254,7 +254,7 @@ TEST_CASE("model gpu: a ragged last group (K = 172, groups of 32) on every path,
       for (const char* s : tl::kBlockLinearNames) {
         tl::LinearWeight& l = *b.linear(s);
         const int64_t gs = l.K == 172 ? 32 : 128;
-        quantize(l, gs, tl::marlin_gate(l.K, l.N, gs).ok);  // qkv and out packed; gate, up, down not
+        quantize(l, gs, tl::marlin_gate(l.K, l.N, gs).ok);  // qkv, out; gate, up (N = 172) padded; down not
       }
   REQUIRE(w.pre[0].mlp_down.quant->groups() == 6);
   const int n_seq = 2, T = 40;
@@ -270,12 +270,16 @@ TEST_CASE("model gpu: a ragged last group (K = 172, groups of 32) on every path,
       compare_logits(std::string(tl::gpu::gpu_path_name(p)) + (mode == tl::ForwardMode::kDecode ? " dec" : ""), cpu,
                      logits);
       if (p == tl::gpu::GpuPath::kMarlin) {
-        // gate, up (N = 172) and down (K = 172) carry no Marlin section (they fail the gate):
-        // 3 weights x 3 block runs per forward, once per position in decode, each named.
+        // down (K = 172) carries no Marlin section (it fails the gate): 3 block runs per forward,
+        // once per position in decode, each named. gate and up (N = 172) run their sections
+        // padded to 256 columns, as two GEMMs (a padded pair is not fused), counted as such.
         const tl::cuda::DispatchStats st = tl::cuda::dispatch_stats();
+        const long long runs = 3LL * (mode == tl::ForwardMode::kDecode ? T : 1);
         REQUIRE(st.fallbacks.count("no marlin pack") == 1);
-        CHECK(st.fallbacks.at("no marlin pack") == 9LL * (mode == tl::ForwardMode::kDecode ? T : 1));
+        CHECK(st.fallbacks.at("no marlin pack") == runs);
         CHECK(st.fallbacks.size() == 1);
+        REQUIRE(st.swiglu.count("separate (padded pack)") == 1);
+        CHECK(st.swiglu.at("separate (padded pack)") == runs);
       }
     }
   // The e2e tier on the file: the GPU scores it (no exit 2) and agrees with the CPU's PPL.

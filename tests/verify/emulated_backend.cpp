@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/nibbles.h"
+#include "core/swiglu_pair.h"
 #include "cuda/marlin_hopper_plan.h"
 #include "formats/marlin_layout.h"
 
@@ -155,8 +156,9 @@ GemmPlan EmulatedBackend::plan(PlanKernel kernel, int M, int N, int K, int group
   GemmPlan p;
   if (kernel == PlanKernel::kSwiglu) {  // the launcher's rule: fused on the decode kernel's M
     if (!marlin_gate(K, N, group_size).ok) return p;
-    p = M <= 16 ? plan(PlanKernel::kMarlinAsymmetric, M, 2 * N, K, group_size)
-                : plan(PlanKernel::kMarlinAsymmetric, M, N, K, group_size);
+    p = M <= 16 ? plan(PlanKernel::kMarlinAsymmetric, M, 2 * N, K, group_size) : GemmPlan{};
+    if (M > 16 || (M > 8 && p.units_per_warp > tl::cuda::kPairMaxUnitsPerWarp9To16))  // the launcher's rule
+      p = plan(PlanKernel::kMarlinAsymmetric, M, N, K, group_size);
     if (!p.kernel.empty()) p.kernel = tl::cuda::pair_kernel_name(p.kernel);
     return p;
   }
