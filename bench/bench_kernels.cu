@@ -18,6 +18,9 @@
 // asymmetric, as the runtime runs them. The runtime row uses the table TL_MARLIN_CROSSOVERS
 // names, if any.
 //
+// --layers graph: a decode step's four linears of each set back to back, as a runtime sees
+// them: on the stream and captured in one CUDA graph (what a runtime replays), against the sum of
+// the four timed alone and against cuBLAS's graph; with the MLP as the SwiGLU pair; M <= 64.
 // --layers swiglu: the SwiGLU pair of each set's MLP (marlin_swiglu_asymmetric, fused at decode
 // sizes) against the two GEMMs + elementwise pass it replaces and against cuBLAS doing the same.
 //
@@ -85,7 +88,7 @@ const Layer kLayers[] = {
 
 struct Options {
   std::vector<std::string> sets{"7b", "70b"};
-  std::vector<std::string> layers{"qkv", "o", "gate_up", "down", "swiglu"};
+  std::vector<std::string> layers{"qkv", "o", "gate_up", "down", "swiglu", "graph"};
   std::vector<int> ms{1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
   std::vector<int> gs{128, -1};
   std::string json = "bench_kernels.json";
@@ -294,6 +297,160 @@ BenchWeight make_bench_weight(DeviceScope& mem, int K, int N, int gsz, uint64_t*
   bench::decode_marlin<<<4096, 256>>>(B, scale, zero, K, N, gsz, q_tl, w_marlin, w_hat);
   CHECK_CUDA(cudaGetLastError());
   return {reinterpret_cast<const int32_t*>(B), s_perm, delta, w_hat};
+}
+
+// A graph of `run` captured on `stream` (each launcher called once before, so that its scratch
+// and plans exist: nothing may allocate during capture). rc 0, or the failing call's.
+struct Graph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ~Graph() {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+};
+int capture(cudaStream_t stream, const std::function<int()>& run, Graph* g) {
+  if (int rc = run()) return rc;
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const int rc = run();
+  const cudaError_t end = cudaStreamEndCapture(stream, &g->graph);
+  if (rc) return rc;
+  CHECK_CUDA(end);
+  CHECK_CUDA(cudaGraphInstantiate(&g->exec, g->graph, 0));
+  return 0;
+}
+
+// The four layers of each set (kLayers) back to back: the sum of their times alone, the four on
+// the stream one after another, and the four in one CUDA graph; the graph with the MLP as the
+// SwiGLU pair (qkv, o, marlin_swiglu_asymmetric, down: what the runtime runs, the silu included);
+// cuBLAS's four in a graph. All asymmetric on the runtime's options; the L2 flushed before each
+// timed run (of a single layer or of the whole sequence). At M = 1 the weight bytes each layer
+// reads over its time alone: the achieved DRAM bandwidth.
+int bench_graph(const Options& opt, Timer& timer, cudaStream_t stream, uint64_t seed, std::vector<Record>& records) {
+  std::printf("\nA decode step's four linears back to back (sums over the set's layers; x: cuBLAS graph / Marlin graph)\n"
+              "%-4s %5s %4s | %9s %9s %9s | %9s %6s | %9s %6s | %s\n",
+              "set", "M", "g", "alone us", "stream us", "graph us", "pair grph", "x", "cuBLAS gr", "x", "GB/s per layer at M = 1");
+  for (const std::string& set : opt.sets) {
+    std::vector<const Layer*> layers;
+    for (const Layer& L : kLayers)
+      if (set == L.set) layers.push_back(&L);
+    const MlpShape* mlp = nullptr;
+    for (const MlpShape& S : kMlpShapes)
+      if (set == S.set) mlp = &S;
+    if (layers.size() != 4 || !mlp) continue;
+    for (int g : opt.gs) {
+      DeviceScope mem;
+      int max_k = 0, max_m = 0;
+      for (int M : opt.ms) max_m = std::max(max_m, M <= 64 ? M : 0);
+      if (max_m == 0) continue;
+      struct LayerData {
+        const Layer* L;
+        int gsz;
+        BenchWeight w;
+        int* work;
+        __half* out;
+        double bytes;
+      };
+      std::vector<LayerData> ld;
+      for (const Layer* L : layers) {
+        const int gsz = int(tl::group_size_from_marlin(L->K, g));
+        LayerData d{L, gsz, make_bench_weight(mem, L->K, L->N, gsz, &seed), dalloc<int>(mem, tl::cuda::marlin_workspace_ints(L->N)),
+                    dalloc<__half>(mem, size_t(max_m) * L->N),
+                    double(L->K) * L->N / 2 + 2.0 * 2.0 * double(L->K / gsz) * L->N};
+        CHECK_CUDA(cudaMemset(d.work, 0, tl::cuda::marlin_workspace_ints(L->N) * sizeof(int)));
+        ld.push_back(d);
+        max_k = std::max(max_k, L->K);
+      }
+      const int pgsz = int(tl::group_size_from_marlin(mlp->K, g));
+      const BenchWeight wg = make_bench_weight(mem, mlp->K, mlp->F, pgsz, &seed), wu = make_bench_weight(mem, mlp->K, mlp->F, pgsz, &seed);
+      int* pair_work = dalloc<int>(mem, tl::cuda::marlin_workspace_ints(2 * mlp->F));
+      CHECK_CUDA(cudaMemset(pair_work, 0, tl::cuda::marlin_workspace_ints(2 * mlp->F) * sizeof(int)));
+      __half *pair_out = dalloc<__half>(mem, size_t(max_m) * mlp->F), *pair_scratch = dalloc<__half>(mem, size_t(max_m) * mlp->F);
+      __half* A = dalloc<__half>(mem, size_t(max_m) * max_k);
+      bench::fill_uniform<<<1024, 256>>>(A, size_t(max_m) * max_k, ++seed, -1.f, 1.f);
+      CHECK_CUDA(cudaGetLastError());
+      CHECK_CUDA(cudaDeviceSynchronize());
+      const tl::cuda::KernelOptions rt = tl::kernel_options_from_env();
+      auto layer = [&](size_t i, int M) {
+        const LayerData& d = ld[i];
+        return tl::cuda::marlin_mm_asymmetric(A, d.w.B, d.w.s_perm, d.w.delta, d.out, d.work, M, d.L->N, d.L->K, d.gsz,
+                                              stream, rt);
+      };
+      auto cublas_layer = [&](size_t i, int M) {
+        const LayerData& d = ld[i];
+        return tl::cuda::detail::cublas_fp16_gemm(A, d.w.w_hat, d.out, M, d.L->N, d.L->K, stream);
+      };
+      for (int M : opt.ms) {
+        if (M > 64) continue;
+        auto four = [&]() {
+          for (size_t i = 0; i < ld.size(); ++i)
+            if (int rc = layer(i, M)) return rc;
+          return 0;
+        };
+        auto four_pair = [&]() {  // the MLP's gate_up as the pair (its silu included)
+          for (size_t i = 0; i < ld.size(); ++i) {
+            const int rc = std::string(ld[i].L->name) == "gate_up"
+                               ? tl::cuda::marlin_swiglu_asymmetric(A, {wg.B, wg.s_perm, wg.delta}, {wu.B, wu.s_perm, wu.delta},
+                                                                    nullptr, nullptr, pair_out, pair_scratch, pair_work, M,
+                                                                    mlp->F, mlp->K, pgsz, stream, rt)
+                               : layer(i, M);
+            if (rc) return rc;
+          }
+          return 0;
+        };
+        auto four_cublas = [&]() {
+          for (size_t i = 0; i < ld.size(); ++i)
+            if (int rc = cublas_layer(i, M)) return rc;
+          return 0;
+        };
+        // A sequence that cannot be captured (a library call that refuses capture) is reported,
+        // not timed: the launchers' own sequences are capturable by contract (tl_kernels.h).
+        Graph gm, gp, gc;
+        auto try_capture = [&](const std::function<int()>& run, Graph* gr, const char* what) {
+          try {
+            if (int rc = capture(stream, run, gr)) throw tl::Error(std::string("rc ") + std::to_string(rc));
+            return true;
+          } catch (const std::exception& e) {
+            (void)cudaGetLastError();
+            std::printf("bench_kernels: %s M=%d: no graph (%s)\n", what, M, e.what());
+            return false;
+          }
+        };
+        const bool have[3] = {try_capture(four, &gm, "marlin"), try_capture(four_pair, &gp, "pair"),
+                              try_capture(four_cublas, &gc, "cublas")};
+        std::vector<std::function<int()>> runs;
+        for (size_t i = 0; i < ld.size(); ++i) runs.push_back([&, i] { return layer(i, M); });
+        runs.push_back(four);
+        const Graph* graphs[3] = {&gm, &gp, &gc};
+        for (int k = 0; k < 3; ++k)
+          if (have[k])
+            runs.push_back([gr = graphs[k], &stream] { return cudaGraphLaunch(gr->exec, stream) == cudaSuccess ? 0 : 3; });
+        const std::vector<double> t = timer.medians_us(runs);
+        std::vector<double> us(t.begin(), t.begin() + long(ld.size()) + 1);  // alone x 4, stream
+        size_t next = ld.size() + 1;
+        for (int k = 0; k < 3; ++k) us.push_back(have[k] ? t[next++] : NAN);  // NaN: no graph
+        double alone = 0, bytes = 0;
+        std::string gbs;
+        for (size_t i = 0; i < ld.size(); ++i) {
+          alone += us[i];
+          bytes += ld[i].bytes;
+          char b[48];
+          std::snprintf(b, sizeof b, "%s%s %.0f", gbs.empty() ? "" : ", ", ld[i].L->name, ld[i].bytes / us[i] * 1e-3);
+          gbs += b;
+        }
+        const double t_stream = us[4], t_graph = us[5], t_pair = us[6], t_cublas = us[7];
+        const char* names[] = {"set4_alone", "set4_stream", "set4_graph", "set4_graph_pair", "set4_graph_cublas"};
+        const double ts[] = {alone, t_stream, t_graph, t_pair, t_cublas};
+        for (int k = 0; k < 5; ++k)
+          records.push_back({set, "set4", names[k], 0, 0, M, g, ts[k], 0.0, bytes / ts[k] * 1e-3, t_cublas / ts[k], names[k], ""});
+        std::printf("%-4s %5d %4d | %9.1f %9.1f %9.1f | %9.1f %6.2f | %9.1f %6.2f | %s\n", set.c_str(), M, g, alone, t_stream,
+                    t_graph, t_pair, t_cublas / t_pair, t_cublas, t_cublas / t_graph, M == 1 ? gbs.c_str() : "");
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
 }
 
 // The SwiGLU pair (issue 49): marlin_swiglu_asymmetric against the sequence it replaces (two
@@ -637,6 +794,8 @@ int run_bench(int argc, char** argv) {
 
   if (swiglu)
     if (int rc = bench_swiglu(opt, timer, stream, seed + 1000, records)) return rc;
+  if (std::find(opt.layers.begin(), opt.layers.end(), "graph") != opt.layers.end())
+    if (int rc = bench_graph(opt, timer, stream, seed + 2000, records)) return rc;
 
   // ---- summary: geometric means per set and group size ----
   struct Summary {
