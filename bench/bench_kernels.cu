@@ -277,10 +277,13 @@ struct MlpShape {
 };
 constexpr MlpShape kMlpShapes[] = {{"7b", 4096, 11008}, {"70b", 8192, 28672}};
 
-// One asymmetric Marlin weight [K, N] made on the GPU, and its fp16 W_hat (the reference's).
+// One asymmetric weight [K, N] made on the GPU in every layout the kernels read: Marlin's B,
+// permuted s and delta; TinyLoop's q (two codes per byte), scale and zero; and the fp16 weights
+// the checks compare against, W_hat = q scale + zero and W_marlin = (q - 8) s.
 struct BenchWeight {
   const int32_t* B;
-  const __half *s_perm, *delta, *w_hat;
+  const __half *s_perm, *delta, *w_hat, *w_marlin, *scale, *zero;
+  const uint8_t* q_tl;
 };
 BenchWeight make_bench_weight(DeviceScope& mem, int K, int N, int gsz, uint64_t* seed) {
   const int G = K / gsz;
@@ -296,7 +299,7 @@ BenchWeight make_bench_weight(DeviceScope& mem, int K, int N, int gsz, uint64_t*
   bench::permute_scales<<<1024, 256>>>(scale, s_perm, gn, G == 1);
   bench::decode_marlin<<<4096, 256>>>(B, scale, zero, K, N, gsz, q_tl, w_marlin, w_hat);
   CHECK_CUDA(cudaGetLastError());
-  return {reinterpret_cast<const int32_t*>(B), s_perm, delta, w_hat};
+  return {reinterpret_cast<const int32_t*>(B), s_perm, delta, w_hat, w_marlin, scale, zero, q_tl};
 }
 
 // A graph of `run` captured on `stream` (each launcher called once before, so that its scratch
@@ -610,25 +613,19 @@ int run_bench(int argc, char** argv) {
       const size_t kn = size_t(L.K) * L.N, gn = size_t(G) * L.N;
       // ---- weights, generated on the GPU ----
       DeviceScope mem;  // this layer's buffers
-      uint32_t* B = dalloc<uint32_t>(mem, kn / 8);
-      __half *scale = dalloc<__half>(mem, gn), *s_perm = dalloc<__half>(mem, gn), *zero = dalloc<__half>(mem, gn),
-             *delta = dalloc<__half>(mem, gn), *w_hat = dalloc<__half>(mem, kn), *w_marlin = dalloc<__half>(mem, kn);
-      uint8_t* q_tl = dalloc<uint8_t>(mem, kn / 2);
+      const BenchWeight bw = make_bench_weight(mem, L.K, L.N, gsz, &seed);
+      const int32_t* Bi = bw.B;
+      const __half *scale = bw.scale, *s_perm = bw.s_perm, *zero = bw.zero, *delta = bw.delta, *w_hat = bw.w_hat,
+                   *w_marlin = bw.w_marlin;
+      const uint8_t* q_tl = bw.q_tl;
       __half *A = dalloc<__half>(mem, size_t(max_m) * L.K), *C = dalloc<__half>(mem, size_t(max_m) * L.N),
              *C_ref = dalloc<__half>(mem, size_t(max_m) * L.N);
       float* a_sum = dalloc<float>(mem, size_t(max_m) * G);
       int* workspace = dalloc<int>(mem, tl::cuda::marlin_workspace_ints(L.N));
       CHECK_CUDA(cudaMemset(workspace, 0, tl::cuda::marlin_workspace_ints(L.N) * sizeof(int)));
-      CHECK_CUDA(cudaMemset(q_tl, 0, kn / 2));
-      bench::fill_bits<<<1024, 256>>>(B, kn / 8, ++seed);
-      bench::fill_uniform<<<1024, 256>>>(scale, gn, ++seed, 0.002f, 0.02f);
-      bench::make_zero_delta<<<1024, 256>>>(scale, zero, delta, gn, ++seed);
-      bench::permute_scales<<<1024, 256>>>(scale, s_perm, gn, G == 1);
-      bench::decode_marlin<<<4096, 256>>>(B, scale, zero, L.K, L.N, gsz, q_tl, w_marlin, w_hat);
       bench::fill_uniform<<<1024, 256>>>(A, size_t(max_m) * L.K, ++seed, -1.f, 1.f);
       CHECK_CUDA(cudaGetLastError());
       CHECK_CUDA(cudaDeviceSynchronize());
-      const int32_t* Bi = reinterpret_cast<const int32_t*>(B);
 
       auto marlin = [&](int M) {
         return tl::cuda::marlin_int4_tc_gemm(A, Bi, C, s_perm, workspace, M, L.N, L.K, gsz, stream);

@@ -12,29 +12,33 @@
 #include "cuda/model_ops.h"
 #include "cuda/tl_kernels.h"
 
-#include <string>
-
 #include "core/group_size.h"
 #include "core/swiglu_pair.h"
 
 namespace tl::cuda {
+namespace {
 
+// Whether a pair the gate passes runs fused: on the decode kernel's rows, and at 9..16 rows only
+// on short warp stripes (core/swiglu_pair.h).
+bool runs_fused(int M, int F, int K, int group_size, const KernelOptions& options) {
+  if (detail::marlin_route(M, 2 * F, K, group_size, options) != detail::MarlinRoute::kDecode) return false;
+  if (M <= 8) return true;
+  detail::SmallMGrid g{};
+  return detail::marlin_small_m_grid(M, 2 * F, K, group_size, true, options, &g, true) == kOk &&
+         g.per_warp <= kPairMaxUnitsPerWarp9To16;
+}
+
+}  // namespace
 
 const char* marlin_swiglu_route(int M, int F, int K, int group_size, const KernelOptions& options) {
   if (M < 1 || !marlin_shape_ok(K, F) || !marlin_group_size_ok(K, group_size)) return "unsupported";
-  if (detail::marlin_route(M, 2 * F, K, group_size, options) != detail::MarlinRoute::kDecode) return "unfused";
-  if (M > 8) {
-    detail::SmallMGrid g{};
-    if (detail::marlin_small_m_grid(M, 2 * F, K, group_size, true, options, &g, true) != kOk ||
-        g.per_warp > kPairMaxUnitsPerWarp9To16)
-      return "unfused";
-  }
-  return "fused";
+  return runs_fused(M, F, K, group_size, options) ? "fused" : "unfused";
 }
 
 int marlin_swiglu_plan(int M, int F, int K, int group_size, const KernelOptions& options, GemmPlan* plan) {
   *plan = GemmPlan{};
-  if (std::string(marlin_swiglu_route(M, F, K, group_size, options)) == "fused") {
+  if (M >= 1 && marlin_shape_ok(K, F) && marlin_group_size_ok(K, group_size) &&
+      runs_fused(M, F, K, group_size, options)) {
     detail::SmallMGrid g{};
     const int rc = detail::marlin_small_m_grid(M, 2 * F, K, group_size, true, options, &g, true);
     if (rc == kOk) {
@@ -59,7 +63,7 @@ int marlin_swiglu_asymmetric(const __half* A, const MarlinOperands& gate, const 
   if (!gate.delta || !up.delta || !up.B || !up.s) return kShapeUnsupported;
   if (M < 1 || !marlin_shape_ok(K, F)) return kShapeUnsupported;
   if (!marlin_group_size_ok(K, group_size)) return kNoConfig;
-  if (std::string(marlin_swiglu_route(M, F, K, group_size, options)) == "fused") {
+  if (runs_fused(M, F, K, group_size, options)) {  // the gate was checked above
     // marlin_gemm's checks (pointers, alignment) on each section, then the pair launch.
     const detail::SmallPairOperands pair{up.B, up.s, up.delta, bias_gate, bias_up};
     for (const MarlinOperands* w : {&gate, &up})

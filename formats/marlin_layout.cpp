@@ -269,10 +269,7 @@ std::vector<half_bits> compact_delta(const QuantWeight& w, const MarlinSection& 
   marlin_delta(w.scale.data(), w.zero.data(), int64_t(d.size()), d.data());
   const int64_t N = w.N, NP = m.columns(N);
   if (NP == N || N <= 0) return d;
-  std::vector<half_bits> padded(d.size() / size_t(N) * size_t(NP), 0);
-  for (size_t r = 0; r < d.size() / size_t(N); ++r)
-    std::copy(d.begin() + r * N, d.begin() + (r + 1) * N, padded.begin() + r * NP);
-  return padded;
+  return widen_columns(d.data(), int64_t(d.size()) / N, N, NP, half_bits(0));
 }
 
 void marlin_delta(const half_bits* scale, const half_bits* zero, int64_t count, half_bits* delta) {
@@ -360,14 +357,9 @@ void marlin_pack_into(const QuantWeight& w, const std::string& file, MarlinSecti
   const uint8_t* q = w.q.data();
   const half_bits *scale = w.scale.data(), *zero = w.zero.data();
   if (NP != N) {
-    auto widen = [&](const auto* src, int64_t rows, auto fill, auto& dst) {
-      dst.assign(size_t(rows * NP), fill);
-      for (int64_t r = 0; r < rows; ++r) std::copy(src + r * N, src + (r + 1) * N, dst.begin() + r * NP);
-      return dst.data();
-    };
-    q = widen(q, K, uint8_t(8), q_pad);
-    scale = widen(scale, G, float_to_half(1.0f), scale_pad);
-    zero = widen(zero, G, float_to_half(-8.0f), zero_pad);
+    q = (q_pad = widen_columns(q, K, N, NP, uint8_t(8))).data();
+    scale = (scale_pad = widen_columns(scale, G, N, NP, float_to_half(1.0f))).data();
+    zero = (zero_pad = widen_columns(zero, G, N, NP, float_to_half(-8.0f))).data();
   }
   MarlinSection& m = *out;
   m.groupsize = marlin_groupsize_arg(K, w.group_size);
@@ -399,11 +391,8 @@ MarlinDecoded marlin_decode(const MarlinSection& m, int64_t K, int64_t N, int64_
                     std::to_string(want_gs) + " for group_size " + std::to_string(group_size),
                 file, item);
   const int64_t G = K / group_size, NP = m.columns(N);
-  if (m.padded_n != 0 && m.padded_n != marlin_padded_n(N))
-    throw Error("marlin section of " + std::to_string(m.padded_n) + " columns: expected " +
-                    (N % kMarlinTileN == 0 ? std::string("N = ") + std::to_string(N) + " (no padding)"
-                                           : std::to_string(marlin_padded_n(N)) + " (N = " + std::to_string(N) +
-                                                 " padded to a multiple of 128)"),
+  if (!marlin_padding_ok(N, m.padded_n))
+    throw Error("marlin section of " + std::to_string(m.padded_n) + " columns: expected " + marlin_padding_expected(N),
                 file, item);
   if (int64_t(m.B.size()) != K / 16 * 2 * NP)
     throw Error("marlin/B holds " + std::to_string(m.B.size()) + " words, expected [" +
@@ -419,18 +408,10 @@ MarlinDecoded marlin_decode(const MarlinSection& m, int64_t K, int64_t N, int64_
   d.scale.resize(size_t(G * NP));
   marlin_unpermute_scales(m.s.data(), G, NP, m.groupsize == -1, d.scale.data());
   if (NP != N) {  // the weight's own columns; the padding is returned apart
-    auto crop = [&](auto& v, int64_t rows, auto& pad) {
-      pad.clear();
-      auto out = v;
-      out.resize(size_t(rows * N));
-      for (int64_t r = 0; r < rows; ++r) {
-        std::copy(v.begin() + r * NP, v.begin() + r * NP + N, out.begin() + r * N);
-        pad.insert(pad.end(), v.begin() + r * NP + N, v.begin() + (r + 1) * NP);
-      }
-      v = std::move(out);
-    };
-    crop(d.q, K, d.pad_q);
-    crop(d.scale, G, d.pad_scale);
+    d.pad_q = column_range(d.q.data(), K, NP, N, NP);
+    d.q = column_range(d.q.data(), K, NP, 0, N);
+    d.pad_scale = column_range(d.scale.data(), G, NP, N, NP);
+    d.scale = column_range(d.scale.data(), G, NP, 0, N);
   }
   return d;
 }

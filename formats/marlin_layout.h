@@ -43,6 +43,21 @@ void marlin_delta(const half_bits* scale, const half_bits* zero, int64_t count, 
 // section m (a padded section's extra columns: 0).
 std::vector<half_bits> compact_delta(const QuantWeight& w, const MarlinSection& m);
 
+// Columns [c0, c1) of a [rows, cols] array: a padded section's own columns, or its padding.
+template <class T>
+std::vector<T> column_range(const T* v, int64_t rows, int64_t cols, int64_t c0, int64_t c1) {
+  std::vector<T> out(size_t(rows * (c1 - c0)));
+  for (int64_t r = 0; r < rows; ++r) std::copy(v + r * cols + c0, v + r * cols + c1, out.begin() + r * (c1 - c0));
+  return out;
+}
+// A [rows, N] array widened to NP columns, the new ones `fill` (a padded section's zero weights).
+template <class T>
+std::vector<T> widen_columns(const T* v, int64_t rows, int64_t N, int64_t NP, T fill) {
+  std::vector<T> out(size_t(rows * NP), fill);
+  for (int64_t r = 0; r < rows; ++r) std::copy(v + r * N, v + (r + 1) * N, out.begin() + r * NP);
+  return out;
+}
+
 // The whole section for one weight (gate checked by the caller; throws tl::Error otherwise).
 MarlinSection marlin_pack(const QuantWeight& w);
 // The same, naming `file` in its errors (bad codes, scales, shapes, a failed gate).

@@ -114,12 +114,9 @@ void validate_marlin(const MarlinSection& m, int64_t K, int64_t N, int64_t G, in
                     " for group_size " + std::to_string(group_size) + " and K = " + std::to_string(K),
                 file, it);
   if (K % 16 != 0) throw Error("expected K divisible by 16 for a Marlin section, K = " + std::to_string(K), file, it);
-  if (m.padded_n != 0 && (N % kMarlinTileN == 0 || m.padded_n != marlin_padded_n(N)))
-    throw Error("a section of " + std::to_string(m.padded_n) + " columns: expected " +
-                    (N % kMarlinTileN == 0 ? "N = " + std::to_string(N) + " (no padding)"
-                                           : std::to_string(marlin_padded_n(N)) + " (N = " + std::to_string(N) +
-                                                 " padded to a multiple of 128)"),
-                file, it);
+  if (!marlin_padding_ok(N, m.padded_n))
+    throw Error("a section of " + std::to_string(m.padded_n) + " columns: expected " + marlin_padding_expected(N), file,
+                it);
   N = m.columns(N);  // the sizes below are the section's
   if (int64_t(m.B.size()) != (K / 16) * 2 * N)
     throw Error("B: expected " + std::to_string((K / 16) * 2 * N) + " words [K/16, 2N], got " + std::to_string(m.B.size()), file, it);

@@ -66,6 +66,19 @@ struct MarlinSection {
   int64_t columns(int64_t N) const { return padded_n > 0 ? padded_n : N; }
 };
 
+// The one padding rule: a section of a weight of N columns is not padded (padded_n 0), or N is
+// not a multiple of 128 and padded_n = marlin_padded_n(N).
+inline bool marlin_padding_ok(int64_t N, int64_t padded_n) {
+  return padded_n == 0 || (N % kMarlinTileN != 0 && padded_n == marlin_padded_n(N));
+}
+// What a section of a weight of N columns has, for messages: "N = 256 (no padding)" or
+// "256 (N = 200 padded to a multiple of 128)".
+inline std::string marlin_padding_expected(int64_t N) {
+  return N % kMarlinTileN == 0 ? "N = " + std::to_string(N) + " (no padding)"
+                               : std::to_string(marlin_padded_n(N)) + " (N = " + std::to_string(N) +
+                                     " padded to a multiple of 128)";
+}
+
 // How a packed weight's codes are stored: both forms (native q + scale, and the Marlin section),
 // or the Marlin section only (compact: one copy of the codes, ~half the bytes).
 enum class CodeStorage { kNative, kMarlinOnly };

@@ -232,7 +232,7 @@ static QuantLayout check_quant_layout(const TinyloopReader::Impl& im, const std:
     if (l.K % 16 != 0) throw Error("expected K divisible by 16 for a Marlin section, K = " + std::to_string(l.K), path, mp);
     // The section's columns: the weight's N, or N padded to a multiple of 128 (version 4).
     l.marlin_n = h5::attr_int(f, mp, "N", path);
-    if (l.marlin_n != l.N && (l.N % kMarlinTileN == 0 || l.marlin_n != marlin_padded_n(l.N)))
+    if (l.marlin_n != l.N && !marlin_padding_ok(l.N, l.marlin_n))
       throw Error("N = " + std::to_string(l.marlin_n) + ": expected " + std::to_string(l.N) +
                       (l.N % kMarlinTileN == 0 ? std::string()
                                                : " or " + std::to_string(marlin_padded_n(l.N)) +

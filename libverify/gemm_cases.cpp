@@ -5,6 +5,7 @@
 
 #include "core/group_size.h"
 #include "core/nibbles.h"
+#include "formats/marlin_layout.h"
 #include "libverify/reference_math.h"
 #include "libverify/tier_cases.h"
 #include "libverify/tolerances.h"
@@ -128,7 +129,7 @@ CaseResult run_wrapper_case(KernelBackend& backend, const QuantWeight& w,
     c.message = st.message;
     return c;
   }
-  const CaseReference ref = wrapper_reference(A.data(), M, w, first_columns(sec.delta, NP, w.N), kReferenceRowsMax);
+  const CaseReference ref = wrapper_reference(A.data(), M, w, column_range(sec.delta.data(), w.groups(), NP, 0, w.N), kReferenceRowsMax);
   compare_and_judge(c, out, ref, w.N, bounds);
   return c;
 }

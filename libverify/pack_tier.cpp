@@ -78,9 +78,8 @@ CaseResult check_pack(const QuantWeight& w) {
     fail(c, "layout tag '" + sec.layout + "', expected '" + kMarlinLayoutTag + "'");
   // NP: the section's columns, N or (N not a multiple of 128) N padded to one.
   const int64_t NP = sec.columns(N);
-  if (sec.padded_n != 0 && (N % kMarlinTileN == 0 || sec.padded_n != marlin_padded_n(N))) {
-    fail(c, "a section of " + std::to_string(sec.padded_n) + " columns for N = " + std::to_string(N) + ": expected " +
-                std::to_string(marlin_padded_n(N)));
+  if (!marlin_padding_ok(N, sec.padded_n)) {
+    fail(c, "a section of " + std::to_string(sec.padded_n) + " columns: expected " + marlin_padding_expected(N));
     return c;
   }
   const bool shapes_ok = K % 16 == 0 && NP % 64 == 0 && sec.B.size() == size_t(K / 16 * 2 * NP) &&
@@ -92,14 +91,10 @@ CaseResult check_pack(const QuantWeight& w) {
                 ", s and delta [G, N] = " + std::to_string(G * NP) + " (N = " + std::to_string(NP) + ")");
     return c;
   }
-  // Element i of a [R, N] array of the weight is element sec_at(i) of the section's [R, NP].
-  auto sec_at = [&](int64_t i) { return size_t(i / N * NP + i % N); };
-
-  // Codes.
+  // Codes: the section's own N columns of its NP.
   std::vector<uint8_t> q_sec(size_t(K * NP));
   marlin_unpack_codes(sec.B.data(), K, NP, q_sec.data());
-  std::vector<uint8_t> q(size_t(K * N));
-  for (int64_t i = 0; i < K * N; ++i) q[size_t(i)] = q_sec[sec_at(i)];
+  const std::vector<uint8_t> q = column_range(q_sec.data(), K, NP, 0, N);
   Mismatches bad_q(N);
   for (int64_t i = 0; i < K * N; ++i)
     if (q[size_t(i)] != w.q[size_t(i)]) bad_q.add(i);
@@ -111,8 +106,8 @@ CaseResult check_pack(const QuantWeight& w) {
   // Scales, undone with the permutation the contract's groupsize implies (G == 1: per column).
   std::vector<half_bits> s_sec(size_t(G * NP));
   marlin_unpermute_scales(sec.s.data(), G, NP, G == 1, s_sec.data());
-  std::vector<half_bits> s(size_t(G * N)), sec_delta(size_t(G * N));
-  for (int64_t i = 0; i < G * N; ++i) s[size_t(i)] = s_sec[sec_at(i)], sec_delta[size_t(i)] = sec.delta[sec_at(i)];
+  const std::vector<half_bits> s = column_range(s_sec.data(), G, NP, 0, N);
+  const std::vector<half_bits> sec_delta = column_range(sec.delta.data(), G, NP, 0, N);
   const std::vector<half_bits> delta = delta_contract(w.scale, w.zero);
   UlpAccumulator acc(0.0);
   Mismatches bad_s(N), bad_d(N);
@@ -125,12 +120,11 @@ CaseResult check_pack(const QuantWeight& w) {
   // The padding (docs/format.md): zero weights, codes 8, scale 1, delta 0, so that nothing a
   // kernel computes in those columns could reach the weight's own.
   if (NP != N) {
-    int64_t bad_pad = 0;
-    for (int64_t r = 0; r < K; ++r)
-      for (int64_t n = N; n < NP; ++n) bad_pad += q_sec[size_t(r * NP + n)] != 8;
-    for (int64_t r = 0; r < G; ++r)
-      for (int64_t n = N; n < NP; ++n)
-        bad_pad += s_sec[size_t(r * NP + n)] != float_to_half(1.0f) || sec.delta[size_t(r * NP + n)] != 0;
+    const std::vector<uint8_t> pad_q = column_range(q_sec.data(), K, NP, N, NP);
+    const std::vector<half_bits> pad_s = column_range(s_sec.data(), G, NP, N, NP);
+    const std::vector<half_bits> pad_d = column_range(sec.delta.data(), G, NP, N, NP);
+    int64_t bad_pad = std::count_if(pad_q.begin(), pad_q.end(), [](uint8_t v) { return v != 8; });
+    for (size_t i = 0; i < pad_s.size(); ++i) bad_pad += pad_s[i] != float_to_half(1.0f) || pad_d[i] != 0;
     if (bad_pad)
       fail(c, std::to_string(bad_pad) + " padding entries (columns " + std::to_string(N) + ".." + std::to_string(NP - 1) +
                   ") are not the zero weight (codes 8, scale 1, delta 0)");

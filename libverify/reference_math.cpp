@@ -186,14 +186,6 @@ CaseReference wrapper_reference(const half_bits* A, int64_t M, const QuantWeight
   return r;
 }
 
-std::vector<half_bits> first_columns(const std::vector<half_bits>& v, int64_t NP, int64_t N) {
-  if (NP == N) return v;
-  const int64_t rows = int64_t(v.size()) / NP;
-  std::vector<half_bits> out(size_t(rows * N));
-  for (int64_t r = 0; r < rows; ++r) std::copy(v.begin() + r * NP, v.begin() + r * NP + N, out.begin() + r * N);
-  return out;
-}
-
 CaseReference swiglu_reference(const half_bits* A, int64_t M, const QuantWeight& gate, const QuantWeight& up,
                                const std::vector<float>& bias_gate, const std::vector<float>& bias_up,
                                int max_rows) {

@@ -28,9 +28,6 @@ std::vector<double> dequant_asymmetric(const QuantWeight& w);
 std::vector<half_bits> delta_contract(const std::vector<half_bits>& scale,
                                       const std::vector<half_bits>& zero);
 
-// The first N columns of a [rows, NP] array (a padded Marlin section's delta: the weight's own).
-std::vector<half_bits> first_columns(const std::vector<half_bits>& v, int64_t NP, int64_t N);
-
 // Exact group sums of fp16 activations, [rows.size(), G] for the given rows of A [*, K].
 std::vector<double> group_sums(const half_bits* A, int64_t K, int64_t group_size,
                                const std::vector<int64_t>& rows);

@@ -289,7 +289,8 @@ void run_on_file(TierId id, const TierBounds& b, const RunContext& ctx, TierResu
         c = run_wrapper_case(*ctx.backend, w, A, M, b);
       } else {
         const std::vector<half_bits> C = random_halves(rng, M, w.N);
-        c = run_correction_case(*ctx.backend, A, C, first_columns(w.marlin->delta, w.marlin->columns(w.N), w.N), M,
+        c = run_correction_case(*ctx.backend, A, C,
+                                column_range(w.marlin->delta.data(), w.groups(), w.marlin->columns(w.N), 0, w.N), M,
                                 w.N, w.K, w.group_size, b);
       }
       c.weight = w.name;

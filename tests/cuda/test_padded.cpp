@@ -9,6 +9,7 @@
 
 #include "core/nibbles.h"
 #include "cuda/tl_kernels.h"
+#include "formats/marlin_layout.h"
 #include "gpu_support/gpu_test_util.h"
 #include "libverify/random_weights.h"
 #include "libverify/reference_math.h"
@@ -49,7 +50,7 @@ struct PaddedCase {
     for (size_t i = size_t(M) * N; i < out.size(); ++i)
       REQUIRE_MESSAGE(out[i] == 0xffff, what << ": written past C [M, N] at +" << (i - size_t(M) * N));
     const tl::verify::CaseReference r = tl::verify::wrapper_reference(
-        A.data(), M, w, tl::verify::first_columns(w.marlin->delta, NP, N), tl::verify::kReferenceRowsMax);
+        A.data(), M, w, tl::column_range(w.marlin->delta.data(), w.groups(), NP, 0, N), tl::verify::kReferenceRowsMax);
     const CompareResult c = compare_rows(what + " " + name(), own, r.rows, N, Reference{r.ref, r.sigma},
                                          kMaxUlpVsWHat, kMaxRelFro);
     CHECK(c.max_ulp <= kMaxUlpVsWHat);

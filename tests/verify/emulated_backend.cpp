@@ -94,8 +94,10 @@ KernelStatus EmulatedBackend::mm_asymmetric(const half_bits* A, const int32_t* B
   if (n_out > 0 && n_out < N) {  // a padded section: the whole product, then its first n_out columns
     std::vector<half_bits> full(size_t(M) * size_t(N));
     const KernelStatus st = mm_asymmetric(A, B, s, delta, full.data(), M, N, K, group_size, 0);
-    for (int m = 0; st.ok && m < M; ++m)
-      std::copy(full.begin() + size_t(m) * N, full.begin() + size_t(m) * N + n_out, C + size_t(m) * n_out);
+    if (st.ok) {
+      const std::vector<half_bits> own = column_range(full.data(), M, N, 0, n_out);
+      std::copy(own.begin(), own.end(), C);
+    }
     return st;
   }
   const KernelStatus st =
