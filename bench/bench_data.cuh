@@ -1,4 +1,4 @@
-// GPU-side random layers for bench_kernels: generating a 70B layer (470 M codes) on the CPU
+// The benchmarks' layer shapes, and GPU-side random layers for bench_kernels: generating a 70B layer (470 M codes) on the CPU
 // would cost more device-machine time than timing it. B is random bits (every 32-bit word is a
 // valid Marlin word); the other layouts are decoded from it with the layout formulas of
 // formats/marlin_layout.h, so the correctness check before timing compares the kernels
@@ -10,6 +10,20 @@
 #include <cuda_fp16.h>
 
 namespace bench {
+
+// The four linear layers of Llama-2-7B and -70B as a runtime runs them (K x N; gate and up as one
+// gate_up weight of 2 x ffn columns, the SwiGLU pair's layout): bench_kernels times these,
+// bench_gptq_gpu quantizes them (gate_up as its two ffn-column halves, one GPTQ each).
+struct Layer {
+  const char* set;
+  const char* name;
+  int K, N;
+};
+constexpr Layer kLayers[] = {
+    {"7b", "qkv", 4096, 12288},  {"7b", "o", 4096, 4096},       {"7b", "gate_up", 4096, 22016},
+    {"7b", "down", 11008, 4096}, {"70b", "qkv", 8192, 10240},   {"70b", "o", 8192, 8192},
+    {"70b", "gate_up", 8192, 57344}, {"70b", "down", 28672, 8192},
+};
 
 __device__ __forceinline__ uint32_t hash32(uint64_t x) {
   x ^= x >> 33;

@@ -75,16 +75,8 @@ constexpr double kCheckRelFro = 2e-3;
 constexpr double kTargetMsPerPoint = 30.0;  // timing budget per measurement
 constexpr int kMinReps = 5;
 
-struct Layer {
-  const char* set;
-  const char* name;
-  int K, N;
-};
-const Layer kLayers[] = {
-    {"7b", "qkv", 4096, 12288},  {"7b", "o", 4096, 4096},       {"7b", "gate_up", 4096, 22016},
-    {"7b", "down", 11008, 4096}, {"70b", "qkv", 8192, 10240},   {"70b", "o", 8192, 8192},
-    {"70b", "gate_up", 8192, 57344}, {"70b", "down", 28672, 8192},
-};
+using bench::Layer;
+using bench::kLayers;
 
 struct Options {
   std::vector<std::string> sets{"7b", "70b"};

@@ -2,6 +2,7 @@
 // that walks K gives one thread one output column n: columns never interact in GPTQ, adjacent
 // threads read adjacent addresses of a row-major [*, N] matrix (coalesced), and every sum runs
 // in a fixed order (no atomics), so results do not depend on the launch.
+#include <algorithm>
 #include <cmath>
 
 #include "cuda/cuda_check.h"
@@ -84,6 +85,14 @@ __global__ void add_diagonal_kernel(float* A, int K, float v) {
   if (k < K) A[int64_t(k) * K + k] = __fadd_rn(A[int64_t(k) * K + k], v);
 }
 
+__global__ void reverse_kernel(float* A, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n / 2; i += int64_t(gridDim.x) * blockDim.x) {
+    const float a = A[i];
+    A[i] = A[n - 1 - i];
+    A[n - 1 - i] = a;
+  }
+}
+
 __global__ void check_factor_kernel(const float* U, int K, int* bad) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
   if (j < i || j >= K) return;
@@ -107,28 +116,38 @@ __global__ void minmax_params_kernel(const float* W, int64_t ld, int rows, int N
   zq[n] = p.zq;
 }
 
-// One thread per output column; the block's rows of that column live in shared memory (a thread
-// reads and writes only its own column, so no barrier is needed after the load). U[j, r] is the
-// same address for every thread of the block: one broadcast load.
-constexpr int kSweepThreads = 32;  // one warp per column group: N / 32 blocks keep every SM busy
+// The in-block sweep: kSweepLanes lanes per output column, kSweepCols columns per warp, one warp
+// per block. The block's rows of a column live in shared memory, row r owned by lane r %
+// kSweepLanes of the column's group: the owner of row i quantizes it and hands its scaled error
+// er to the group by a shuffle, then every lane updates its own rows r > i (w_r -= U[i, r] er).
+// Each element sees the same operations in the same order as with one thread per column (so the
+// codes do not change), but the serial chain per row is kSweepLanes times shorter and a
+// 4096-column weight runs 512 warps instead of 128 (one per SM was latency-bound). Rows are
+// interleaved by lane, so the 32 lanes of a step touch 32 consecutive words (no bank conflict).
+// U[i, r] is one broadcast load per lane group. Lanes of a column past N compute on zeros and
+// store nothing (every lane must reach the shuffles).
+constexpr int kSweepLanes = 4;
+constexpr int kSweepCols = 32 / kSweepLanes;
 
 __global__ void sweep_block_kernel(GptqSweep s, int i1, int cnt) {
-  extern __shared__ float w1[];  // [cnt][kSweepThreads]
-  const int t = threadIdx.x, n = blockIdx.x * kSweepThreads + t;
-  if (n >= s.N) return;
+  extern __shared__ float w1[];  // [cnt][kSweepCols]
+  const int lane = threadIdx.x, c = lane / kSweepLanes, sub = lane % kSweepLanes;
+  const int n = blockIdx.x * kSweepCols + c;
+  const bool live = n < s.N;
   const int K = s.K, N = s.N;
-  for (int r = 0; r < cnt; ++r) w1[r * kSweepThreads + t] = s.Wc[int64_t(i1 + r) * N + n];
+  for (int r = sub; r < cnt; r += kSweepLanes) w1[r * kSweepCols + c] = live ? s.Wc[int64_t(i1 + r) * N + n] : 0.0f;
   Params p{0.0f, 0.0f};
-  if (s.params == GptqParams::kPerRow) p = {s.scale[n], s.zq[n]};
-  if (s.params == GptqParams::kDynamic && i1 % s.gs != 0) {
+  if (live && s.params == GptqParams::kPerRow) p = {s.scale[n], s.zq[n]};
+  if (live && s.params == GptqParams::kDynamic && i1 % s.gs != 0) {
     const int64_t g = i1 / s.gs;  // started by an earlier block
     p = {s.scale[g * N + n], s.zq[g * N + n]};
   }
   double loss = 0;
   for (int i = 0; i < cnt; ++i) {
     const int j = i1 + i, k = s.order[j];
-    if (s.params == GptqParams::kDynamic && j % s.gs == 0) {
-      // Parameters from the block-start rows [j, j + gs) (upstream reads its outer W here).
+    if (live && s.params == GptqParams::kDynamic && j % s.gs == 0) {
+      // Parameters from the block-start rows [j, j + gs) (upstream reads its outer W here); every
+      // lane of the group computes them (the row's owner changes with i).
       const int rows = min(s.gs, K - j);
       float lo = s.Wc[int64_t(j) * N + n], hi = lo;
       for (int r = 1; r < rows; ++r) {
@@ -138,29 +157,41 @@ __global__ void sweep_block_kernel(GptqSweep s, int i1, int cnt) {
       }
       p = params_from_range(lo, hi, s.float_zero);
       const int64_t g = j / s.gs;
-      s.scale[g * N + n] = p.scale;
-      s.zq[g * N + n] = p.zq;
-    } else if (s.params == GptqParams::kStatic) {
+      if (sub == 0) {
+        s.scale[g * N + n] = p.scale;
+        s.zq[g * N + n] = p.zq;
+      }
+    } else if (live && s.params == GptqParams::kStatic) {
       const int64_t g = k / s.gs;
       p = {s.scale[g * N + n], s.zq[g * N + n]};
     }
-    const float w = w1[i * kSweepThreads + t];
-    float code, x;
-    const float qv = quantize_one(w, p, s.float_zero, &code, &x);
-    s.q[int64_t(k) * N + n] = uint8_t(code);
-    if (s.w_hat) s.w_hat[int64_t(k) * N + n] = qv;
-    if (s.tie) s.tie[int64_t(k) * N + n] = fabsf(__fsub_rn(__fsub_rn(x, floorf(x)), 0.5f));
-    const float d = s.U[int64_t(j) * K + j];
-    const float e = __fsub_rn(w, qv);
-    loss += double(__fdiv_rn(__fmul_rn(e, e), __fmul_rn(d, d)));
-    const float er = __fdiv_rn(e, d);
-    s.err[int64_t(i) * N + n] = er;
+    const int owner = i % kSweepLanes;
+    float er = 0.0f;
+    if (sub == owner && live) {
+      const float w = w1[i * kSweepCols + c];
+      float code, x;
+      const float qv = quantize_one(w, p, s.float_zero, &code, &x);
+      s.q[int64_t(k) * N + n] = uint8_t(code);
+      if (s.w_hat) s.w_hat[int64_t(k) * N + n] = qv;
+      if (s.tie) s.tie[int64_t(k) * N + n] = fabsf(__fsub_rn(__fsub_rn(x, floorf(x)), 0.5f));
+      const float d = s.U[int64_t(j) * K + j];
+      const float e = __fsub_rn(w, qv);
+      loss += double(__fdiv_rn(__fmul_rn(e, e), __fmul_rn(d, d)));
+      er = __fdiv_rn(e, d);
+      s.err[int64_t(i) * N + n] = er;
+    }
+    er = __shfl_sync(0xffffffffu, er, (lane & ~(kSweepLanes - 1)) | owner);
     const float* urow = s.U + int64_t(j) * K + i1;
-#pragma unroll 8
-    for (int r = i + 1; r < cnt; ++r)
-      w1[r * kSweepThreads + t] = __fsub_rn(w1[r * kSweepThreads + t], __fmul_rn(__ldg(urow + r), er));
+    // This lane's rows after i: the first r > i with r % kSweepLanes == sub, then every 4th.
+    const int r0 = i + 1 + ((sub - (i + 1)) % kSweepLanes + kSweepLanes) % kSweepLanes;
+#pragma unroll 4
+    for (int r = r0; r < cnt; r += kSweepLanes)
+      w1[r * kSweepCols + c] = __fsub_rn(w1[r * kSweepCols + c], __fmul_rn(__ldg(urow + r), er));
   }
-  s.loss[n] += loss;
+  // The column's loss: its lanes' sums (each over the rows it owns), combined by a butterfly
+  // (a fixed order: the same bits on every run).
+  for (int o = 1; o < kSweepLanes; o <<= 1) loss += __shfl_xor_sync(0xffffffffu, loss, o);
+  if (live && sub == 0) s.loss[n] += loss;
 }
 
 __global__ void storage_params_kernel(const float* scale, const float* zq, int64_t n, bool float_zero,
@@ -248,6 +279,14 @@ int gptq_add_diagonal(float* A, int K, float v, cudaStream_t stream) {
   return kOk;
 }
 
+int gptq_reverse(float* A, int K, cudaStream_t stream) {
+  if (K <= 0) return kShapeUnsupported;
+  const int64_t n = int64_t(K) * K;
+  reverse_kernel<<<int(std::min<int64_t>(blocks_for(n / 2 + 1, kThreads), 65536)), kThreads, 0, stream>>>(A, n);
+  TL_CHECK_LAUNCH("reverse_kernel");
+  return kOk;
+}
+
 int gptq_check_factor(const float* U, int K, int* bad, cudaStream_t stream) {
   if (K <= 0 || K > 65535) return kShapeUnsupported;
   TL_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(int), stream));
@@ -267,10 +306,8 @@ int gptq_minmax_params(const float* W, int64_t ld, int rows, int N, const uint8_
 
 int gptq_sweep_block(const GptqSweep& s, int i1, int cnt, cudaStream_t stream) {
   if (cnt <= 0 || cnt > kGptqMaxBlock || i1 < 0 || i1 + cnt > s.K || s.N <= 0 || s.gs <= 0) return kShapeUnsupported;
-  const size_t smem = size_t(cnt) * kSweepThreads * sizeof(float);
-  if (smem > 48 * 1024)  // above the default dynamic limit: opt in (kGptqMaxBlock rows: 32 KiB)
-    TL_CUDA_CHECK(cudaFuncSetAttribute(sweep_block_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  sweep_block_kernel<<<blocks_for(s.N, kSweepThreads), kSweepThreads, smem, stream>>>(s, i1, cnt);
+  const size_t smem = size_t(cnt) * kSweepCols * sizeof(float);  // kGptqMaxBlock rows: 8 KiB
+  sweep_block_kernel<<<blocks_for(s.N, kSweepCols), 32, smem, stream>>>(s, i1, cnt);
   TL_CHECK_LAUNCH("sweep_block_kernel");
   return kOk;
 }

@@ -36,6 +36,10 @@ int gptq_permute(const float* H, const float* W, const int32_t* order, const uin
 // A[k, k] += v.
 int gptq_add_diagonal(float* A, int K, float v, cudaStream_t stream);
 
+// A [K, K] reversed in place as a flat array of K * K values: A <- J A J (J: the reversal
+// permutation), in either storage order; the factor's reversed Cholesky (libgpu/gptq_gpu.cpp).
+int gptq_reverse(float* A, int K, cudaStream_t stream);
+
 // *bad = 0 when the row-major upper factor U [K, K] has positive finite diagonals and finite
 // entries on and above the diagonal, else 1 (as gptq_inverse_hessian_factor checks).
 int gptq_check_factor(const float* U, int K, int* bad, cudaStream_t stream);

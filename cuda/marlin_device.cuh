@@ -1,6 +1,7 @@
 // Device helpers shared by the two Marlin-format kernels (marlin_gemm.cu: the tiled kernel for
-// more than 16 rows; marlin_small_m.cu: the streaming kernel for 1..16 rows): PTX wrappers, the
-// INT4 -> fp16 fragment dequantization and the per-column scale permutation. Header-only,
+// more than 16 rows; marlin_small_m.cu: the streaming kernel for 1..16 rows): PTX wrappers (also
+// used by the tensor-core attention, attention_tc.cu), the INT4 -> fp16 fragment dequantization
+// and the per-column scale permutation. Header-only,
 // everything __forceinline__; include from .cu files only.
 #pragma once
 
@@ -61,6 +62,13 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(smem)), "l"(gmem));
 }
 
+// 16 bytes, or 16 zero bytes where `valid` is false (the source is not read then; it must still
+// be a mapped address for the instruction's operand, so pass a clamped one).
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
+
 // Weights are read exactly once per GEMM: mark them evict-first so that streaming 100+ MB of
 // B does not push A (read by every block) and the partial-sum slots out of L2.
 __device__ __forceinline__ uint64_t evict_first_policy() {
@@ -89,6 +97,14 @@ __device__ __forceinline__ void cp_async_wait() {
 // instruction, already in the register order mma.m16n8k16 expects.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(smem)));
+}
+
+// The same, each 8x8 matrix transposed: lane l gets column l / 4, rows 2 (l % 4) and + 1 -- the
+// mma's B fragment of a matrix stored k-major (rows = k), e.g. attention's V [key][dim].
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_u32(smem)));
 }

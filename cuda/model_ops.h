@@ -52,6 +52,15 @@ int head_rms_norm(__half* qkv, const float* q_gain, const float* k_gain, int row
 int causal_attention(const __half* q, const __half* k, const __half* v, __half* out, int n_seq,
                      int T, int H, int Hkv, int dh, int window, RowOrder order, cudaStream_t stream);
 
+// The same on the tensor cores (attention_tc.cu), for gptq-quantize's calibration forward: the
+// scores and the softmax as above (fp16 products, fp32 sums and exponentials), the probabilities
+// rounded to fp16 for the P V product (fp32 sums), the row sums from the unrounded ones. Against
+// causal_attention: |out - out_fp32| <= (2^-11 + T 2^-25) max |v| + both outputs' fp16 rounding
+// (docs/gptq.md, "GPU"). dh in {32, 64, 96, 128} (attention_tc_supports), else kShapeUnsupported.
+bool attention_tc_supports(int dh);
+int causal_attention_tc(const __half* q, const __half* k, const __half* v, __half* out, int n_seq,
+                        int T, int H, int Hkv, int dh, int window, RowOrder order, cudaStream_t stream);
+
 // y[r, n] = half(float(y[r, n]) + bias[n]) over rows x N (a linear's bias, fp32 [N], added once
 // after the GEMM and, on the Marlin path, after its delta correction).
 int add_bias_rows(__half* y, const float* bias, int64_t rows, int64_t N, cudaStream_t stream);

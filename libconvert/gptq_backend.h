@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -31,7 +32,8 @@ struct GptqPhaseTimes {
   double hessian = 0;   // the Hessian GEMMs
   double cholesky = 0;  // dead inputs, permutation, damping, the inverse-Hessian factor
   double sweep = 0;     // parameters, the blocked sweep, RTN's loss
-  double write = 0;     // the output's quantized weights
+  double write = 0;     // the output's quantized weights (on the GPU path: on the writer's thread)
+  double write_wait = -1;  // GPU path: what the GPU's thread waited for the writer (-1: no writer)
 };
 
 // What calibrate() needs from the tool.
@@ -43,6 +45,9 @@ struct SequentialCalls {
   std::function<void(const Hessian& h)> hessian;  // --save-calib: each Hessian before GPTQ (may be empty)
   CalibrationEvents events;                       // stage lines, the forward FLOPs (progress)
   bool activations_on_host = false;               // tests: keep them in host memory even when they fit
+  // Held around the model's own HDF5 reads (a .tinyloop input) when `quantized` hands the
+  // writing to another thread: the HDF5 library is used from one thread at a time.
+  std::mutex* hdf5_mutex = nullptr;
 };
 
 // Memory a calibrate() run needs, and where the calibration activations live.

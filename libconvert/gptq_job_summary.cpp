@@ -51,7 +51,8 @@ nlohmann::json Job::summary_json(double wall) const {
   auto phase = [](double v) { return v < 0 ? nlohmann::json(nullptr) : nlohmann::json(v); };
   s["phases"] = {{"load", phase(phases.load)},         {"forward", phase(phases.forward)},
                  {"hessian", phase(phases.hessian)},   {"cholesky", phase(phases.cholesky)},
-                 {"sweep", phase(phases.sweep)},       {"write", phase(phases.write)}};
+                 {"sweep", phase(phases.sweep)},       {"write", phase(phases.write)},
+                 {"write_wait", phase(phases.write_wait)}};
   s["drop_unselected"] = opt.drop_unselected;
   s["marlin"] = {{"runnable", linears.size() - marlin_misfits.count()},
                  {"not_runnable", marlin_misfits.count()},

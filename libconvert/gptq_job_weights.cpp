@@ -2,6 +2,10 @@
 // the CPU forward or on the GPU, each weight written in a fixed order (gptq_job.h).
 #include "libconvert/gptq_job.h"
 
+#include <memory>
+
+#include "core/serial_worker.h"
+
 namespace tl::gptq_job {
 
 // The GPTQ options of one weight (both devices).
@@ -253,26 +257,47 @@ void Job::quantize_sequential(TinyloopWriter& out, Progress& progress) {
 
 // --calib-tokens on the GPU: the model streamed block by block (libgpu/gptq_device.h); each
 // weight is written as soon as it exists, in the calibration's fixed order (the block
-// schedule, not the checkpoint's: a sharded HF file sorts layer 10 before layer 2).
+// schedule, not the checkpoint's: a sharded HF file sorts layer 10 before layer 2), on a thread
+// of its own while the GPU goes on with the next weights (at most kWritesInFlight results wait
+// in host memory; every HDF5 call, the model's reads and --save-calib included, under h5_mu).
 void Job::quantize_sequential_gpu(TinyloopWriter& out, Progress& progress) {
+  constexpr size_t kWritesInFlight = 3;
   std::unique_ptr<CalibWriter> save;
   if (!opt.save_calib.empty()) save = std::make_unique<CalibWriter>(opt.save_calib);
   std::vector<bool> written(linears.size(), false);
+  SerialWorker writer(kWritesInFlight);
+  phases.write_wait = 0;
   SequentialCalls calls;
   calls.options = [&](const std::string& name, int64_t K) { return gptq_options(name, K, progress); };
   calls.started = [&](const std::string& name) { progress.started(name); };
   calls.quantized = [&](const std::string& name, GptqResult&& r, int64_t nsamples, double seconds) {
     const size_t i = index_of.at(name);
-    const QuantWeight qw = from_gptq(i, std::move(r), nsamples);
-    const auto tw = Clock::now();
-    out.write_quant(qw);
-    phases.write += since(tw);
-    written[i] = true;
-    log_done(i, qw, seconds, progress);
+    auto result = std::make_shared<GptqResult>(std::move(r));
+    const auto t_wait = Clock::now();
+    writer.post([this, &out, &progress, &written, i, result, nsamples, seconds] {
+      const QuantWeight qw = from_gptq(i, std::move(*result), nsamples);
+      const auto tw = Clock::now();
+      {
+        std::lock_guard<std::mutex> lock(h5_mu);
+        out.write_quant(qw);
+      }
+      phases.write += since(tw);
+      written[i] = true;
+      log_done(i, qw, seconds, progress);
+    });
+    phases.write_wait += since(t_wait);
   };
-  if (save) calls.hessian = [&](const Hessian& h) { save->write(h); };
+  if (save)
+    calls.hessian = [&](const Hessian& h) {
+      std::lock_guard<std::mutex> lock(h5_mu);
+      save->write(h);
+    };
+  calls.hdf5_mutex = &h5_mu;
   calls.events = calibration_events(progress);
   opt.gpu->calibrate(opt.input, tokens, opt.calib_seq, calib_windows, selected, calls, &phases);
+  const auto t_wait = Clock::now();
+  writer.finish();
+  phases.write_wait += since(t_wait);
   for (size_t i = 0; i < linears.size(); ++i)
     if (!written[i]) throw Error("internal: weight was not calibrated", opt.calib_source(), linears[i]->name);
   if (save) save->commit();

@@ -57,7 +57,7 @@ void mode_linear(ForwardMode mode, int n_seq, int T, int64_t K, int64_t N, const
 }
 
 void block_forward(const ModelConfig& c, const BlockParams& p, const BlockBuffers& b, int n_seq, int T,
-                   const BlockLinear& linear, ForwardMode mode, const BlockSwiglu& swiglu) {
+                   const BlockLinear& linear, ForwardMode mode, const BlockSwiglu& swiglu, AttentionKernel attention) {
   const int M = n_seq * T, D = int(c.d_model), H = int(c.n_heads), Hkv = int(c.n_kv_heads);
   const int dh = int(c.d_head);
   const int64_t F = c.ffn, qkv_n = int64_t(H + 2 * Hkv) * dh;
@@ -78,8 +78,12 @@ void block_forward(const ModelConfig& c, const BlockParams& p, const BlockBuffer
     check_launch(cuda::head_rms_norm(b.qkv, p.q_norm, p.k_norm, M, H, Hkv, dh, eps, nullptr), "head_rms_norm");
   check_launch(cuda::qkv_split_rope(b.qkv, b.cos_tab, b.sin_tab, b.q, b.k, b.v, n_seq, T, H, Hkv, dh, order, nullptr),
            "qkv_split_rope");
-  check_launch(cuda::causal_attention(b.q, b.k, b.v, b.att, n_seq, T, H, Hkv, dh, p.window, order, nullptr),
-           "causal_attention (d_head " + std::to_string(dh) + ")");
+  if (attention == AttentionKernel::kTensorCore && cuda::attention_tc_supports(dh))
+    check_launch(cuda::causal_attention_tc(b.q, b.k, b.v, b.att, n_seq, T, H, Hkv, dh, p.window, order, nullptr),
+                 "causal_attention_tc (d_head " + std::to_string(dh) + ")");
+  else
+    check_launch(cuda::causal_attention(b.q, b.k, b.v, b.att, n_seq, T, H, Hkv, dh, p.window, order, nullptr),
+                 "causal_attention (d_head " + std::to_string(dh) + ")");
   linear_bias(1, b.att, b.y);
   check_launch(cuda::residual_add(b.x, b.y, int64_t(M) * D, nullptr), "residual_add");
   check_launch(cuda::rms_norm_rows(b.x, p.mlp_norm, b.h, M, D, eps, nullptr), "rms_norm mlp");

@@ -78,13 +78,20 @@ class BlockParamBuffers {
 void upload_rope_tables(const ModelConfig& c, int T, cuda::DeviceBuffer<float>& cos_tab,
                         cuda::DeviceBuffer<float>& sin_tab);
 
+// Which attention kernel a forward runs: the fp32 one (cuda::causal_attention: the e2e tier's
+// reference forward) or the tensor-core one (cuda::causal_attention_tc: gptq-quantize's
+// calibration, where its error bound is far below the fp16 rounding of the activations the
+// Hessians are made of). kTensorCore runs the fp32 kernel for a head size the tensor-core kernel
+// does not take (attention_tc_supports).
+enum class AttentionKernel { kFp32, kTensorCore };
+
 // x <- block(x) over n_seq sequences of T tokens, rows in the mode's order. Throws tl::Error
 // when an op refuses the shape or CUDA fails.
 // swiglu: the MLP's gate, up and SwiGLU through one call (null: linear 2 and 3, their biases,
 // then swiglu_inplace).
 void block_forward(const ModelConfig& c, const BlockParams& p, const BlockBuffers& b, int n_seq, int T,
                    const BlockLinear& linear, ForwardMode mode = ForwardMode::kPrefill,
-                   const BlockSwiglu& swiglu = nullptr);
+                   const BlockSwiglu& swiglu = nullptr, AttentionKernel attention = AttentionKernel::kFp32);
 
 // The mode's linear: Y [n_seq * T, N] = X [n_seq * T, K] * W, once (prefill) or once per position
 // on its n_seq contiguous rows (decode, position-major rows). linear(X, Y, M) runs one GEMM.

@@ -111,12 +111,13 @@ struct DevLinear {
   std::string name;
   int K = 0, N = 0;
   DeviceBuffer<__half> w;
+  DeviceBuffer<float> w32;  // a selected weight's fp32 values for GPTQ (uploaded once; freed after it)
   int slot = -1;            // Hessian slot
   bool owns_slot = false;   // false for mlp_up sharing mlp_gate's input
 };
 
 struct DevBlock {
-  BlockWeights host;        // fp32 weights for GPTQ (freed once the block is quantized)
+  BlockWeights host;        // the block as read: its linears' fp32 values are freed once uploaded
   BlockParamBuffers params; // norms, biases, q/k norms, window
   DevLinear lin[5];
 };
@@ -202,11 +203,12 @@ class CudaGptqDevice final : public GptqDevice {
     const uint64_t chunk = crow * D * 4 + 2 * uint64_t(2 * b.h + b.qkv + 2 * b.q + 2 * b.kv + 2 * b.gate);
     const uint64_t blocks = std::max<uint64_t>(1, uint64_t(c.n_loop));  // resident at once
     const uint64_t weights16 = blocks * block_params(c) * 2;
+    const uint64_t weights32 = blocks * block_params(c) * 4;  // the selected weights' fp32 copies for GPTQ
     const uint64_t F = uint64_t(c.ffn), A = uint64_t(c.n_heads * c.d_head);
     const uint64_t hess = blocks * 4 * (2 * D * D + A * A + F * F) + 4 * std::max({D, A, F}) * std::max({D, A, F});
     const auto [K, N] = largest_weight(c, selected);
     const uint64_t staging = uint64_t(K) * uint64_t(N) * 4;
-    const uint64_t work = chunk + weights16 + hess + GpuGptq::device_bytes(K, N) + staging + (256ull << 20);
+    const uint64_t work = chunk + weights16 + weights32 + hess + GpuGptq::device_bytes(K, N) + staging + (256ull << 20);
     const uint64_t acts = rows * D * 4;
     SequentialMemory m;
     size_t free = 0, total = 0;
@@ -217,7 +219,7 @@ class CudaGptqDevice final : public GptqDevice {
     if (m.device_bytes > uint64_t(free))
       throw Error("GPU calibration needs " + format_bytes(m.device_bytes) + " on " + name() + " beyond the activations, " +
                   format_bytes(free) + " free (one block's work: chunk buffers " + format_bytes(chunk) + ", fp16 weights " +
-                  format_bytes(weights16) + ", Hessians " + format_bytes(hess) + ", GPTQ " +
+                  format_bytes(weights16) + ", their fp32 copies for GPTQ " + format_bytes(weights32) + ", Hessians " + format_bytes(hess) + ", GPTQ " +
                   format_bytes(GpuGptq::device_bytes(K, N)) + ")");
     const uint64_t block32 = blocks * block_params(c) * 4;
     const uint64_t embed = uint64_t(c.vocab) * D * 4;
@@ -279,7 +281,7 @@ class Run {
 
     {  // x = embed[tokens], chunk by chunk through a host staging buffer
       auto tl = Clock::now();
-      const std::vector<float> embed = src_.embed();
+      const std::vector<float> embed = read([&] { return src_.embed(); });
       t_.load += since(tl);
       std::vector<float> stage(static_cast<size_t>(wpc_ * seq_len * D));
       for (int64_t r0 = 0; r0 < rows; r0 += wpc_ * seq_len) {
@@ -295,9 +297,9 @@ class Run {
     // Distinct blocks: read ahead one block on another thread where the input allows it.
     std::future<BlockWeights> next;
     auto fetch = [&](int64_t i) {
-      if (src_.hdf5()) {  // HDF5 is not used from two threads at once (the output is HDF5 too)
+      if (src_.hdf5()) {  // HDF5 is read on this thread (the output is HDF5 too)
         std::promise<BlockWeights> p;
-        p.set_value(src_.block(false, i));
+        p.set_value(read([&] { return src_.block(false, i); }));
         return p.get_future();
       }
       return std::async(std::launch::async, [this, i] { return src_.block(false, i); });
@@ -336,7 +338,7 @@ class Run {
     if (loop_selected || head) {
       for (int64_t j = 0; j < c_.n_loop; ++j) {
         auto tl = Clock::now();
-        BlockWeights bw = src_.block(true, j);
+        BlockWeights bw = read([&] { return src_.block(true, j); });
         t_.load += since(tl);
         loop.push_back(std::make_unique<DevBlock>());
         upload(std::move(bw), *loop.back());
@@ -353,8 +355,8 @@ class Run {
     }
     if (head) {
       auto tl = Clock::now();
-      const std::vector<float> final_norm = src_.final_norm();
-      LinearWeight hw = src_.head();
+      const std::vector<float> final_norm = read([&] { return src_.final_norm(); });
+      LinearWeight hw = read([&] { return src_.head(); });
       t_.load += since(tl);
       DeviceBuffer<float> fn(final_norm);
       slot_dim_.assign(1, int(hw.K));  // one slot: the head's input
@@ -368,20 +370,38 @@ class Run {
   }
 
  private:
-  // fp16 copies of the block's linears (converted on the device), norms; slots unassigned.
+  // One read of the model: under calls_.hdf5_mutex when the model is HDF5 and the caller writes
+  // its output on another thread (the safetensors reads are plain memory maps).
+  template <class Fn>
+  auto read(Fn&& fn) -> decltype(fn()) {
+    if (!src_.hdf5() || !calls_.hdf5_mutex) return fn();
+    std::lock_guard<std::mutex> lock(*calls_.hdf5_mutex);
+    return fn();
+  }
+
+  // fp16 copies of the block's linears (converted on the device), norms; slots unassigned. A
+  // selected weight keeps its fp32 upload for GPTQ (one host-to-device copy per weight, not two);
+  // the host's fp32 values are freed here.
   void upload(BlockWeights&& bw, DevBlock& blk) {
     blk.host = std::move(bw);
     blk.params = BlockParamBuffers(c_, blk.host);
     for (int i = 0; i < 5; ++i) {
-      const LinearWeight& lw = *blk.host.linear(kBlockLinearNames[i]);
+      LinearWeight& lw = *blk.host.linear(kBlockLinearNames[i]);
       DevLinear& l = blk.lin[i];
       l.name = lw.name;
       l.K = int(lw.K);
       l.N = int(lw.N);
       l.w.resize(lw.W.size());
-      staging_.reserve(lw.W.size());
-      TL_CUDA_THROW(cudaMemcpy(staging_.get(), lw.W.data(), lw.W.size() * 4, cudaMemcpyHostToDevice));
-      check_launch(cuda::float_to_half_n(staging_.get(), l.w.get(), int64_t(lw.W.size()), nullptr), "float_to_half_n");
+      DeviceBuffer<float>* f32 = &staging_;
+      if (selected_.count(lw.name)) {
+        l.w32.resize(lw.W.size());
+        f32 = &l.w32;
+      } else {
+        staging_.reserve(lw.W.size());
+      }
+      TL_CUDA_THROW(cudaMemcpy(f32->get(), lw.W.data(), lw.W.size() * 4, cudaMemcpyHostToDevice));
+      check_launch(cuda::float_to_half_n(f32->get(), l.w.get(), int64_t(lw.W.size()), nullptr), "float_to_half_n");
+      lw.W = std::vector<float>();
     }
   }
 
@@ -461,7 +481,8 @@ class Run {
                     if (hooks && l.owns_slot) accumulate(l.slot, X, M);
                     check_launch(cuda::detail::cublas_fp16_gemm(X, l.w.get(), Y, M, l.N, l.K, nullptr),
                              "cublas_fp16_gemm " + l.name);
-                  });
+                  },
+                  ForwardMode::kPrefill, nullptr, AttentionKernel::kTensorCore);
   }
 
   // One pass over the calibration activations, chunk by chunk: body(x, windows, rows) on the
@@ -512,13 +533,15 @@ class Run {
         DevLinear& l = b->lin[i];
         if (l.slot < 0) continue;
         const bool shared = i == 2 && b->lin[3].slot == l.slot;
-        quantize_one(*b->host.linear(kBlockLinearNames[i]), l.slot, l.w.get(), shared);
+        quantize_one(*b->host.linear(kBlockLinearNames[i]), l.slot, l.w.get(), shared, l.w32.get());
+        l.w32 = DeviceBuffer<float>();  // GPTQ is done with it
       }
-      for (const char* n : kBlockLinearNames) b->host.linear(n)->W = std::vector<float>();  // GPTQ is done with them
     }
   }
 
-  void quantize_one(const LinearWeight& lw, int slot, __half* w_hat, bool keep_hessian = false) {
+  // GPTQ of one weight: its fp32 values on the device (w32, from upload) or on the host (lw.W).
+  void quantize_one(const LinearWeight& lw, int slot, __half* w_hat, bool keep_hessian = false,
+                    const float* w32 = nullptr) {
     const int K = int(lw.K);
     float* H = hess_[size_t(slot)].get();
     if (keep_hessian) {
@@ -538,7 +561,8 @@ class Run {
     if (calls_.started) calls_.started(lw.name);
     const auto t0 = Clock::now();
     GptqGpuTimes gt;
-    GptqResult r = gptq_.quantize(lw.W.data(), lw.K, lw.N, H, calls_.options(lw.name, lw.K), w_hat, &gt);
+    GptqResult r = w32 ? gptq_.quantize_resident(w32, lw.K, lw.N, H, calls_.options(lw.name, lw.K), w_hat, &gt)
+                       : gptq_.quantize(lw.W.data(), lw.K, lw.N, H, calls_.options(lw.name, lw.K), w_hat, &gt);
     t_.cholesky += gt.cholesky;
     t_.sweep += gt.sweep;
     calls_.quantized(lw.name, std::move(r), samples_, since(t0));

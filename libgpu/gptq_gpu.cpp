@@ -58,29 +58,73 @@ struct GpuGptq::Impl {
     if (blas) cublasDestroy(blas);
   }
 
-  // One Cholesky-based step on Hw in place (column-major view of a symmetric matrix); false
-  // when cuSOLVER reports the matrix not positive definite.
+  Factor method = Factor::kReversed;
+
+  int info_value() {
+    int h = 0;
+    to_host(&h, info.get(), 1);
+    return h;
+  }
+  float* workspace_bytes(size_t bytes) {
+    work.reserve((bytes + sizeof(float) - 1) / sizeof(float) + 1);
+    return work.get();
+  }
+
+  // One Cholesky-based step of upstream's sequence on Hw in place (column-major view of a
+  // symmetric matrix); false when cuSOLVER reports the matrix not positive definite.
   bool solver_step(bool inverse, int K) {
     int lwork = 0;
     float* A = Hw.get();
     if (inverse) check_solver(cusolverDnSpotri_bufferSize(solver, CUBLAS_FILL_MODE_LOWER, K, A, K, &lwork), "potri_bufferSize");
     else check_solver(cusolverDnSpotrf_bufferSize(solver, CUBLAS_FILL_MODE_LOWER, K, A, K, &lwork), "potrf_bufferSize");
-    work.reserve(size_t(std::max(lwork, 1)));
-    if (inverse) check_solver(cusolverDnSpotri(solver, CUBLAS_FILL_MODE_LOWER, K, A, K, work.get(), lwork, info.get()), "potri");
-    else check_solver(cusolverDnSpotrf(solver, CUBLAS_FILL_MODE_LOWER, K, A, K, work.get(), lwork, info.get()), "potrf");
-    int h = 0;
-    to_host(&h, info.get(), 1);
-    return h == 0;
+    float* w = workspace_bytes(size_t(std::max(lwork, 1)) * sizeof(float));
+    if (inverse) check_solver(cusolverDnSpotri(solver, CUBLAS_FILL_MODE_LOWER, K, A, K, w, lwork, info.get()), "potri");
+    else check_solver(cusolverDnSpotrf(solver, CUBLAS_FILL_MODE_LOWER, K, A, K, w, lwork, info.get()), "potrf");
+    return info_value() == 0;
   }
 
-  // U (row-major upper) with (Hp + damp I)^-1 = U^T U into Hw: potrf -> potri -> potrf on the
-  // column-major view (lower), whose last factor L gives H^-1 = L L^T; read row-major, L's
-  // storage is U = L^T. False when some step finds the matrix not positive definite or the
-  // factor is not finite with a positive diagonal.
+  // The CPU's factor (libconvert/gptq.cpp, gptq_inverse_hessian_factor) on Hw, row-major
+  // throughout (cuSOLVER's column-major view of it is the transpose):
+  //   R = J (H + damp I) J   flat reversal;
+  //   R = L L^T              potrf, upper in the column-major view = L lower in row-major;
+  //   V = J L J              flat reversal: upper, and H + damp I = V V^T;
+  //   U = V^-1               trtri, lower in the column-major view (V^T) = U upper in row-major;
+  // so (H + damp I)^-1 = V^-T V^-1 = U^T U. Two factorizations of K^3 / 3 flops each where
+  // upstream's sequence takes four (potri is a triangular inverse and a triangular product).
+  // The triangle below U holds the reversed input; nothing reads it.
+  bool reversed_factor(int K) {
+    float* A = Hw.get();
+    check_launch(cuda::gptq_reverse(A, K, nullptr), "gptq_reverse");
+    int lwork = 0;
+    check_solver(cusolverDnSpotrf_bufferSize(solver, CUBLAS_FILL_MODE_UPPER, K, A, K, &lwork), "potrf_bufferSize");
+    float* w = workspace_bytes(size_t(std::max(lwork, 1)) * sizeof(float));
+    check_solver(cusolverDnSpotrf(solver, CUBLAS_FILL_MODE_UPPER, K, A, K, w, lwork, info.get()), "potrf");
+    if (info_value() != 0) return false;
+    check_launch(cuda::gptq_reverse(A, K, nullptr), "gptq_reverse");
+    size_t dev_bytes = 0, host_bytes = 0;
+    check_solver(cusolverDnXtrtri_bufferSize(solver, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_NON_UNIT, K, CUDA_R_32F, A, K,
+                                             &dev_bytes, &host_bytes),
+                 "trtri_bufferSize");
+    std::vector<char> host_work(std::max<size_t>(host_bytes, 1));
+    w = workspace_bytes(std::max<size_t>(dev_bytes, 1));
+    check_solver(cusolverDnXtrtri(solver, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_NON_UNIT, K, CUDA_R_32F, A, K, w, dev_bytes,
+                                  host_work.data(), host_bytes, info.get()),
+                 "trtri");
+    return info_value() == 0;
+  }
+
+  // U (row-major upper) with (Hp + damp I)^-1 = U^T U into Hw, by `method`. kPotri: potrf ->
+  // potri -> potrf on the column-major view (lower), whose last factor L gives H^-1 = L L^T;
+  // read row-major, L's storage is U = L^T. False when some step finds the matrix not positive
+  // definite or the factor is not finite with a positive diagonal.
   bool factor(int K, float damp) {
     TL_CUDA_THROW(cudaMemcpy(Hw.get(), Hp.get(), size_t(K) * K * sizeof(float), cudaMemcpyDeviceToDevice));
     check_launch(cuda::gptq_add_diagonal(Hw.get(), K, damp, nullptr), "gptq_add_diagonal");
-    if (!solver_step(false, K) || !solver_step(true, K) || !solver_step(false, K)) return false;
+    if (method == Factor::kReversed) {
+      if (!reversed_factor(K)) return false;
+    } else if (!solver_step(false, K) || !solver_step(true, K) || !solver_step(false, K)) {
+      return false;
+    }
     check_launch(cuda::gptq_check_factor(Hw.get(), K, bad.get(), nullptr), "gptq_check_factor");
     int b = 0;
     to_host(&b, bad.get(), 1);
@@ -101,6 +145,8 @@ GpuGptq::GpuGptq() : impl_(std::make_unique<Impl>()) {
 
 GpuGptq::~GpuGptq() = default;
 
+void GpuGptq::set_factor(Factor f) { impl_->method = f; }
+
 uint64_t GpuGptq::device_bytes(int64_t K, int64_t N) {
   const uint64_t k = uint64_t(K), n = uint64_t(N);
   // W, Wc, E, HE (float), q (+ tie in tests); Hp, Hw; err; parameters; cuSOLVER's workspace.
@@ -118,6 +164,17 @@ GptqResult GpuGptq::quantize_host(const float* W, int64_t K, int64_t N, const fl
 GptqResult GpuGptq::quantize(const float* W, int64_t K64, int64_t N64, float* H, const GptqOptions& opt,
                              __half* w_hat_dev, GptqGpuTimes* times) {
   if (K64 <= 0 || N64 <= 0) throw Error("empty weight", "", opt.name);
+  const auto t0 = Clock::now();
+  const size_t KN = size_t(K64) * size_t(N64);
+  impl_->W.reserve(KN);
+  to_device(impl_->W.get(), W, KN);
+  if (times) times->cholesky += since(t0);  // the upload, as the factor's preparation
+  return quantize_resident(impl_->W.get(), K64, N64, H, opt, w_hat_dev, times);
+}
+
+GptqResult GpuGptq::quantize_resident(const float* Wd, int64_t K64, int64_t N64, float* H, const GptqOptions& opt,
+                                      __half* w_hat_dev, GptqGpuTimes* times) {
+  if (K64 <= 0 || N64 <= 0) throw Error("empty weight", "", opt.name);
   if (K64 > 65535 || N64 > (int64_t(1) << 30))
     throw Error("weight [" + std::to_string(K64) + ", " + std::to_string(N64) + "] is larger than the GPU path takes (K <= 65535)",
                 "", opt.name);
@@ -134,7 +191,7 @@ GptqResult GpuGptq::quantize(const float* W, int64_t K64, int64_t N64, float* H,
   Impl& m = *impl_;
   const auto t0 = Clock::now();
 
-  for (auto* b : {&m.W, &m.Wc}) b->reserve(KN);
+  m.Wc.reserve(KN);
   for (auto* b : {&m.Hp, &m.Hw}) b->reserve(KK);
   m.err.reserve(size_t(bs) * N);
   for (auto* b : {&m.scale, &m.zq}) b->reserve(size_t(G) * N);
@@ -144,7 +201,6 @@ GptqResult GpuGptq::quantize(const float* W, int64_t K64, int64_t N64, float* H,
   m.q.reserve(KN);
   m.order.reserve(size_t(K));
   m.loss.reserve(size_t(N));
-  to_device(m.W.get(), W, KN);
 
   GptqResult r;
   r.K = K64;
@@ -156,7 +212,7 @@ GptqResult GpuGptq::quantize(const float* W, int64_t K64, int64_t N64, float* H,
   r.zq.assign(size_t(G) * N, 0.0f);
 
   // Step 2 (per row): parameters of the untouched W.
-  if (!grouped) check_launch(cuda::gptq_minmax_params(m.W.get(), N, K, N, nullptr, fz, m.scale.get(), m.zq.get(), nullptr), "minmax params");
+  if (!grouped) check_launch(cuda::gptq_minmax_params(Wd, N, K, N, nullptr, fz, m.scale.get(), m.zq.get(), nullptr), "minmax params");
   // Step 1: dead inputs.
   check_launch(cuda::gptq_mark_dead(H, K, m.dead.get(), m.diag.get(), nullptr), "gptq_mark_dead");
   std::vector<float> diag(static_cast<size_t>(K));
@@ -171,7 +227,7 @@ GptqResult GpuGptq::quantize(const float* W, int64_t K64, int64_t N64, float* H,
   if (grouped && !dynamic)
     for (int g = 0; g < G; ++g) {
       const int k0 = g * gs, rows = std::min(K, k0 + gs) - k0;
-      check_launch(cuda::gptq_minmax_params(m.W.get() + size_t(k0) * N, N, rows, N, m.dead.get() + k0, fz,
+      check_launch(cuda::gptq_minmax_params(Wd + size_t(k0) * N, N, rows, N, m.dead.get() + k0, fz,
                                      m.scale.get() + size_t(g) * N, m.zq.get() + size_t(g) * N, nullptr),
             "minmax params");
     }
@@ -183,7 +239,7 @@ GptqResult GpuGptq::quantize(const float* W, int64_t K64, int64_t N64, float* H,
     r.perm = order;
   }
   to_device(m.order.get(), order.data(), size_t(K));
-  check_launch(cuda::gptq_permute(H, m.W.get(), m.order.get(), m.dead.get(), m.Hp.get(), m.Wc.get(), K, N, nullptr), "gptq_permute");
+  check_launch(cuda::gptq_permute(H, Wd, m.order.get(), m.dead.get(), m.Hp.get(), m.Wc.get(), K, N, nullptr), "gptq_permute");
 
   // Step 4: damping (the mean of the permuted diagonal, summed in double in the CPU's order).
   double diag_sum = 0;
@@ -204,7 +260,7 @@ GptqResult GpuGptq::quantize(const float* W, int64_t K64, int64_t N64, float* H,
   if (opt.want_rtn_loss) {
     for (auto* b : {&m.E, &m.HE}) b->reserve(KN);
     m.dots.reserve(size_t(N));
-    check_launch(cuda::gptq_rtn_error(m.W.get(), K, N, gs, fz, m.dead.get(), m.E.get(), nullptr), "gptq_rtn_error");
+    check_launch(cuda::gptq_rtn_error(Wd, K, N, gs, fz, m.dead.get(), m.E.get(), nullptr), "gptq_rtn_error");
     check_launch(cuda::gptq_add_diagonal(H, K, r.damp, nullptr), "gptq_add_diagonal");
     const float one = 1.0f, zero = 0.0f;
     // Row-major HE [K, N] = H [K, K] E [K, N]  <=>  column-major HE^T = E^T H (H symmetric).

@@ -2,8 +2,9 @@
 // (libconvert/gptq.h, whose step list this follows), with
 //   - the dead-input fix, act-order permutation and damping on the device (the diagonal is read
 //     back to sort it and to take its mean in double, in the CPU's order);
-//   - the inverse-Hessian factor as upstream computes it: cuSOLVER potrf -> potri -> potrf
-//     (H + damp I = L L^T, H^-1, H^-1 = U^T U), retried with growing damping like the CPU;
+//   - the inverse-Hessian factor as the CPU computes it: the Cholesky factor of the reversed
+//     matrix (cuSOLVER potrf) and its triangular inverse (trtri), retried with growing damping
+//     like the CPU (upstream's potrf -> potri -> potrf stays selectable: set_factor);
 //   - the blocked lazy sweep: one kernel per block of rows (cuda/gptq_ops.h: a thread per
 //     output column, the in-block error feedback in shared memory) and one fp32 cuBLAS SGEMM
 //     per block for the lazy update of the rows below (no TF32: CUBLAS_DEFAULT_MATH);
@@ -41,9 +42,18 @@ class GpuGptq {
   // device fp16 [K, N] that receives fp16(q * scale16 + zero16), the weights as stored.
   GptqResult quantize(const float* W, int64_t K, int64_t N, float* H_dev, const GptqOptions& opt,
                       __half* w_hat_dev = nullptr, GptqGpuTimes* times = nullptr);
+  // The same with W already on the device ([K, N] fp32, read only): no upload.
+  GptqResult quantize_resident(const float* W_dev, int64_t K, int64_t N, float* H_dev, const GptqOptions& opt,
+                               __half* w_hat_dev = nullptr, GptqGpuTimes* times = nullptr);
   // The same with H on the host (the --calib path): uploaded first.
   GptqResult quantize_host(const float* W, int64_t K, int64_t N, const float* H, const GptqOptions& opt,
                            GptqGpuTimes* times = nullptr);
+
+  // How the inverse-Hessian factor is computed (both give U with (H + damp I)^-1 = U^T U):
+  // kReversed, the CPU's (potrf of the reversed matrix, trtri: K^3 / 3 flops each, the default),
+  // or kPotri, upstream's (potrf -> potri -> potrf: four such steps). bench_gptq_gpu times both.
+  enum class Factor { kReversed, kPotri };
+  void set_factor(Factor f);
 
   // Device bytes quantize() needs for a [K, N] weight (besides the caller's H and w_hat).
   static uint64_t device_bytes(int64_t K, int64_t N);

@@ -10,3 +10,7 @@ if [ -x "$build/bench/bench_kernels" ]; then
   echo "== bench_kernels"
   "$build/bench/bench_kernels" || { rc=$?; [ $rc = 77 ] && echo "bench_kernels: skipped (no suitable GPU)" || exit $rc; }
 fi
+if [ -x "$build/bench/bench_gptq_gpu" ]; then
+  echo "== bench_gptq_gpu"
+  "$build/bench/bench_gptq_gpu" || { rc=$?; [ $rc = 77 ] && echo "bench_gptq_gpu: skipped (no GPU)" || exit $rc; }
+fi

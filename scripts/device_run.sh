@@ -4,13 +4,17 @@
 # summary printed last.
 #   bash scripts/device_run.sh [test] [sanitize] [bench-quick] [bench] [ab] [verify] [tiers]
 #                              [tiers-thorough] [faults] [demo] [crosscheck] [hfcalib] [sanitize-model]
-#                              [gptq-devices] [gptq-big] [families] [e2e-big]
+#                              [gptq-devices] [gptq-bench] [gptq-big] [families] [e2e-big]
 # gptq-devices: the demo model's GPTQ on --device cuda and cpu (act-order off and on), each
 # through the e2e tier against the original; their PPLs must agree within 0.3 %.
+# gptq-bench: bench_gptq_gpu (BENCH_GPTQ_ARGS, e.g. "--sets 70b --reps 3"): the inverse-Hessian
+# factor by both methods and the sweep of one weight per 7B / 70B layer shape.
 # gptq-big: a Llama-2-7B-shaped random bf16 checkpoint (tools/make_llama_checkpoint.py, kept in
 # /tmp/l<shape>-<layers> between calls of one lease; BIG_SHAPE=70b BIG_LAYERS=2 for two 70B
 # blocks), 128 x 2048 random tokens, gptq-quantize --device cuda with act-order off and on
 # (GPTQ_ACT="0 1"); --json, /usr/bin/time -v, the tool's anonymous RSS and the GPU's memory.
+# GPTQ_EXES="gptq-quantize_base gptq-quantize": an A/B against another commit's build staged
+# beside it; GPTQ_SAME=1: gptq-quantize's output again, compared byte for byte.
 # e2e-big: the e2e tier on the same 7B-shaped checkpoint (RTN g128, marlin-pack --drop-native)
 # against its bf16 original, 16 x 2048 random tokens, once per mode of E2E_MODES ("prefill
 # decode"); end-to-end seconds, max RSS and the tool's phase lines. BIG_VOCAB=50257: GPT-2's
@@ -186,25 +190,35 @@ PY
       done
       note "gptq-devices: rc=$rc ($(( $(date +%s) - start )) s)"
       ;;
+    gptq-bench)  # bench_gptq_gpu: one weight's factor (both methods) and sweep on the 7B / 70B shapes
+      start=$(date +%s)
+      # shellcheck disable=SC2086
+      timeout "${BENCH_TIMEOUT:-480}" "$bin/bench_gptq_gpu" --json "$OUT/bench_gptq_gpu.json" ${BENCH_GPTQ_ARGS:-} \
+        > "$OUT/bench_gptq_gpu.log" 2>&1; rc=$?
+      note "bench_gptq_gpu: rc=$rc ($(( $(date +%s) - start )) s)"
+      while IFS= read -r line; do note "  $line"; done < "$OUT/bench_gptq_gpu.log"
+      ;;
     gptq-big)
       start=$(date +%s)
       big_checkpoint
       python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 32000, 128 * 2048, dtype='<u4').tofile('/tmp/big_tokens.u32')"
       note "$shape checkpoint ($layers layers; 0: all) ready ($(( $(date +%s) - start )) s; $(du -sh $ck | cut -f1))"
+      for exe in ${GPTQ_EXES:-gptq-quantize}; do
       for act in ${GPTQ_ACT:-0 1}; do
         flag=""; [ "$act" = 1 ] && flag=--act-order
+        tag=$shape-$act; [ "$exe" != gptq-quantize ] && tag=$shape-$act-${exe#gptq-quantize}
         rm -f /tmp/big-q.tinyloop
         nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 > "$OUT/gpumem-$act.txt" 2>/dev/null &
         smi=$!
         # The tool's own memory: anonymous RSS (heap, pinned buffers), apart from the mmap'ed shards.
-        ( while sleep 0.5; do p=$(pgrep -x gptq-quantize | head -1); [ -n "$p" ] && grep -E "^RssAnon" /proc/$p/status; done ) \
+        ( while sleep 0.5; do p=$(pgrep -x "${exe:0:15}" | head -1); [ -n "$p" ] && grep -E "^RssAnon" /proc/$p/status; done ) \
           > "$OUT/rssanon-$act.txt" 2>/dev/null &
         anon=$!
         t0=$(date +%s)
-        /usr/bin/time -v "$bin/gptq-quantize" $ck --calib-tokens /tmp/big_tokens.u32 --calib-seq 2048 --calib-samples 128 \
-          --group-size 128 $flag --device cuda -o /tmp/big-q.tinyloop --json > "$OUT/gptq-$shape-$act.json" 2> "$OUT/gptq-$shape-$act.log"; rc=$?
+        /usr/bin/time -v "$bin/$exe" $ck --calib-tokens /tmp/big_tokens.u32 --calib-seq 2048 --calib-samples 128 \
+          --group-size 128 $flag --device cuda -o /tmp/big-q.tinyloop --json > "$OUT/gptq-$tag.json" 2> "$OUT/gptq-$tag.log"; rc=$?
         kill $smi $anon 2>/dev/null
-        line=$(python3 - "$OUT/gptq-$shape-$act.json" "$OUT/gpumem-$act.txt" "$OUT/gptq-$shape-$act.log" "$OUT/rssanon-$act.txt" <<'PY' 2>&1
+        line=$(python3 - "$OUT/gptq-$tag.json" "$OUT/gpumem-$act.txt" "$OUT/gptq-$tag.log" "$OUT/rssanon-$act.txt" <<'PY' 2>&1
 import json, re, sys
 s = json.load(open(sys.argv[1]))
 mem = max(int(x) for x in open(sys.argv[2]).read().split() if x.strip().isdigit())
@@ -215,8 +229,17 @@ print(f"{s['totals']['seconds']:.1f} s end to end; phases " + ", ".join(f"{k} {v
       f"; GPU memory peak {mem} MiB; max RSS {int(rss.group(1)) / 1e6:.2f} GB (anonymous {anon / 1e6:.2f} GB); {s['totals']['bytes'] / 1e9:.3f} GB of codes")
 PY
         )
-        note "gptq $shape act-order=$act: rc=$rc $line (wall $(( $(date +%s) - t0 )) s)"
-        while IFS= read -r l; do note "  $l"; done < <(grep -E "^gptq-quantize: (calibration|pre\.(0|1|31) )" "$OUT/gptq-$shape-$act.log" | head -4)
+        note "gptq $shape $exe act-order=$act: rc=$rc $line (wall $(( $(date +%s) - t0 )) s)"
+        while IFS= read -r l; do note "  $l"; done < <(grep -E "^gptq-quantize: (calibration|pre\.(0|1|31) )" "$OUT/gptq-$tag.log" | head -4)
+        # GPTQ_SAME=1: the last binary's output again, byte for byte (the same inputs, GPU and software).
+        if [ "${GPTQ_SAME:-0}" = 1 ] && [ "$exe" = gptq-quantize ] && [ $rc = 0 ]; then
+          mv /tmp/big-q.tinyloop /tmp/big-q1.tinyloop
+          "$bin/$exe" $ck --calib-tokens /tmp/big_tokens.u32 --calib-seq 2048 --calib-samples 128 --group-size 128 $flag \
+            --device cuda -o /tmp/big-q.tinyloop -q > /dev/null 2>&1
+          if cmp -s /tmp/big-q.tinyloop /tmp/big-q1.tinyloop; then note "  second run: byte-identical"; else note "  second run: DIFFERS"; fi
+          rm -f /tmp/big-q1.tinyloop
+        fi
+      done
       done
       rm -f /tmp/big-q.tinyloop
       ;;

@@ -10,7 +10,7 @@ rm -rf "$dest"
 mkdir -p "$dest"
 staged=()
 # GPU test runner and benchmark first; then whatever else was built (test runners, tools).
-for f in "$build/tests/test_cuda" "$build/tests/test_gpu" "$build/bench/bench_kernels" "$build"/tests/test_* "$build"/apps/tl-* \
+for f in "$build/tests/test_cuda" "$build/tests/test_gpu" "$build/bench/bench_kernels" "$build/bench/bench_gptq_gpu" "$build"/tests/test_* "$build"/apps/tl-* \
          "$build"/apps/gptq-quantize "$build"/apps/marlin-pack "$build"/tests/make_verify_fixture; do
   [ -f "$f" ] && [ -x "$f" ] || continue
   name=$(basename "$f")

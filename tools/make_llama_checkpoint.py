@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes a Llama-architecture HF checkpoint of random weights, for sizes and timings at real scale.
 
-    tools/make_llama_checkpoint.py OUT_DIR [--shape 7b|13b|70b|tiny] [--dtype bf16|fp16]
+    tools/make_llama_checkpoint.py OUT_DIR [--shape 7b|13b|70b|405b|tiny] [--dtype bf16|fp16]
                                            [--shard-gb 5] [--seed 0] [--layers N]
 
 --layers keeps the shape's layer sizes with fewer (or more) layers: a 70B-shaped model of 2
@@ -30,6 +30,7 @@ SHAPES = {
     "7b": (4096, 11008, 32, 32, 32, 32000),
     "13b": (5120, 13824, 40, 40, 40, 32000),
     "70b": (8192, 28672, 80, 64, 8, 32000),
+    "405b": (16384, 53248, 126, 128, 8, 128256),  # Llama-3.1-405B's shape (use --layers)
 }
 
 

@@ -222,9 +222,9 @@ TEST_CASE("gptq gpu: refuses what the CPU refuses, and blocks above its kernel's
 tl::ModelConfig small_config() {
   tl::ModelConfig c;
   c.d_model = 64;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.d_head = 16;
+  c.n_heads = 2;  // d_head 32: the calibration's tensor-core attention (attention_tc_supports)
+  c.n_kv_heads = 1;
+  c.d_head = 32;
   c.ffn = 160;
   c.vocab = 300;
   c.n_pre = 2;
@@ -287,7 +287,7 @@ TEST_CASE("gptq gpu calibration: the CPU's sequential mode, block by block") {
   tl::ModelWeights w = tl::random_model_weights(cfg, seed);
   const std::string path = tmp_dir("gptq_gpu_calib") + "/model.tinyloop";
   tl::write_model_tinyloop(w, path, tl::DType::F32);
-  const int64_t T = 24, n_seq = 12;  // 288 rows: one chunk
+  const int64_t T = 80, n_seq = 12;  // 960 rows: one chunk; two query and key tiles of the attention
   const std::vector<int32_t> tokens = tl::test::random_tokens(T * n_seq, cfg.vocab, 1);
   std::set<std::string> selected;
   for (const std::string& n : w.linear_names()) selected.insert(n);
