@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   app.add_option("--calib-samples", o.calib_samples, "calibration windows (at most)")->capture_default_str();
   app.add_option("--save-calib", o.save_calib, "with --calib-tokens: also write the Hessians (.h5)");
   app.add_flag("--resume", o.resume,
-               "continue an interrupted --calib-tokens / --calib-text run on the CPU from its journal (OUTPUT.journal) "
+               "continue an interrupted --calib-tokens / --calib-text run (CPU or GPU) from its journal (OUTPUT.journal) "
                "at the last completed block: the same arguments and inputs, the same output bytes");
   // Enum values are case-insensitive (RTN, Row): IsMember with ignore_case rewrites them to
   // the canonical spelling before anything reads them.

@@ -20,6 +20,7 @@
 
 #include "formats/calib_file.h"
 #include "formats/model_config.h"
+#include "formats/tinyloop_file.h"
 #include "libconvert/gptq.h"
 #include "libconvert/token_calibration.h"
 
@@ -48,6 +49,14 @@ struct SequentialCalls {
   // Held around the model's own HDF5 reads (a .tinyloop input) when `quantized` hands the
   // writing to another thread: the HDF5 library is used from one thread at a time.
   std::mutex* hdf5_mutex = nullptr;
+  // --resume (libconvert/gptq_journal.h): the stages the journal holds (calibration_stage names:
+  // "pre.<i>", "loop", "head"). Their blocks run with W_hat rebuilt from resumed_weight(name)'s
+  // codes, scales and zeros exactly as the uninterrupted run's GPTQ left it (no Hessians, no GPTQ,
+  // no quantized() call), so the activations after them are the uninterrupted run's, bit for bit.
+  std::set<std::string> resumed;
+  std::function<const QuantWeight&(const std::string& name)> resumed_weight;
+  // A stage's last weight went to quantized(): the stage is complete (the journal records it).
+  std::function<void(const std::string& stage)> stage_done;
 };
 
 // Memory a calibrate() run needs, and where the calibration activations live.

@@ -148,7 +148,7 @@ struct Job {
   std::string device_note;                    // said at the start: where GPTQ runs
   GptqPhaseTimes phases;                      // --json "phases" (summed over workers)
   std::mutex phases_mu;
-  std::unique_ptr<GptqJournal> journal;       // sequential CPU runs (open_journal)
+  std::unique_ptr<GptqJournal> journal;       // sequential runs, CPU or GPU (open_journal)
 
   explicit Job(const GptqQuantizeOptions& o)
       : opt(o), gptq(o.method == "gptq"), threads(resolve_threads(o.threads)), in(o.input, o.only) {}
@@ -173,8 +173,9 @@ struct Job {
   void read_tokens();
   // Peak memory, before anything large is read (formats/memory_budget.h).
   void admit();
-  // Sequential calibration on the CPU without --save-calib: the resume journal (gptq_journal.h),
-  // checked against this run's fingerprint with --resume. --resume elsewhere is refused by name.
+  // Sequential calibration (either device) without --save-calib: the resume journal
+  // (gptq_journal.h), checked against this run's fingerprint with --resume. --resume elsewhere is
+  // refused by name.
   void open_journal();
   nlohmann::json resume_fingerprint() const;
   // Linear i's report rebuilt from a journaled weight's provenance (the summary's losses).

@@ -168,17 +168,14 @@ nlohmann::json Job::resume_fingerprint() const {
           {"--range-search", opt.range_search},
           {"--drop-unselected", opt.drop_unselected},
           {"--no-rtn-compare", !opt.rtn_compare},
-          {"device", "cpu"}};
+          // The GPU's codes differ from the CPU's at near-ties, and another GPU model or software
+          // may pick other GEMM kernels: a run resumes on the device (and model) that began it.
+          {"device", use_gpu ? "cuda: " + opt.gpu->name() : std::string("cpu")}};
 }
 
 void Job::open_journal() {
-  const bool keeps = opt.sequential() && gptq && !use_gpu && opt.save_calib.empty();
-  if (!keeps) {
-    if (opt.resume && use_gpu)
-      throw Error("--resume: GPTQ runs on the GPU here (" + opt.gpu->name() +
-                  "), whose sequential path keeps no journal yet; add --device cpu, or rerun without --resume");
-    return;
-  }
+  const bool keeps = opt.sequential() && gptq && opt.save_calib.empty();
+  if (!keeps) return;
   AtomicOutput::check_target(opt.output);  // the output's checks before anything is made beside it
   journal = std::make_unique<GptqJournal>(opt.output, resume_fingerprint(), opt.resume);
   if (opt.resume && !journal->resumed() && !opt.quiet)

@@ -260,33 +260,78 @@ void Job::quantize_sequential(TinyloopWriter& out, Progress& progress) {
 // schedule, not the checkpoint's: a sharded HF file sorts layer 10 before layer 2), on a thread
 // of its own while the GPU goes on with the next weights (at most kWritesInFlight results wait
 // in host memory; every HDF5 call, the model's reads and --save-calib included, under h5_mu).
+// With a journal, the writer records each completed stage once its weights are written; with
+// --resume, the journal's stages are written first (where the uninterrupted run wrote them) and
+// the GPU runs their blocks with their W_hat.
 void Job::quantize_sequential_gpu(TinyloopWriter& out, Progress& progress) {
   constexpr size_t kWritesInFlight = 3;
   std::unique_ptr<CalibWriter> save;
   if (!opt.save_calib.empty()) save = std::make_unique<CalibWriter>(opt.save_calib);
   std::vector<bool> written(linears.size(), false);
+  SequentialCalls calls;
+  std::map<std::string, QuantWeight> resumed;  // the journal's weights (read by the GPU thread)
+  std::vector<const QuantWeight*> resumed_order;  // as the journal recorded them
+  if (journal && journal->resumed())
+    progress.note("resuming after " + std::to_string(journal->done_stages().size()) + " completed stage(s) of " +
+                  journal->folder());
+  if (journal)
+    for (const std::string& stage : journal->done_stages()) {
+      for (QuantWeight& qw : journal->read_stage(stage)) {
+        const auto it = index_of.find(qw.name);
+        const ImportEntry* e = it == index_of.end() ? nullptr : linears[it->second];
+        if (!e || e->K() != qw.K || e->N() != qw.N)
+          throw Error("the journal holds weight '" + qw.name + "', which this run does not quantize as it is",
+                      journal->folder());
+        restore_report(it->second, qw);
+        progress.finished(qw.name + " (from the journal)", gptq_flops(qw.K, qw.N));
+        written[it->second] = true;
+        const std::string name = qw.name;
+        resumed_order.push_back(&resumed.emplace(name, std::move(qw)).first->second);
+      }
+      calls.resumed.insert(stage);
+    }
+  // The writer's weights of the stage in progress, kept until the journal records the stage.
+  std::map<std::string, std::vector<QuantWeight>> stage_weights;
+  auto write = [&](const QuantWeight& qw) {
+    const auto tw = Clock::now();
+    {
+      std::lock_guard<std::mutex> lock(h5_mu);
+      out.write_quant(qw);
+    }
+    phases.write += since(tw);
+  };
+  // Declared after everything its tasks use: destroyed (joined) before them, also when unwinding.
   SerialWorker writer(kWritesInFlight);
   phases.write_wait = 0;
-  SequentialCalls calls;
+  for (const QuantWeight* qw : resumed_order) writer.post([&write, qw] { write(*qw); });
   calls.options = [&](const std::string& name, int64_t K) { return gptq_options(name, K, progress); };
   calls.started = [&](const std::string& name) { progress.started(name); };
   calls.quantized = [&](const std::string& name, GptqResult&& r, int64_t nsamples, double seconds) {
     const size_t i = index_of.at(name);
     auto result = std::make_shared<GptqResult>(std::move(r));
     const auto t_wait = Clock::now();
-    writer.post([this, &out, &progress, &written, i, result, nsamples, seconds] {
-      const QuantWeight qw = from_gptq(i, std::move(*result), nsamples);
-      const auto tw = Clock::now();
-      {
-        std::lock_guard<std::mutex> lock(h5_mu);
-        out.write_quant(qw);
-      }
-      phases.write += since(tw);
+    writer.post([this, &write, &progress, &written, &stage_weights, i, result, nsamples, seconds] {
+      QuantWeight qw = from_gptq(i, std::move(*result), nsamples);
+      write(qw);
       written[i] = true;
       log_done(i, qw, seconds, progress);
+      if (journal) stage_weights[calibration_stage(qw.name)].push_back(std::move(qw));
     });
     phases.write_wait += since(t_wait);
   };
+  calls.resumed_weight = [&](const std::string& name) -> const QuantWeight& { return resumed.at(name); };
+  if (journal)
+    calls.stage_done = [&](const std::string& stage) {
+      writer.post([this, &stage_weights, stage] {
+        std::vector<const QuantWeight*> ws;
+        for (const QuantWeight& qw : stage_weights[stage]) ws.push_back(&qw);
+        {
+          std::lock_guard<std::mutex> lock(h5_mu);
+          journal->record_stage(stage, ws);
+        }
+        stage_weights.erase(stage);
+      });
+    };
   if (save)
     calls.hessian = [&](const Hessian& h) {
       std::lock_guard<std::mutex> lock(h5_mu);

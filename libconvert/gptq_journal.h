@@ -1,5 +1,5 @@
-// The resume journal of gptq-quantize's sequential calibration on the CPU (--calib-tokens /
-// --calib-text): a run interrupted anywhere -- Ctrl-C, an OOM kill, kill -9, a preempted machine's SIGTERM -- is
+// The resume journal of gptq-quantize's sequential calibration, on the CPU or the GPU
+// (--calib-tokens / --calib-text): a run interrupted anywhere -- Ctrl-C, an OOM kill, kill -9, a preempted machine's SIGTERM -- is
 // continued by the same command with --resume from its last completed stage, and writes a file
 // byte-identical to an uninterrupted run's.
 //
@@ -18,8 +18,9 @@
 // Resuming (the job's part, gptq_job_weights.cpp): the completed stages' weights are read back,
 // their W_hat put in place of the original weights, and the calibration forward runs those
 // blocks with W_hat only (no Hessians) -- the activations the uninterrupted run computed at that
-// point, bit for bit, since the CPU forward's result does not depend on the thread count. Then
-// the calibration continues with the next stage.
+// point, bit for bit, since the CPU forward's result does not depend on the thread count and the
+// GPU's chunks and kernels are fixed (it rebuilds W_hat with the kernel GPTQ used). Then the
+// calibration continues with the next stage. The fingerprint names the device.
 //
 // The folder is flock(2)ed by the run that uses it, for its whole life (a kill releases it): a
 // second run of the same output while the first still runs is refused by name, never shares it.

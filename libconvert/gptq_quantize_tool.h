@@ -26,10 +26,10 @@
 // writes each block's weights as soon as they exist; its output codes differ from the CPU's
 // only at near-ties of round() (docs/gptq.md "GPU"). RTN always runs on the CPU.
 //
-// Resume: a sequential calibration on the CPU (without --save-calib) keeps a journal beside the
-// output (OUTPUT.journal, gptq_journal.h) and removes it once the output is committed; after an
-// interruption the same command with --resume continues from the last completed stage and writes
-// the same bytes. The GPU path keeps none yet (--resume there is refused by name).
+// Resume: a sequential calibration on either device (without --save-calib) keeps a journal
+// beside the output (OUTPUT.journal, gptq_journal.h) and removes it once the output is committed;
+// after an interruption the same command with --resume continues from the last completed stage
+// and writes the same bytes.
 //
 // Errors are tl::Error (exit 2 at the tool boundary): gptq without --calib, missing Hessians
 // (all listed), a Hessian of the wrong size, a Hessian that stays not positive definite, bad
@@ -61,7 +61,7 @@ struct GptqQuantizeOptions {
   int64_t calib_seq = 512;           // tokens per calibration window
   int64_t calib_samples = 128;       // windows used (at most)
   std::string save_calib;            // with calib_tokens: write the Hessians here (.h5)
-  bool resume = false;               // continue an interrupted sequential CPU run (gptq_journal.h)
+  bool resume = false;               // continue an interrupted sequential run (gptq_journal.h)
   std::string method = "gptq";       // "gptq" or "rtn"
   std::string only;                  // regex selecting the linear weights (see checkpoint_import.h)
   GroupSize group_size;              // core/group_size.h: 32..256 or per row

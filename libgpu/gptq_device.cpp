@@ -319,11 +319,19 @@ class Run {
         say(prefix + ": forward (nothing selected)");
         continue;
       }
+      if (calls_.resumed.count(prefix)) {  // the journal's stage: W_hat as GPTQ left it, pass 2 only
+        put_resumed_weights({&blk});
+        forward_pass({&blk}, 1, /*in_place=*/true, false);
+        forward_done(2 * pass);
+        say(prefix + ": W_hat from the journal");
+        continue;
+      }
       assign_slots({&blk});
       accumulate_begin(int(n_seq));
       forward_pass({&blk}, 1, /*in_place=*/false, true);
       forward_done(pass);
       quantize({&blk});
+      stage_done(prefix);
       forward_pass({&blk}, 1, /*in_place=*/true, false);
       forward_done(pass);
       say(prefix + " calibrated and quantized");
@@ -345,15 +353,22 @@ class Run {
         lp.push_back(loop.back().get());
       }
     }
-    if (loop_selected) {
+    if (loop_selected && calls_.resumed.count("loop")) {
+      put_resumed_weights(lp);
+      forward_done(pass * double(c_.loops) * double(c_.n_loop));
+      say("loop blocks: W_hat from the journal");
+    } else if (loop_selected) {
       assign_slots(lp);
       accumulate_begin(int(n_seq * c_.loops));
       forward_pass(lp, int(c_.loops), /*in_place=*/false, true);
       forward_done(pass * double(c_.loops) * double(c_.n_loop));
       quantize(lp);
+      stage_done("loop");
       say("loop blocks calibrated over " + std::to_string(c_.loops) + " iterations and quantized");
     }
-    if (head) {
+    if (head && calls_.resumed.count("head")) {
+      forward_done(pass * double(c_.loops) * double(c_.n_loop));
+    } else if (head) {
       auto tl = Clock::now();
       const std::vector<float> final_norm = read([&] { return src_.final_norm(); });
       LinearWeight hw = read([&] { return src_.head(); });
@@ -365,6 +380,7 @@ class Run {
       forward_done(pass * double(c_.loops) * double(c_.n_loop));
       symmetrize();
       quantize_one(hw, 0, nullptr);
+      stage_done("head");
       say("head calibrated and quantized");
     }
   }
@@ -403,6 +419,33 @@ class Run {
       check_launch(cuda::float_to_half_n(f32->get(), l.w.get(), int64_t(lw.W.size()), nullptr), "float_to_half_n");
       lw.W = std::vector<float>();
     }
+  }
+
+  void stage_done(const std::string& stage) {
+    if (calls_.stage_done) calls_.stage_done(stage);
+  }
+
+  // --resume: the selected linears of these blocks get the fp16 W_hat the uninterrupted run's
+  // GPTQ left in them: the same kernel (gptq_dequant_fp16) on the journal's codes, scales and
+  // zeros, so the forward after them is that run's, bit for bit.
+  void put_resumed_weights(const std::vector<DevBlock*>& blocks) {
+    for (DevBlock* b : blocks)
+      for (DevLinear& l : b->lin) {
+        if (!selected_.count(l.name)) continue;
+        const QuantWeight& qw = calls_.resumed_weight(l.name);
+        if (qw.K != l.K || qw.N != l.N)
+          throw Error("the journal's weight is [" + std::to_string(qw.K) + ", " + std::to_string(qw.N) +
+                          "], the model's [" + std::to_string(l.K) + ", " + std::to_string(l.N) + "]",
+                      "", l.name);
+        const DeviceBuffer<uint8_t> q(qw.q);
+        const DeviceBuffer<half_bits> scale(qw.scale), zero(qw.zero);
+        check_launch(cuda::gptq_dequant_fp16(q.get(), reinterpret_cast<const __half*>(scale.get()),
+                                             reinterpret_cast<const __half*>(zero.get()), l.K, l.N,
+                                             int(qw.group_size), l.w.get(), nullptr),
+                     "gptq_dequant_fp16 " + l.name);
+        l.w32 = DeviceBuffer<float>();  // no GPTQ for it in this run
+      }
+    TL_CUDA_THROW(cudaDeviceSynchronize());  // the uploads' buffers are freed on return
   }
 
   // Hessian slots for the selected linears of these blocks; mlp_up shares mlp_gate's input.

@@ -4,9 +4,10 @@
 # summary printed last.
 #   bash scripts/device_run.sh [test] [sanitize] [bench-quick] [bench] [ab] [verify] [tiers]
 #                              [tiers-thorough] [faults] [demo] [crosscheck] [hfcalib] [sanitize-model]
-#                              [gptq-devices] [gptq-bench] [gptq-big] [families] [e2e-big]
+#                              [gptq-devices] [gptq-bench] [gptq-big] [cli-gpu] [families] [e2e-big]
 # gptq-devices: the demo model's GPTQ on --device cuda and cpu (act-order off and on), each
 # through the e2e tier against the original; their PPLs must agree within 0.3 %.
+# cli-gpu: tests/cli/gptq_resume_gpu.sh (kills and --resume on the GPU) on the staged tools.
 # gptq-bench: bench_gptq_gpu (BENCH_GPTQ_ARGS, e.g. "--sets 70b --reps 3"): the inverse-Hessian
 # factor by both methods and the sweep of one weight per 7B / 70B layer shape.
 # gptq-big: a Llama-2-7B-shaped random bf16 checkpoint (tools/make_llama_checkpoint.py, kept in
@@ -189,6 +190,13 @@ PY
         note "gptq-devices act-order=$act: $line"
       done
       note "gptq-devices: rc=$rc ($(( $(date +%s) - start )) s)"
+      ;;
+    cli-gpu)  # the CLI tests that need a GPU (tests/cli/gptq_resume_gpu.sh), on the staged tools
+      for t in gptq_resume_gpu; do
+        start=$(date +%s)
+        TL_BIN=$bin TL_TMP=/tmp/cli-$t TL_SRC=$PWD timeout "${TEST_TIMEOUT:-180}" bash tests/cli/$t.sh > "$OUT/cli-$t.log" 2>&1; rc=$?
+        note "cli $t: rc=$rc $(tail -1 "$OUT/cli-$t.log") ($(( $(date +%s) - start )) s)"
+      done
       ;;
     gptq-bench)  # bench_gptq_gpu: one weight's factor (both methods) and sweep on the 7B / 70B shapes
       start=$(date +%s)

@@ -1,0 +1,56 @@
+#!/bin/bash
+# gptq-quantize --resume on the GPU (--device cuda; libconvert/gptq_journal.h): a sequential
+# calibration killed at any point continues from its journal and writes the same bytes as an
+# uninterrupted run -- the resumed blocks run with W_hat rebuilt on the GPU from the journal's
+# codes, so the activations after them are the uninterrupted run's.
+#   - 8 trials on a 6-block random HF Llama: trial t kills the run (kill -9) once its journal
+#     lists t % 7 completed stages; the resumed file must equal the reference byte for byte, the
+#     journal must be gone, no temporary left. At least two trials must have resumed mid-run.
+#   - A journal begun on the GPU is refused by --device cpu --resume, naming the device.
+# Skipped (77) where --device cuda cannot run (no GPU, or a build without CUDA).
+source "$TL_SRC/tests/cli/tools_common.bash"
+python3 -c "import numpy" 2>/dev/null || { echo "python3 with numpy not found: skipped"; exit 77; }
+
+python3 "$TL_SRC/tools/make_llama_checkpoint.py" orig --shape tiny --dtype fp16 --layers 6 > /dev/null || fail "make_llama_checkpoint"
+python3 -c "import numpy as np; np.random.default_rng(5).integers(0, 512, 64 * 128, dtype='<u4').tofile('calib.u32')"
+ARGS=(orig --calib-tokens calib.u32 --calib-seq 128 --calib-samples 64 --group-size 128 --device cuda)
+if ! "$GQ" "${ARGS[@]}" -o ref.tinyloop -q 2> ref.err; then
+  grep -q -- "--device cuda: " ref.err && { echo "no usable GPU ($(cat ref.err)): skipped"; exit 77; }
+  fail "reference run: $(cat ref.err)"
+fi
+[ -e ref.tinyloop.journal ] && fail "a finished run left its journal"
+
+stages() { grep -o '"stage":' out.tinyloop.journal/journal.json 2> /dev/null | wc -l; }
+mid=0
+for t in $(seq 0 7); do
+  rm -rf out.tinyloop out.tinyloop.journal
+  want=$(( (t % 6) + 1 ))
+  "$GQ" "${ARGS[@]}" -o out.tinyloop -q 2> run.err & pid=$!
+  for i in $(seq 6000); do [ "$(stages)" -ge $want ] && break; kill -0 $pid 2> /dev/null || break; sleep 0.002; done
+  kill -9 $pid 2> /dev/null; wait $pid 2> /dev/null
+  got=$(stages)
+  if [ -e out.tinyloop ]; then
+    got=done
+    [ -e out.tinyloop.journal ] && fail "trial $t: a finished run left its journal"
+  elif [ "$got" -ge 1 ]; then
+    mid=$((mid + 1))
+    bad "rerun the same command with --resume" "$GQ" "${ARGS[@]}" -o out.tinyloop -q
+    [ -e out.tinyloop ] && fail "trial $t: the refused run wrote the output"
+  fi
+  "$GQ" "${ARGS[@]}" -o out.tinyloop --resume -q 2> resume.err || fail "trial $t: --resume failed: $(cat resume.err)"
+  cmp -s out.tinyloop ref.tinyloop || fail "trial $t (killed after $got stage(s)): the resumed file differs from the reference"
+  [ -e out.tinyloop.journal ] && fail "trial $t: the journal was left after a finished run"
+  ls -a | grep -q '\.tmp-' && fail "trial $t: temporary left: $(ls -a)"
+done
+[ $mid -ge 2 ] || fail "only $mid of 8 trials were interrupted mid-run"
+echo "gptq_resume_gpu: 8 trials identical to the reference ($mid resumed mid-run)"
+
+# A journal begun on the GPU: the CPU does not continue it.
+rm -rf out.tinyloop out.tinyloop.journal
+"$GQ" "${ARGS[@]}" -o out.tinyloop -q 2> /dev/null & pid=$!
+for i in $(seq 6000); do [ "$(stages)" -ge 1 ] && break; sleep 0.002; done
+kill -9 $pid; wait $pid 2> /dev/null
+if [ "$(stages)" -ge 1 ] && [ ! -e out.tinyloop ]; then
+  bad "device differs from the interrupted run's" "$GQ" "${ARGS[@]/cuda/cpu}" -o out.tinyloop --resume
+fi
+exit 0
