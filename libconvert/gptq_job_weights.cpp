@@ -179,6 +179,28 @@ CalibrationEvents Job::calibration_events(Progress& progress) {
           [&progress](double flops) { progress.advance(flops, kForwardWork); }};
 }
 
+std::set<std::string> Job::take_journal(Progress& progress, const std::function<void(size_t i, QuantWeight&& qw)>& take) {
+  std::set<std::string> stages;
+  if (!journal) return stages;
+  if (journal->resumed())
+    progress.note("resuming after " + std::to_string(journal->done_stages().size()) + " completed stage(s) of " +
+                  journal->folder());
+  for (const std::string& stage : journal->done_stages()) {
+    for (QuantWeight& qw : journal->read_stage(stage)) {
+      const auto it = index_of.find(qw.name);
+      const ImportEntry* e = it == index_of.end() ? nullptr : linears[it->second];
+      if (!e || e->K() != qw.K || e->N() != qw.N)
+        throw Error("the journal holds weight '" + qw.name + "', which this run does not quantize as it is",
+                    journal->folder());
+      restore_report(it->second, qw);
+      progress.finished(qw.name + " (from the journal)", gptq_flops(qw.K, qw.N));
+      take(it->second, std::move(qw));
+    }
+    stages.insert(stage);
+  }
+  return stages;
+}
+
 // --calib-tokens: GPTQ's sequential mode on the CPU forward (token_calibration.h); each
 // block's weights are quantized as soon as its Hessians are complete, written at the end.
 void Job::quantize_sequential(TinyloopWriter& out, Progress& progress) {
@@ -193,25 +215,12 @@ void Job::quantize_sequential(TinyloopWriter& out, Progress& progress) {
   if (!opt.save_calib.empty()) save = std::make_unique<CalibWriter>(opt.save_calib);
   std::vector<std::optional<QuantWeight>> done(linears.size());
   // --resume: the completed stages' weights from the journal, their W_hat in place.
-  std::set<std::string> resumed;
-  if (journal && journal->resumed())
-    progress.note("resuming after " + std::to_string(journal->done_stages().size()) + " completed stage(s) of " +
-                  journal->folder());
-  if (journal)
-    for (const std::string& stage : journal->done_stages()) {
-      for (QuantWeight& qw : journal->read_stage(stage)) {
-        const auto it = index_of.find(qw.name);
-        LinearWeight* l = mw.find_linear(qw.name);
-        if (it == index_of.end() || !l || l->K != qw.K || l->N != qw.N)
-          throw Error("the journal holds weight '" + qw.name + "', which this run does not quantize as it is",
-                      journal->folder());
-        l->W = qw.dequantize();
-        restore_report(it->second, qw);
-        progress.finished(qw.name + " (from the journal)", gptq_flops(qw.K, qw.N));
-        done[it->second] = std::move(qw);
-      }
-      resumed.insert(stage);
-    }
+  const std::set<std::string> resumed = take_journal(progress, [&](size_t i, QuantWeight&& qw) {
+    LinearWeight* l = mw.find_linear(qw.name);
+    if (!l) throw Error("internal: the model has no weight '" + qw.name + "'");
+    l->W = qw.dequantize();
+    done[i] = std::move(qw);
+  });
   calibrate_sequential(
       mw, tokens, opt.calib_seq, opt.calib_samples, selected,
       [&](std::map<std::string, Hessian>& hessians, ModelWeights& w) {
@@ -271,25 +280,11 @@ void Job::quantize_sequential_gpu(TinyloopWriter& out, Progress& progress) {
   SequentialCalls calls;
   std::map<std::string, QuantWeight> resumed;  // the journal's weights (read by the GPU thread)
   std::vector<const QuantWeight*> resumed_order;  // as the journal recorded them
-  if (journal && journal->resumed())
-    progress.note("resuming after " + std::to_string(journal->done_stages().size()) + " completed stage(s) of " +
-                  journal->folder());
-  if (journal)
-    for (const std::string& stage : journal->done_stages()) {
-      for (QuantWeight& qw : journal->read_stage(stage)) {
-        const auto it = index_of.find(qw.name);
-        const ImportEntry* e = it == index_of.end() ? nullptr : linears[it->second];
-        if (!e || e->K() != qw.K || e->N() != qw.N)
-          throw Error("the journal holds weight '" + qw.name + "', which this run does not quantize as it is",
-                      journal->folder());
-        restore_report(it->second, qw);
-        progress.finished(qw.name + " (from the journal)", gptq_flops(qw.K, qw.N));
-        written[it->second] = true;
-        const std::string name = qw.name;
-        resumed_order.push_back(&resumed.emplace(name, std::move(qw)).first->second);
-      }
-      calls.resumed.insert(stage);
-    }
+  calls.resumed = take_journal(progress, [&](size_t i, QuantWeight&& qw) {
+    written[i] = true;
+    const std::string name = qw.name;
+    resumed_order.push_back(&resumed.emplace(name, std::move(qw)).first->second);
+  });
   // The writer's weights of the stage in progress, kept until the journal records the stage.
   std::map<std::string, std::vector<QuantWeight>> stage_weights;
   auto write = [&](const QuantWeight& qw) {

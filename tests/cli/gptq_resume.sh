@@ -39,10 +39,7 @@ for t in $(seq 0 19); do
     bad "rerun the same command with --resume" "$GQ" "${ARGS[@]}" -o out.tinyloop -q
     [ -e out.tinyloop ] && fail "trial $t: the refused run wrote the output"
   fi
-  "$GQ" "${ARGS[@]}" -o out.tinyloop --resume -q 2> resume.err || fail "trial $t: --resume failed: $(cat resume.err)"
-  cmp -s out.tinyloop ref.tinyloop || fail "trial $t ($sig after $got stage(s)): the resumed file differs from the reference"
-  [ -e out.tinyloop.journal ] && fail "trial $t: the journal was left after a finished run"
-  ls -a | grep -q '\.tmp-' && fail "trial $t: temporary left: $(ls -a)"
+  resume_matches_ref "trial $t ($sig after $got stage(s))" "${ARGS[@]}"
   resumed_at[$got]=$(( ${resumed_at[$got]:-0} + 1 ))
 done
 summary=""

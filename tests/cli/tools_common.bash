@@ -17,3 +17,13 @@ bad() {
   if declare -F bad_hook > /dev/null; then bad_hook "$*"; fi
   return 0
 }
+# The resume tests: gptq-quantize "$@" -o out.tinyloop --resume after an interrupted run; the
+# resumed file must equal ref.tinyloop, and the journal and every temporary must be gone.
+resume_matches_ref() {
+  local what="$1"; shift
+  "$GQ" "$@" -o out.tinyloop --resume -q 2> resume.err || fail "$what: --resume failed: $(cat resume.err)"
+  cmp -s out.tinyloop ref.tinyloop || fail "$what: the resumed file differs from the reference"
+  [ -e out.tinyloop.journal ] && fail "$what: the journal was left after a finished run"
+  ls -a | grep -q '\.tmp-' && fail "$what: temporary left: $(ls -a)"
+  return 0
+}
