@@ -55,6 +55,7 @@ class SerialWorker {
       std::function<void()> task = std::move(tasks_.front());
       tasks_.pop_front();
       busy_ = true;
+      cv_.notify_all();  // room for a waiting post()
       lock.unlock();
       std::exception_ptr e;
       try {

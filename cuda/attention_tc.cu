@@ -15,8 +15,9 @@
 //                                              A layout of one k16 step); V by ldmatrix.trans
 //
 // Precision (the bound tests/cuda/test_attention.cpp holds, derived in docs/gptq.md): the scores
-// are exact fp16 products summed in fp32, like the fp32 kernel's; the softmax is fp32; what this
-// kernel adds is the fp16 rounding of each probability in the P V product (relative 2^-11, or
+// are exact fp16 products summed in fp32 (by the tensor cores, which truncate where IEEE rounds);
+// the softmax is fp32; what this kernel adds is the fp16 rounding of each probability in the P V
+// product (relative 2^-11, or
 // 2^-25 absolute below fp16's normal range), while the row sum l is taken from the unrounded
 // fp32 probabilities: |o - o_fp32| <= (2^-11 + T 2^-25) max |v| before the output's own rounding.
 // The e2e tier keeps the fp32 kernel: the verifier's reference forward does not take this error.

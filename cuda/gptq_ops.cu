@@ -1,7 +1,8 @@
 // GPTQ's element-wise and per-column kernels (see gptq_ops.h for the contract). Every kernel
-// that walks K gives one thread one output column n: columns never interact in GPTQ, adjacent
-// threads read adjacent addresses of a row-major [*, N] matrix (coalesced), and every sum runs
-// in a fixed order (no atomics), so results do not depend on the launch.
+// that walks K gives one output column n to one thread (the sweep: to a group of 4 lanes that
+// split its rows): columns never interact in GPTQ, adjacent threads read adjacent addresses of a
+// row-major [*, N] matrix (coalesced), and every sum runs in a fixed order (no atomics), so
+// results do not depend on the launch.
 #include <algorithm>
 #include <cmath>
 
@@ -120,8 +121,8 @@ __global__ void minmax_params_kernel(const float* W, int64_t ld, int rows, int N
 // per block. The block's rows of a column live in shared memory, row r owned by lane r %
 // kSweepLanes of the column's group: the owner of row i quantizes it and hands its scaled error
 // er to the group by a shuffle, then every lane updates its own rows r > i (w_r -= U[i, r] er).
-// Each element sees the same operations in the same order as with one thread per column (so the
-// codes do not change), but the serial chain per row is kSweepLanes times shorter and a
+// Each element sees the same operations in the same order as with one thread per column, and the
+// loss is summed by lane 0 in row order (so codes, errors and loss are bit for bit the same), but the serial chain per row is kSweepLanes times shorter and a
 // 4096-column weight runs 512 warps instead of 128 (one per SM was latency-bound). Rows are
 // interleaved by lane, so the 32 lanes of a step touch 32 consecutive words (no bank conflict).
 // U[i, r] is one broadcast load per lane group. Lanes of a column past N compute on zeros and
@@ -167,6 +168,7 @@ __global__ void sweep_block_kernel(GptqSweep s, int i1, int cnt) {
     }
     const int owner = i % kSweepLanes;
     float er = 0.0f;
+    double term = 0;
     if (sub == owner && live) {
       const float w = w1[i * kSweepCols + c];
       float code, x;
@@ -176,11 +178,14 @@ __global__ void sweep_block_kernel(GptqSweep s, int i1, int cnt) {
       if (s.tie) s.tie[int64_t(k) * N + n] = fabsf(__fsub_rn(__fsub_rn(x, floorf(x)), 0.5f));
       const float d = s.U[int64_t(j) * K + j];
       const float e = __fsub_rn(w, qv);
-      loss += double(__fdiv_rn(__fmul_rn(e, e), __fmul_rn(d, d)));
+      term = double(__fdiv_rn(__fmul_rn(e, e), __fmul_rn(d, d)));
       er = __fdiv_rn(e, d);
       s.err[int64_t(i) * N + n] = er;
     }
-    er = __shfl_sync(0xffffffffu, er, (lane & ~(kSweepLanes - 1)) | owner);
+    const int from = (lane & ~(kSweepLanes - 1)) | owner;
+    er = __shfl_sync(0xffffffffu, er, from);
+    term = __shfl_sync(0xffffffffu, term, from);
+    if (sub == 0) loss += term;  // row order in one double, as with one thread per column
     const float* urow = s.U + int64_t(j) * K + i1;
     // This lane's rows after i: the first r > i with r % kSweepLanes == sub, then every 4th.
     const int r0 = i + 1 + ((sub - (i + 1)) % kSweepLanes + kSweepLanes) % kSweepLanes;
@@ -188,9 +193,6 @@ __global__ void sweep_block_kernel(GptqSweep s, int i1, int cnt) {
     for (int r = r0; r < cnt; r += kSweepLanes)
       w1[r * kSweepCols + c] = __fsub_rn(w1[r * kSweepCols + c], __fmul_rn(__ldg(urow + r), er));
   }
-  // The column's loss: its lanes' sums (each over the rows it owns), combined by a butterfly
-  // (a fixed order: the same bits on every run).
-  for (int o = 1; o < kSweepLanes; o <<= 1) loss += __shfl_xor_sync(0xffffffffu, loss, o);
   if (live && sub == 0) s.loss[n] += loss;
 }
 

@@ -180,9 +180,11 @@ struct Job {
   nlohmann::json resume_fingerprint() const;
   // Linear i's report rebuilt from a journaled weight's provenance (the summary's losses).
   void restore_report(size_t i, const QuantWeight& qw);
-  // --resume: the journal's completed stages in order (a note first), each weight checked
-  // against this run's linears by name and shape, its report restored and counted as finished,
-  // then handed to take(i, weight); returns the stages' names.
+  // --resume: one completed stage of the journal, each weight checked against this run's linears
+  // by name and shape, its report restored and counted as finished, then handed to take(i, weight).
+  void take_journal_stage(const std::string& stage, Progress& progress,
+                          const std::function<void(size_t i, QuantWeight&& qw)>& take);
+  // Every completed stage in order (a note first); returns their names.
   std::set<std::string> take_journal(Progress& progress, const std::function<void(size_t i, QuantWeight&& qw)>& take);
   // The config and every entry that is not quantized here (with --drop-unselected: the config
   // only, what a reader needs to open the file). A long copy (a 7B model's embeddings and

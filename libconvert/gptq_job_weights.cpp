@@ -179,6 +179,20 @@ CalibrationEvents Job::calibration_events(Progress& progress) {
           [&progress](double flops) { progress.advance(flops, kForwardWork); }};
 }
 
+void Job::take_journal_stage(const std::string& stage, Progress& progress,
+                             const std::function<void(size_t i, QuantWeight&& qw)>& take) {
+  for (QuantWeight& qw : journal->read_stage(stage)) {
+    const auto it = index_of.find(qw.name);
+    const ImportEntry* e = it == index_of.end() ? nullptr : linears[it->second];
+    if (!e || e->K() != qw.K || e->N() != qw.N || calibration_stage(qw.name) != stage)
+      throw Error("the journal holds weight '" + qw.name + "', which this run does not quantize as it is",
+                  journal->folder());
+    restore_report(it->second, qw);
+    progress.finished(qw.name + " (from the journal)", gptq_flops(qw.K, qw.N));
+    take(it->second, std::move(qw));
+  }
+}
+
 std::set<std::string> Job::take_journal(Progress& progress, const std::function<void(size_t i, QuantWeight&& qw)>& take) {
   std::set<std::string> stages;
   if (!journal) return stages;
@@ -186,16 +200,7 @@ std::set<std::string> Job::take_journal(Progress& progress, const std::function<
     progress.note("resuming after " + std::to_string(journal->done_stages().size()) + " completed stage(s) of " +
                   journal->folder());
   for (const std::string& stage : journal->done_stages()) {
-    for (QuantWeight& qw : journal->read_stage(stage)) {
-      const auto it = index_of.find(qw.name);
-      const ImportEntry* e = it == index_of.end() ? nullptr : linears[it->second];
-      if (!e || e->K() != qw.K || e->N() != qw.N)
-        throw Error("the journal holds weight '" + qw.name + "', which this run does not quantize as it is",
-                    journal->folder());
-      restore_report(it->second, qw);
-      progress.finished(qw.name + " (from the journal)", gptq_flops(qw.K, qw.N));
-      take(it->second, std::move(qw));
-    }
+    take_journal_stage(stage, progress, take);
     stages.insert(stage);
   }
   return stages;
@@ -270,21 +275,23 @@ void Job::quantize_sequential(TinyloopWriter& out, Progress& progress) {
 // of its own while the GPU goes on with the next weights (at most kWritesInFlight results wait
 // in host memory; every HDF5 call, the model's reads and --save-calib included, under h5_mu).
 // With a journal, the writer records each completed stage once its weights are written; with
-// --resume, the journal's stages are written first (where the uninterrupted run wrote them) and
-// the GPU runs their blocks with their W_hat.
+// --resume, the GPU asks for a journaled stage's weights when it reaches the stage (one stage in
+// host memory at a time): they are read then, written first (where the uninterrupted run wrote
+// them) and its blocks run with their W_hat.
 void Job::quantize_sequential_gpu(TinyloopWriter& out, Progress& progress) {
   constexpr size_t kWritesInFlight = 3;
   std::unique_ptr<CalibWriter> save;
   if (!opt.save_calib.empty()) save = std::make_unique<CalibWriter>(opt.save_calib);
-  std::vector<bool> written(linears.size(), false);
+  std::vector<char> written(linears.size(), 0);  // bytes, not bits: two threads set entries
   SequentialCalls calls;
-  std::map<std::string, QuantWeight> resumed;  // the journal's weights (read by the GPU thread)
-  std::vector<const QuantWeight*> resumed_order;  // as the journal recorded them
-  calls.resumed = take_journal(progress, [&](size_t i, QuantWeight&& qw) {
-    written[i] = true;
-    const std::string name = qw.name;
-    resumed_order.push_back(&resumed.emplace(name, std::move(qw)).first->second);
-  });
+  // The journal's stages as this run found them (the writer thread appends to the journal later).
+  const std::vector<std::string> journaled = journal ? journal->done_stages() : std::vector<std::string>();
+  if (!journaled.empty())
+    progress.note("resuming after " + std::to_string(journaled.size()) + " completed stage(s) of " + journal->folder());
+  calls.resumed.insert(journaled.begin(), journaled.end());
+  // The journaled stage the GPU is on: its weights, shared with their writer tasks.
+  std::string resumed_stage;
+  std::vector<std::shared_ptr<const QuantWeight>> resumed_weights;
   // The writer's weights of the stage in progress, kept until the journal records the stage.
   std::map<std::string, std::vector<QuantWeight>> stage_weights;
   auto write = [&](const QuantWeight& qw) {
@@ -298,7 +305,6 @@ void Job::quantize_sequential_gpu(TinyloopWriter& out, Progress& progress) {
   // Declared after everything its tasks use: destroyed (joined) before them, also when unwinding.
   SerialWorker writer(kWritesInFlight);
   phases.write_wait = 0;
-  for (const QuantWeight* qw : resumed_order) writer.post([&write, qw] { write(*qw); });
   calls.options = [&](const std::string& name, int64_t K) { return gptq_options(name, K, progress); };
   calls.started = [&](const std::string& name) { progress.started(name); };
   calls.quantized = [&](const std::string& name, GptqResult&& r, int64_t nsamples, double seconds) {
@@ -308,13 +314,36 @@ void Job::quantize_sequential_gpu(TinyloopWriter& out, Progress& progress) {
     writer.post([this, &write, &progress, &written, &stage_weights, i, result, nsamples, seconds] {
       QuantWeight qw = from_gptq(i, std::move(*result), nsamples);
       write(qw);
-      written[i] = true;
+      written[i] = 1;
       log_done(i, qw, seconds, progress);
       if (journal) stage_weights[calibration_stage(qw.name)].push_back(std::move(qw));
     });
     phases.write_wait += since(t_wait);
   };
-  calls.resumed_weight = [&](const std::string& name) -> const QuantWeight& { return resumed.at(name); };
+  // A journaled stage is read when the GPU first asks for one of its weights (or after the
+  // calibration, for a stage it never needs: the head), and its weights are queued for writing
+  // in the journal's order.
+  std::set<std::string> loaded;
+  auto load_stage = [&](const std::string& stage) {
+    resumed_weights.clear();
+    {
+      std::lock_guard<std::mutex> lock(h5_mu);  // the journal's stage file is HDF5
+      take_journal_stage(stage, progress, [&](size_t i, QuantWeight&& qw) {
+        written[i] = 1;
+        resumed_weights.push_back(std::make_shared<const QuantWeight>(std::move(qw)));
+      });
+    }
+    for (const auto& w : resumed_weights) writer.post([&write, w] { write(*w); });
+    resumed_stage = stage;
+    loaded.insert(stage);
+  };
+  calls.resumed_weight = [&](const std::string& name) -> const QuantWeight& {
+    const std::string stage = calibration_stage(name);
+    if (stage != resumed_stage) load_stage(stage);
+    for (const auto& w : resumed_weights)
+      if (w->name == name) return *w;
+    throw Error("the journal's stage '" + stage + "' holds no weight '" + name + "'", journal->folder());
+  };
   if (journal)
     calls.stage_done = [&](const std::string& stage) {
       writer.post([this, &stage_weights, stage] {
@@ -336,6 +365,10 @@ void Job::quantize_sequential_gpu(TinyloopWriter& out, Progress& progress) {
   calls.events = calibration_events(progress);
   opt.gpu->calibrate(opt.input, tokens, opt.calib_seq, calib_windows, selected, calls, &phases);
   const auto t_wait = Clock::now();
+  writer.finish();
+  // A journaled stage the GPU never needed (the head, the last stage): written after the rest.
+  for (const std::string& stage : journaled)
+    if (!loaded.count(stage)) load_stage(stage);
   writer.finish();
   phases.write_wait += since(t_wait);
   for (size_t i = 0; i < linears.size(); ++i)

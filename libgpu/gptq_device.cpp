@@ -604,6 +604,7 @@ class Run {
     if (calls_.started) calls_.started(lw.name);
     const auto t0 = Clock::now();
     GptqGpuTimes gt;
+    if (!w32 && lw.W.empty()) throw Error("internal: no fp32 values left for GPTQ (freed at upload)", "", lw.name);
     GptqResult r = w32 ? gptq_.quantize_resident(w32, lw.K, lw.N, H, calls_.options(lw.name, lw.K), w_hat, &gt)
                        : gptq_.quantize(lw.W.data(), lw.K, lw.N, H, calls_.options(lw.name, lw.K), w_hat, &gt);
     t_.cholesky += gt.cholesky;
@@ -635,7 +636,26 @@ void CudaGptqDevice::calibrate(const std::string& model, const std::vector<int32
                                GptqPhaseTimes* times) {
   const std::string why = unavailable_reason();
   if (!why.empty()) throw Error(why);
-  ModelStream src(model);
+  // Opened and closed under calls.hdf5_mutex: opening an HDF5 model forks its guarded check
+  // (formats/h5_guard.h), which must not happen while the writer thread is inside libhdf5.
+  struct LockedStream {
+    std::mutex* mu;
+    std::unique_ptr<ModelStream> stream;
+    LockedStream(std::mutex* m, const std::string& path) : mu(m) {
+      if (!mu) {
+        stream = std::make_unique<ModelStream>(path);
+        return;
+      }
+      std::lock_guard<std::mutex> lock(*mu);
+      stream = std::make_unique<ModelStream>(path);
+    }
+    ~LockedStream() {
+      if (!mu) return;
+      std::lock_guard<std::mutex> lock(*mu);
+      stream.reset();
+    }
+  } locked(calls.hdf5_mutex, model);
+  const ModelStream& src = *locked.stream;
   const ModelConfig& c = src.config();
   if (seq_len <= 0 || n_seq <= 0 || int64_t(tokens.size()) < n_seq * seq_len)
     throw Error("calibration needs " + std::to_string(n_seq) + " windows of " + std::to_string(seq_len) + " tokens");

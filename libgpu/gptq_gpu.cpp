@@ -60,9 +60,12 @@ struct GpuGptq::Impl {
 
   Factor method = Factor::kReversed;
 
-  int info_value() {
+  // cuSOLVER's info: 0 done, > 0 not positive definite (or a zero pivot); < 0 a wrong argument,
+  // which is this code's bug, not the matrix's (no damping retry for it).
+  int info_value(const char* what) {
     int h = 0;
     to_host(&h, info.get(), 1);
+    if (h < 0) throw Error(std::string(what) + ": cuSOLVER reports argument " + std::to_string(-h) + " invalid");
     return h;
   }
   float* workspace_bytes(size_t bytes) {
@@ -80,7 +83,7 @@ struct GpuGptq::Impl {
     float* w = workspace_bytes(size_t(std::max(lwork, 1)) * sizeof(float));
     if (inverse) check_solver(cusolverDnSpotri(solver, CUBLAS_FILL_MODE_LOWER, K, A, K, w, lwork, info.get()), "potri");
     else check_solver(cusolverDnSpotrf(solver, CUBLAS_FILL_MODE_LOWER, K, A, K, w, lwork, info.get()), "potrf");
-    return info_value() == 0;
+    return info_value(inverse ? "potri" : "potrf") == 0;
   }
 
   // The CPU's factor (libconvert/gptq.cpp, gptq_inverse_hessian_factor) on Hw, row-major
@@ -91,7 +94,9 @@ struct GpuGptq::Impl {
   //   U = V^-1               trtri, lower in the column-major view (V^T) = U upper in row-major;
   // so (H + damp I)^-1 = V^-T V^-1 = U^T U. Two factorizations of K^3 / 3 flops each where
   // upstream's sequence takes four (potri is a triangular inverse and a triangular product).
-  // The triangle below U holds the reversed input; nothing reads it.
+  // potrf reads R's upper triangle in the column-major view (the row-major lower), the CPU's
+  // LLT the other one: they agree because the Hessians are symmetric bit for bit (the calibration
+  // symmetrizes them). The triangle below U holds the reversed input; nothing reads it.
   bool reversed_factor(int K) {
     float* A = Hw.get();
     check_launch(cuda::gptq_reverse(A, K, nullptr), "gptq_reverse");
@@ -99,7 +104,7 @@ struct GpuGptq::Impl {
     check_solver(cusolverDnSpotrf_bufferSize(solver, CUBLAS_FILL_MODE_UPPER, K, A, K, &lwork), "potrf_bufferSize");
     float* w = workspace_bytes(size_t(std::max(lwork, 1)) * sizeof(float));
     check_solver(cusolverDnSpotrf(solver, CUBLAS_FILL_MODE_UPPER, K, A, K, w, lwork, info.get()), "potrf");
-    if (info_value() != 0) return false;
+    if (info_value("potrf") != 0) return false;
     check_launch(cuda::gptq_reverse(A, K, nullptr), "gptq_reverse");
     size_t dev_bytes = 0, host_bytes = 0;
     check_solver(cusolverDnXtrtri_bufferSize(solver, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_NON_UNIT, K, CUDA_R_32F, A, K,
@@ -110,7 +115,7 @@ struct GpuGptq::Impl {
     check_solver(cusolverDnXtrtri(solver, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_NON_UNIT, K, CUDA_R_32F, A, K, w, dev_bytes,
                                   host_work.data(), host_bytes, info.get()),
                  "trtri");
-    return info_value() == 0;
+    return info_value("trtri") == 0;
   }
 
   // U (row-major upper) with (Hp + damp I)^-1 = U^T U into Hw, by `method`. kPotri: potrf ->
@@ -161,9 +166,25 @@ GptqResult GpuGptq::quantize_host(const float* W, int64_t K, int64_t N, const fl
   return quantize(W, K, N, m.H_host_copy.get(), opt, nullptr, times);
 }
 
+namespace {
+
+// What the GPU path takes, checked before anything is allocated or uploaded.
+void check_problem(int64_t K64, int64_t N64, const GptqOptions& opt) {
+  if (K64 <= 0 || N64 <= 0) throw Error("empty weight", "", opt.name);
+  if (K64 > 65535 || N64 > (int64_t(1) << 30))
+    throw Error("weight [" + std::to_string(K64) + ", " + std::to_string(N64) + "] is larger than the GPU path takes (K <= 65535)",
+                "", opt.name);
+  check_effective_group_size(K64, opt.group_size, "", opt.name);
+  if (opt.block_size <= 0 || opt.block_size > cuda::kGptqMaxBlock)
+    throw Error("block size " + std::to_string(opt.block_size) + ": the GPU path takes 1.." +
+                    std::to_string(cuda::kGptqMaxBlock) + " rows per lazy-update block", "", opt.name);
+}
+
+}  // namespace
+
 GptqResult GpuGptq::quantize(const float* W, int64_t K64, int64_t N64, float* H, const GptqOptions& opt,
                              __half* w_hat_dev, GptqGpuTimes* times) {
-  if (K64 <= 0 || N64 <= 0) throw Error("empty weight", "", opt.name);
+  check_problem(K64, N64, opt);
   const auto t0 = Clock::now();
   const size_t KN = size_t(K64) * size_t(N64);
   impl_->W.reserve(KN);
@@ -174,14 +195,7 @@ GptqResult GpuGptq::quantize(const float* W, int64_t K64, int64_t N64, float* H,
 
 GptqResult GpuGptq::quantize_resident(const float* Wd, int64_t K64, int64_t N64, float* H, const GptqOptions& opt,
                                       __half* w_hat_dev, GptqGpuTimes* times) {
-  if (K64 <= 0 || N64 <= 0) throw Error("empty weight", "", opt.name);
-  if (K64 > 65535 || N64 > (int64_t(1) << 30))
-    throw Error("weight [" + std::to_string(K64) + ", " + std::to_string(N64) + "] is larger than the GPU path takes (K <= 65535)",
-                "", opt.name);
-  check_effective_group_size(K64, opt.group_size, "", opt.name);
-  if (opt.block_size <= 0 || opt.block_size > cuda::kGptqMaxBlock)
-    throw Error("block size " + std::to_string(opt.block_size) + ": the GPU path takes 1.." +
-                    std::to_string(cuda::kGptqMaxBlock) + " rows per lazy-update block", "", opt.name);
+  check_problem(K64, N64, opt);
   const int K = int(K64), N = int(N64);
   const int gs = int(opt.group_size), bs = int(opt.block_size);
   const int G = int(group_count(K64, opt.group_size));

@@ -5,7 +5,7 @@
 //   - the inverse-Hessian factor as the CPU computes it: the Cholesky factor of the reversed
 //     matrix (cuSOLVER potrf) and its triangular inverse (trtri), retried with growing damping
 //     like the CPU (upstream's potrf -> potri -> potrf stays selectable: set_factor);
-//   - the blocked lazy sweep: one kernel per block of rows (cuda/gptq_ops.h: a thread per
+//   - the blocked lazy sweep: one kernel per block of rows (cuda/gptq_ops.h: 4 lanes per
 //     output column, the in-block error feedback in shared memory) and one fp32 cuBLAS SGEMM
 //     per block for the lazy update of the rows below (no TF32: CUBLAS_DEFAULT_MATH);
 //   - RTN's comparison loss as 0.5 * sum((H + damp I) E .* E), one SGEMM.

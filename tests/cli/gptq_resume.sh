@@ -39,7 +39,7 @@ for t in $(seq 0 19); do
     bad "rerun the same command with --resume" "$GQ" "${ARGS[@]}" -o out.tinyloop -q
     [ -e out.tinyloop ] && fail "trial $t: the refused run wrote the output"
   fi
-  resume_matches_ref "trial $t ($sig after $got stage(s))" "${ARGS[@]}"
+  resume_matches_ref "trial $t ($sig after $got stage(s))" "$got" "${ARGS[@]}"
   resumed_at[$got]=$(( ${resumed_at[$got]:-0} + 1 ))
 done
 summary=""

@@ -4,8 +4,11 @@
 # uninterrupted run -- the resumed blocks run with W_hat rebuilt on the GPU from the journal's
 # codes, so the activations after them are the uninterrupted run's.
 #   - 8 trials on a 6-block random HF Llama: trial t kills the run (kill -9) once its journal
-#     lists t % 7 completed stages; the resumed file must equal the reference byte for byte, the
-#     journal must be gone, no temporary left. At least two trials must have resumed mid-run.
+#     lists (t % 6) + 1 completed stages; the rerun must say it resumes after them, the resumed
+#     file must equal the reference byte for byte, the journal must be gone, no temporary left.
+#     At least two trials must have resumed mid-run.
+#   - The shipped TinyLoop model (an HF folder whose shared loop block is one stage, "loop")
+#     killed after its first stage, then resumed: the same bytes as its reference.
 #   - A journal begun on the GPU is refused by --device cpu --resume, naming the device.
 # Skipped (77) where --device cuda cannot run (no GPU, or a build without CUDA).
 source "$TL_SRC/tests/cli/tools_common.bash"
@@ -28,6 +31,7 @@ for t in $(seq 0 7); do
   "$GQ" "${ARGS[@]}" -o out.tinyloop -q 2> run.err & pid=$!
   for i in $(seq 6000); do [ "$(stages)" -ge $want ] && break; kill -0 $pid 2> /dev/null || break; sleep 0.002; done
   kill -9 $pid 2> /dev/null; wait $pid 2> /dev/null
+  grep -q "error\|failed" run.err && fail "trial $t: the interrupted run had failed before the kill: $(cat run.err)"
   got=$(stages)
   if [ -e out.tinyloop ]; then
     got=done
@@ -37,7 +41,7 @@ for t in $(seq 0 7); do
     bad "rerun the same command with --resume" "$GQ" "${ARGS[@]}" -o out.tinyloop -q
     [ -e out.tinyloop ] && fail "trial $t: the refused run wrote the output"
   fi
-  resume_matches_ref "trial $t (killed after $got stage(s))" "${ARGS[@]}"
+  resume_matches_ref "trial $t (killed after $got stage(s))" "$got" "${ARGS[@]}"
 done
 [ $mid -ge 2 ] || fail "only $mid of 8 trials were interrupted mid-run"
 echo "gptq_resume_gpu: 8 trials identical to the reference ($mid resumed mid-run)"
@@ -45,9 +49,19 @@ echo "gptq_resume_gpu: 8 trials identical to the reference ($mid resumed mid-run
 # A journal begun on the GPU: the CPU does not continue it.
 rm -rf out.tinyloop out.tinyloop.journal
 "$GQ" "${ARGS[@]}" -o out.tinyloop -q 2> /dev/null & pid=$!
-for i in $(seq 6000); do [ "$(stages)" -ge 1 ] && break; sleep 0.002; done
-kill -9 $pid; wait $pid 2> /dev/null
-if [ "$(stages)" -ge 1 ] && [ ! -e out.tinyloop ]; then
-  bad "device differs from the interrupted run's" "$GQ" "${ARGS[@]/cuda/cpu}" -o out.tinyloop --resume
-fi
+for i in $(seq 6000); do [ "$(stages)" -ge 1 ] && break; kill -0 $pid 2> /dev/null || break; sleep 0.002; done
+kill -9 $pid 2> /dev/null; wait $pid 2> /dev/null
+[ "$(stages)" -ge 1 ] && [ ! -e out.tinyloop ] || fail "could not interrupt a run after its first stage"
+bad "device differs from the interrupted run's" "$GQ" "${ARGS[@]/cuda/cpu}" -o out.tinyloop --resume
+
+# The TinyLoop model: its pre blocks, then the shared loop block (one stage over 4 iterations).
+rm -rf out.tinyloop out.tinyloop.journal ref.tinyloop
+python3 -c "import numpy as np; np.random.default_rng(7).integers(0, 256, 16 * 256, dtype='<u4').tofile('calib_kjv.u32')"
+KARGS=("$MODEL" --calib-tokens calib_kjv.u32 --calib-seq 256 --group-size 128 --device cuda)
+"$GQ" "${KARGS[@]}" -o ref.tinyloop -q || fail "TinyLoop reference run"
+"$GQ" "${KARGS[@]}" -o out.tinyloop -q 2> /dev/null & pid=$!
+for i in $(seq 6000); do [ "$(stages)" -ge 1 ] && break; kill -0 $pid 2> /dev/null || break; sleep 0.002; done
+kill -9 $pid 2> /dev/null; wait $pid 2> /dev/null
+got=$(stages); [ -e out.tinyloop ] && got=done
+resume_matches_ref "TinyLoop model (killed after $got stage(s))" "$got" "${KARGS[@]}"
 exit 0

@@ -17,11 +17,16 @@ bad() {
   if declare -F bad_hook > /dev/null; then bad_hook "$*"; fi
   return 0
 }
-# The resume tests: gptq-quantize "$@" -o out.tinyloop --resume after an interrupted run; the
-# resumed file must equal ref.tinyloop, and the journal and every temporary must be gone.
+# The resume tests: gptq-quantize "$@" -o out.tinyloop --resume after a run interrupted once its
+# journal held GOT stages (a number, or "done"): the run must say it resumes after at least GOT of
+# them, the resumed file must equal ref.tinyloop, and the journal and every temporary must be gone.
 resume_matches_ref() {
-  local what="$1"; shift
-  "$GQ" "$@" -o out.tinyloop --resume -q 2> resume.err || fail "$what: --resume failed: $(cat resume.err)"
+  local what="$1" got="$2"; shift 2
+  "$GQ" "$@" -o out.tinyloop --resume 2> resume.err || fail "$what: --resume failed: $(cat resume.err)"
+  if [ "$got" != done ] && [ "$got" -ge 1 ]; then
+    local n; n=$(grep -o "resuming after [0-9]* completed stage" resume.err | grep -o "[0-9]*")
+    [ -n "$n" ] && [ "$n" -ge "$got" ] || fail "$what: the run did not resume after $got stage(s): $(grep -m1 resum resume.err)"
+  fi
   cmp -s out.tinyloop ref.tinyloop || fail "$what: the resumed file differs from the reference"
   [ -e out.tinyloop.journal ] && fail "$what: the journal was left after a finished run"
   ls -a | grep -q '\.tmp-' && fail "$what: temporary left: $(ls -a)"

@@ -42,8 +42,10 @@ std::string describe(const AttnCase& c) {
 //    2^-25 absolute under fp16's normal range) while l keeps the fp32 p_j: <= (2^-11 + n 2^-25) V
 //    (l >= 1: the row's largest p is exp(0));
 //  * the output's fp16 rounding: half an fp16 step, <= 2^-11 |o| + 2^-25.
+// The tensor cores' fp32 accumulation is not IEEE (it aligns the addends and truncates): for it
+// the bound takes u = 2^-23 wherever the sums are the mma's.
 double attention_bound(bool tensor_core, int n, int dh, double S, double V, double ref) {
-  constexpr double u = 0x1p-24;
+  const double u = tensor_core ? 0x1p-23 : 0x1p-24;
   auto gamma = [&](double k) { return k * u / (1 - k * u); };
   const double delta = (gamma(dh) + 4 * u) * S;
   double b = (std::expm1(2 * delta) + 2 * gamma(n)) * V + 0x1p-11 * std::fabs(ref) + 0x1p-25;
