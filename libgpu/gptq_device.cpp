@@ -207,8 +207,21 @@ class CudaGptqDevice final : public GptqDevice {
     const uint64_t F = uint64_t(c.ffn), A = uint64_t(c.n_heads * c.d_head);
     const uint64_t hess = blocks * 4 * (2 * D * D + A * A + F * F) + 4 * std::max({D, A, F}) * std::max({D, A, F});
     const auto [K, N] = largest_weight(c, selected);
-    const uint64_t staging = uint64_t(K) * uint64_t(N) * 4;
-    const uint64_t work = chunk + weights16 + weights32 + hess + GpuGptq::device_bytes(K, N) + staging + (256ull << 20);
+    // GPTQ's buffers for the weight that needs the most (a block's linears run resident: their
+    // fp32 copies are weights32; the head is uploaded into GPTQ's own W), and the fp32 staging of
+    // the largest unselected block linear (uploaded only to become fp16).
+    uint64_t gptq = 0, staging = 0;
+    for (const std::string& name : selected) {
+      const std::vector<int64_t> s = expected_entry_shape(c, name);
+      if (s.size() == 2) gptq = std::max(gptq, GpuGptq::device_bytes(s[0], s[1], name != "head"));
+    }
+    for (int64_t i = 0; i < c.n_pre + c.n_loop; ++i)
+      for (const char* part : kBlockLinearNames) {
+        const std::string name = block_prefix(i >= c.n_pre, i < c.n_pre ? i : i - c.n_pre) + "." + part;
+        const std::vector<int64_t> s = expected_entry_shape(c, name);
+        if (!selected.count(name) && s.size() == 2) staging = std::max(staging, uint64_t(s[0]) * uint64_t(s[1]) * 4);
+      }
+    const uint64_t work = chunk + weights16 + weights32 + hess + gptq + staging + (256ull << 20);
     const uint64_t acts = rows * D * 4;
     SequentialMemory m;
     size_t free = 0, total = 0;
@@ -220,7 +233,7 @@ class CudaGptqDevice final : public GptqDevice {
       throw Error("GPU calibration needs " + format_bytes(m.device_bytes) + " on " + name() + " beyond the activations, " +
                   format_bytes(free) + " free (one block's work: chunk buffers " + format_bytes(chunk) + ", fp16 weights " +
                   format_bytes(weights16) + ", their fp32 copies for GPTQ " + format_bytes(weights32) + ", Hessians " + format_bytes(hess) + ", GPTQ " +
-                  format_bytes(GpuGptq::device_bytes(K, N)) + ")");
+                  format_bytes(gptq) + ")");
     const uint64_t block32 = blocks * block_params(c) * 4;
     const uint64_t embed = uint64_t(c.vocab) * D * 4;
     const uint64_t head = selected.count("head") ? uint64_t(c.vocab) * D * 4 : 0;

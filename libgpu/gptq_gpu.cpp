@@ -152,10 +152,12 @@ GpuGptq::~GpuGptq() = default;
 
 void GpuGptq::set_factor(Factor f) { impl_->method = f; }
 
-uint64_t GpuGptq::device_bytes(int64_t K, int64_t N) {
+uint64_t GpuGptq::device_bytes(int64_t K, int64_t N, bool resident) {
   const uint64_t k = uint64_t(K), n = uint64_t(N);
-  // W, Wc, E, HE (float), q (+ tie in tests); Hp, Hw; err; parameters; cuSOLVER's workspace.
-  return 17 * k * n + 8 * k * k + 4 * uint64_t(cuda::kGptqMaxBlock) * n + 64 * n + 16 * k + (64ull << 20);
+  // W (not when resident), Wc, E, HE (float), q (+ tie in tests); Hp, Hw; err; parameters;
+  // cuSOLVER's workspace.
+  return (resident ? 13 : 17) * k * n + 8 * k * k + 4 * uint64_t(cuda::kGptqMaxBlock) * n + 64 * n + 16 * k +
+         (64ull << 20);
 }
 
 GptqResult GpuGptq::quantize_host(const float* W, int64_t K, int64_t N, const float* H, const GptqOptions& opt,

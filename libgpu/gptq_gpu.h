@@ -55,8 +55,9 @@ class GpuGptq {
   enum class Factor { kReversed, kPotri };
   void set_factor(Factor f);
 
-  // Device bytes quantize() needs for a [K, N] weight (besides the caller's H and w_hat).
-  static uint64_t device_bytes(int64_t K, int64_t N);
+  // Device bytes quantize() needs for a [K, N] weight (besides the caller's H and w_hat);
+  // resident: quantize_resident(), whose W is the caller's.
+  static uint64_t device_bytes(int64_t K, int64_t N, bool resident = false);
 
   struct Impl;
 
