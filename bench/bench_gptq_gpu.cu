@@ -125,15 +125,12 @@ int main(int argc, char** argv) {
     if (("," + sets + ",").find("," + std::string(L.set) + ",") == std::string::npos) continue;
     // gate_up is two weights for GPTQ (gate, up: the same shape); one of them is timed.
     const bool pair = std::string(L.name) == "gate_up";
-    const struct {
-      const char* set;
-      const char* layer;
-      int64_t K, N;
-    } s{L.set, pair ? "gate" : L.name, L.K, pair ? L.N / 2 : L.N};
-    DeviceBuffer<float> H, Hw(size_t(s.K * s.K));
-    make_hessian(blas, s.K, 0x5eed + uint64_t(s.K) * 131 + uint64_t(s.N), H);
-    std::vector<float> W(size_t(s.K * s.N));
-    std::mt19937_64 rng(uint64_t(s.K) * 7 + uint64_t(s.N));
+    const char* layer = pair ? "gate" : L.name;
+    const int64_t K = L.K, N = pair ? L.N / 2 : L.N;
+    DeviceBuffer<float> H, Hw(size_t(K * K));
+    make_hessian(blas, K, 0x5eed + uint64_t(K) * 131 + uint64_t(N), H);
+    std::vector<float> W(size_t(K * N));
+    std::mt19937_64 rng(uint64_t(K) * 7 + uint64_t(N));
     std::normal_distribution<float> nd(0.0f, 0.02f);
     for (float& w : W) w = nd(rng);
     // Check: both factors, then the timed runs (the first run of each is also its check).
@@ -142,7 +139,7 @@ int main(int argc, char** argv) {
     for (int rep = 0; rep < reps + 1; ++rep)
       for (int m = 0; m < 2; ++m) {
         g.set_factor(m == 0 ? Factor::kReversed : Factor::kPotri);
-        Run r = run_once(g, W, s.K, s.N, H, Hw, rep == 0);
+        Run r = run_once(g, W, K, N, H, Hw, rep == 0);
         if (rep == 0) first[m] = std::move(r);
         else chol[m].push_back(r.cholesky), sweep[m].push_back(r.sweep);
       }
@@ -153,10 +150,10 @@ int main(int argc, char** argv) {
     bad += !ok;
     const double c0 = median(chol[0]), s0 = median(sweep[0]), c1 = median(chol[1]), s1 = median(sweep[1]);
     std::printf("%-4s %-5s %6lld %6lld | %9.3f / %9.3f | %9.3f / %9.3f | %s (loss %.5g vs %.5g, rtn %.5g, %.2e codes differ)\n",
-                s.set, s.layer, (long long)s.K, (long long)s.N, c0, s0, c1, s1, ok ? "ok" : "MISMATCH", la, lb,
+                L.set, layer, (long long)K, (long long)N, c0, s0, c1, s1, ok ? "ok" : "MISMATCH", la, lb,
                 first[0].r.rtn_loss, frac);
     std::fflush(stdout);
-    out.push_back({{"set", s.set}, {"layer", s.layer}, {"K", s.K}, {"N", s.N}, {"reversed_cholesky_s", c0},
+    out.push_back({{"set", L.set}, {"layer", layer}, {"K", K}, {"N", N}, {"reversed_cholesky_s", c0},
                    {"reversed_sweep_s", s0}, {"potri_cholesky_s", c1}, {"potri_sweep_s", s1}, {"loss_reversed", la},
                    {"loss_potri", lb}, {"rtn_loss", first[0].r.rtn_loss}, {"codes_differ", frac}, {"ok", ok}});
   }

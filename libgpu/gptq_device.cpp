@@ -167,6 +167,11 @@ uint64_t block_params(const ModelConfig& c) {
 
 int64_t chunk_windows(int64_t seq_len) { return std::max<int64_t>(1, kChunkRows / seq_len); }
 
+// The caller's HDF5 lock (SequentialCalls::hdf5_mutex) held for a scope, or nothing when null.
+std::unique_lock<std::mutex> hdf5_lock(std::mutex* mu) {
+  return mu ? std::unique_lock<std::mutex>(*mu) : std::unique_lock<std::mutex>();
+}
+
 // The largest linear weight GPTQ meets, [K, N].
 std::pair<int64_t, int64_t> largest_weight(const ModelConfig& c, const std::set<std::string>& selected) {
   int64_t K = 0, N = 0;
@@ -403,8 +408,7 @@ class Run {
   // its output on another thread (the safetensors reads are plain memory maps).
   template <class Fn>
   auto read(Fn&& fn) -> decltype(fn()) {
-    if (!src_.hdf5() || !calls_.hdf5_mutex) return fn();
-    std::lock_guard<std::mutex> lock(*calls_.hdf5_mutex);
+    const auto lock = hdf5_lock(src_.hdf5() ? calls_.hdf5_mutex : nullptr);
     return fn();
   }
 
@@ -655,16 +659,11 @@ void CudaGptqDevice::calibrate(const std::string& model, const std::vector<int32
     std::mutex* mu;
     std::unique_ptr<ModelStream> stream;
     LockedStream(std::mutex* m, const std::string& path) : mu(m) {
-      if (!mu) {
-        stream = std::make_unique<ModelStream>(path);
-        return;
-      }
-      std::lock_guard<std::mutex> lock(*mu);
+      const auto lock = hdf5_lock(mu);
       stream = std::make_unique<ModelStream>(path);
     }
     ~LockedStream() {
-      if (!mu) return;
-      std::lock_guard<std::mutex> lock(*mu);
+      const auto lock = hdf5_lock(mu);
       stream.reset();
     }
   } locked(calls.hdf5_mutex, model);
