@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
     return tl::cli_exit(app, e, argc, argv);
   }
   return tl::tool_main("gptq-quantize", [&] {
+    tl::install_fault_injection_from_env();
     const std::unique_ptr<tl::GptqDevice> gpu = tl::gpu::make_gptq_device();
     o.gpu = gpu.get();
     tl::parse_group_size(group, &o.group_size);

@@ -16,6 +16,9 @@
 //   TL_MARLIN_CROSSOVERS=FILE       a crossover table (bench_kernels --tune), read by crossovers_from_env
 //   TL_HUGE_PAGES=0                 the tools that load whole models keep 4 KiB pages
 //                                   (run_with_huge_pages)
+//   TL_FAULT_INJECT=alloc:N|launch:N|trap:N|count
+//                                   tests only: the N-th device allocation or launch fails
+//                                   (core/fault_injection.h; install_fault_injection_from_env)
 #pragma once
 
 #include <algorithm>
@@ -29,9 +32,13 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/fault_injection.h"
 #include "core/kernel_options.h"
 #include "cuda/marlin_hopper_plan.h"  // plain C++: the split bound
 #include "formats/crossover_file.h"
+#if TL_HAVE_CUDA
+#include "cuda/cuda_errors.h"
+#endif
 
 namespace tl {
 
@@ -56,6 +63,19 @@ inline cuda::KernelOptions kernel_options_from_env(cuda::KernelOptions o = cuda:
   integer("TL_MARLIN_HOPPER_STREAM_K", -1, 1, &o.hopper_stream_k);
   integer("TL_MARLIN_HOPPER_SK_HANDOVER", 0, 64, &o.hopper_sk_handover);
   return o;
+}
+
+// The GPU fault hook of the tests (TL_FAULT_INJECT): handed to libtl_cuda before any CUDA work.
+// A bad spelling is tl::Error, in a build without CUDA too (where nothing can fail).
+inline void install_fault_injection_from_env() {
+  const char* v = std::getenv("TL_FAULT_INJECT");
+  if (!v) return;
+  const FaultPlan plan = parse_fault_plan(v);
+#if TL_HAVE_CUDA
+  cuda::set_fault_injection(plan);
+#else
+  (void)plan;
+#endif
 }
 
 // The table TL_MARLIN_CROSSOVERS names; nullptr when unset or empty. A bad file is tl::Error

@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
   }
 
   return tl::tool_main("tl-verify", [&] {
+    tl::install_fault_injection_from_env();
     if (!dump_npy.empty()) {  // FILE may be an HF folder here
       tv::dump_logits(opt.file, opt.e2e.tokens, opt.e2e.ctx, dump_windows, dump_npy);
       return 0;

@@ -66,7 +66,7 @@ namespace {
   do {                                                                                              \
     const int rc_ = (expr);                                                                         \
     if (rc_ != 0)                                                                                   \
-      throw tl::Error(std::string(#expr) + " returned rc " + std::to_string(rc_) + " (" + tl::cuda::rc_text(rc_) + ")"); \
+      throw tl::Error(std::string(#expr) + " returned rc " + std::to_string(rc_) + " (" + tl::cuda::rc_message(rc_) + ")"); \
   } while (0)
 
 // Both sides round to fp16 (cuBLAS the fp16 copy of the weights, ours the dequantized

@@ -2,8 +2,8 @@
 #include "cuda/cublas_gemm.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <map>
+#include <string>
 
 #include <cublas_v2.h>
 
@@ -15,8 +15,8 @@ namespace {
 
 bool cublas_failed(cublasStatus_t st, const char* call, int line) {
   if (st == CUBLAS_STATUS_SUCCESS) return false;
-  std::fprintf(stderr, "tl_cuda: %s failed at %s:%d: %s\n", call, __FILE__, line,
-               cublasGetStatusString(st));
+  record_cuda_error(std::string(call) + " failed at cuda/cublas_gemm.cu:" + std::to_string(line) + ": " +
+                    cublasGetStatusString(st));
   return true;
 }
 

@@ -1,7 +1,8 @@
 // Host code that owns device memory -- libverify's kernel backend and GPU model, the CUDA tests,
 // the benchmarks -- uses this one buffer class and this one error idiom: a failing CUDA call
 // throws CudaError (a tl::Error: a tool reports it as one line, exit 2) naming the call, the
-// file and line and the CUDA error. The launchers themselves never throw: they return an rc
+// file and line and the CUDA error; an allocation names the bytes asked for and what was free
+// (cuda_errors.h: every allocation goes through device_malloc and its fault hook). The launchers themselves never throw: they return an rc
 // (cuda_check.h). Host-only header; needs the CUDA runtime, no device compiler.
 #pragma once
 
@@ -13,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/error.h"
+#include "cuda/cuda_errors.h"
 
 namespace tl::cuda {
 
@@ -23,8 +25,7 @@ class CudaError : public tl::Error {
 
 inline void throw_if_cuda_error(cudaError_t e, const char* call, const char* file, int line) {
   if (e == cudaSuccess) return;
-  throw CudaError(std::string(call) + " failed: " + cudaGetErrorString(e) + " (" + cudaGetErrorName(e) + ") at " +
-                  file + ":" + std::to_string(line));
+  throw CudaError(detail::cuda_call_failure(e, call, file, line));
 }
 
 // Why device 0 cannot be used, or "" when it can: the one wording of every "no GPU" message
@@ -81,7 +82,10 @@ class DeviceBuffer {
   // A new allocation of `count` elements (the contents are not kept).
   void resize(size_t count) {
     release();
-    TL_CUDA_THROW(cudaMalloc(reinterpret_cast<void**>(&ptr_), (count > 0 ? count : 1) * sizeof(T)));
+    const size_t bytes = (count > 0 ? count : 1) * sizeof(T);
+    void* p = nullptr;
+    if (const cudaError_t e = device_malloc(&p, bytes)) throw CudaError(allocation_failure(bytes, e));
+    ptr_ = static_cast<T*>(p);
     count_ = count;
   }
   // Grows to at least `count` elements (contents not kept); never shrinks.

@@ -70,7 +70,10 @@ int stream_buffer(std::map<ScratchKey, ScratchBuf>& map, ScratchKey key, cudaStr
       TL_CUDA_CHECK(cudaFree(buf.ptr));
       buf = ScratchBuf{};
     }
-    TL_CUDA_CHECK(cudaMalloc(&buf.ptr, grown));
+    if (const cudaError_t e = device_malloc(&buf.ptr, grown)) {
+      detail::record_cuda_error("the stream's scratch: " + allocation_failure(grown, e));
+      return kCudaError;
+    }
     buf.bytes = grown;
     if (zero) TL_CUDA_CHECK(cudaMemsetAsync(buf.ptr, 0, grown, stream));
   }

@@ -107,7 +107,7 @@ int marlin_dequant_gemm(const __half* A, const int32_t* B, const __half* s, cons
     const int nc = std::min(cols, N - c0);  // a multiple of 128: N and cols are
     const dim3 grid((nc + kStrip - 1) / kStrip, std::min(K / kTileK, kMaxGridY));
     dequant_marlin<<<grid, kThreads, 0, stream>>>(B, s, delta, W, K, N, c0, nc, group_size, per_column);
-    TL_CUDA_CHECK(cudaGetLastError());
+    TL_CHECK_LAUNCH("dequant_marlin");
     // The next chunk's dequantization overwrites W after this GEMM on the same stream.
     // cuBLAS writes the chunk's columns below ldc (all of them unless the section is padded).
     if (int rc = cublas_fp16_gemm_ld(A, W, nc, C + c0, ldc, M, std::min(nc, ldc - c0), K, stream)) return rc;

@@ -230,6 +230,7 @@ int marlin_hopper(const __half* A, const int32_t* B, const __half* s, const __ha
   config.attrs = &attr;
   config.numAttrs = 1;
   TL_CUDA_CHECK(cudaLaunchKernelEx(&config, g.v.kernel, maps, p, g.plan.runs));
+  TL_CHECK_LAUNCH("marlin_hopper_kernel");
   return kOk;
 }
 

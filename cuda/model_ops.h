@@ -4,7 +4,7 @@
 // and fp32 math everywhere. The CPU reference of every op is libconvert/model_forward.cpp (the
 // forward) and libverify/perplexity.cpp (row statistics); tests/cuda/test_model_*.cpp compare
 // them. Launchers return an Rc (tl_kernels.h): kOk, kShapeUnsupported for a size the kernel
-// does not take, kCudaError after printing the call.
+// does not take, kCudaError after recording the failing call (cuda_errors.h).
 #pragma once
 
 #include <cstdint>

@@ -2,8 +2,8 @@
 //
 // Conventions: row-major, A [M, K] fp16 activations, C [M, N] fp16 outputs, weights W [K, N]
 // (K = in_features, the reduction axis). Launchers are asynchronous on `stream` and return an
-// rc: 0 ok, 1 problem shape unsupported, 2 no kernel configuration; CUDA errors are reported
-// by returning kCudaError after printing the failing call (no exit()).
+// rc: 0 ok, 1 problem shape unsupported, 2 no kernel configuration, 3 a CUDA error: the launcher
+// prints nothing and never exits; last_cuda_error() (cuda_errors.h) names the failing call.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +18,7 @@
 #include "core/gemm_plan.h"
 #include "core/kernel_options.h"
 #include "core/marlin_crossovers.h"
+#include "cuda/cuda_errors.h"
 
 namespace tl::cuda {
 
@@ -28,9 +29,16 @@ inline const char* rc_text(int rc) {
     case kOk: return "ok";
     case kShapeUnsupported: return "problem shape unsupported";
     case kNoConfig: return "no kernel configuration";
-    case kCudaError: return "CUDA error (printed above)";
+    case kCudaError: return "CUDA error";
     default: return "unknown rc";
   }
+}
+// rc_text, and for kCudaError the failing call this thread recorded: the one message of a
+// launcher's failure ("CUDA error: launch sweep_block_kernel failed at cuda/gptq_ops.cu:313: ...").
+inline std::string rc_message(int rc) {
+  if (rc != kCudaError) return rc_text(rc);
+  const std::string what = last_cuda_error();
+  return what.empty() ? rc_text(rc) : std::string(rc_text(rc)) + ": " + what;
 }
 
 // Installs a crossover table in *options if it was measured on the current device (its device
@@ -165,7 +173,7 @@ const char* gemm_path_name(GemmPath p);
 
 // Y [M, N] = X [M, K] * W. Picks the path (see dispatch.cu and docs/kernels.md) from the
 // weight's views and `options` (use_marlin), runs it, returns the path taken. Throws nothing;
-// a CUDA error is printed and sets *rc (if given) to kCudaError.
+// a CUDA error is recorded (last_cuda_error) and sets *rc (if given) to kCudaError.
 GemmPath quant_gemm(const DeviceQuantWeight& w, const __half* X, __half* Y, int M,
                     cudaStream_t stream, const KernelOptions& options, int* rc = nullptr);
 

@@ -90,15 +90,6 @@ uint64_t parse_memory_size(const std::string& text, const std::string& flag) {
   return uint64_t(v * mul);
 }
 
-std::string format_bytes(uint64_t b) {
-  char buf[32];
-  const double v = double(b);
-  if (v >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", v / (1024.0 * 1024 * 1024));
-  else if (v >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.0f MiB", v / (1024.0 * 1024));
-  else std::snprintf(buf, sizeof buf, "%.0f KiB", v / 1024.0);
-  return buf;
-}
-
 void admit_memory(uint64_t estimate, uint64_t max_memory, const std::string& what, const std::string& advice) {
   const uint64_t limit = max_memory ? max_memory : available_memory_bytes();
   if (estimate <= limit) return;

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/bytes.h"  // format_bytes
+
 namespace tl {
 
 // Bytes this process can still take: MemAvailable (/proc/meminfo), lowered by the cgroup's
@@ -15,7 +17,6 @@ uint64_t available_memory_bytes();
 
 // "24G", "512M", "1.5GiB", "3000000000" (bytes); K/M/G/T are powers of 1024. Throws tl::Error.
 uint64_t parse_memory_size(const std::string& text, const std::string& flag);
-std::string format_bytes(uint64_t bytes);  // "1.27 GiB", "310 MiB"
 
 // Throws tl::Error("<what> needs about X, but only Y is available (<source>); <advice>") when
 // `estimate` exceeds `max_memory` (when non-zero: --max-memory) or the available memory.

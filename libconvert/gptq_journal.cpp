@@ -119,7 +119,12 @@ GptqJournal::GptqJournal(const std::string& output, const nlohmann::json& finger
 }
 
 GptqJournal::~GptqJournal() {
-  if (lock_fd_ >= 0) ::close(lock_fd_);
+  if (lock_fd_ < 0) return;
+  // A run that ends (an error: the output is not written) before its first stage completed
+  // leaves nothing to resume: no folder either. One with completed stages keeps them.
+  std::error_code ec;
+  if (stages_.empty()) std::filesystem::remove_all(folder_, ec);  // still locked: ours alone
+  ::close(lock_fd_);
 }
 
 // flock(2) on the folder itself, held until the process ends (a kill -9 releases it): a second

@@ -46,7 +46,10 @@ class GptqJournal {
   // Opens the journal of `output`. Without `resume` an existing journal is an error; with it a
   // missing one starts a fresh journal and an existing one must carry `fingerprint`.
   GptqJournal(const std::string& output, const nlohmann::json& fingerprint, bool resume);
-  ~GptqJournal();  // releases the folder's lock
+  // Releases the folder's lock; removes the folder when no stage was completed (a run that
+  // failed before its first stage leaves nothing behind).
+  ~GptqJournal();
+  size_t stages() const { return stages_.size(); }
   GptqJournal(const GptqJournal&) = delete;
   GptqJournal& operator=(const GptqJournal&) = delete;
 

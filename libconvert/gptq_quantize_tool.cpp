@@ -78,9 +78,16 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
   for (const ImportEntry* e : job.linears) total_work += Job::gptq_flops(e->K(), e->N());
   Progress progress(opt.tool, job.linears.size(), total_work, opt.quiet);
   if (!job.device_note.empty()) progress.note(job.device_note);
-  if (!opt.sequential()) job.quantize_streaming(out, progress);
-  else if (job.use_gpu) job.quantize_sequential_gpu(out, progress);
-  else job.quantize_sequential(out, progress);
+  try {
+    if (!opt.sequential()) job.quantize_streaming(out, progress);
+    else if (job.use_gpu) job.quantize_sequential_gpu(out, progress);
+    else job.quantize_sequential(out, progress);
+  } catch (const Error& e) {
+    // The one line says what of the run is kept: a GPU that failed at block 60 of 80 loses 20.
+    if (!job.journal || job.journal->stages() == 0) throw;
+    throw Error(std::string(e.what()) + " (" + std::to_string(job.journal->stages()) + " completed stage(s) kept in " +
+                job.journal->folder() + ": the same command with --resume continues)");
+  }
   progress.end();
   out.commit();
   if (job.journal) job.journal->remove();  // the output is whole: nothing left to resume

@@ -10,7 +10,7 @@ namespace tl::gpu {
 
 inline void check_launch(int rc, const std::string& what) {
   if (rc == cuda::kOk) return;
-  throw Error(rc == cuda::kCudaError ? std::string(cuda::rc_text(rc))
+  throw Error(rc == cuda::kCudaError ? cuda::rc_message(rc)
                                      : "launcher refused the shape (rc " + std::to_string(rc) + ": " + cuda::rc_text(rc) + ")",
               "", what);
 }

@@ -25,7 +25,14 @@ namespace {
 using tl::cuda::CudaError;
 using tl::cuda::DeviceBuffer;
 
+using tl::cuda::rc_message;
 using tl::cuda::rc_text;
+
+// A kernel broke its contract on a case: the tier's failure, not the tool's (cuda_backend's guarded).
+class KernelFinding : public tl::Error {
+ public:
+  using tl::Error::Error;
+};
 
 class CudaBackend final : public KernelBackend {
  public:
@@ -42,7 +49,7 @@ class CudaBackend final : public KernelBackend {
 
   KernelStatus marlin_gemm(const half_bits* A, const int32_t* B, const half_bits* s, half_bits* C,
                            int M, int N, int K, int group_size) override {
-    return guarded([&] {
+    return guarded("marlin_int4_tc_gemm", M, N, K, group_size, [&] {
       const int G = int(group_count(K, group_size));
       DeviceBuffer<uint16_t> dA(size_t(M) * K), ds(size_t(G) * N), dC(size_t(M) * N);
       DeviceBuffer<int32_t> dB(size_t(K / 16) * 2 * N);
@@ -60,7 +67,7 @@ class CudaBackend final : public KernelBackend {
 
   KernelStatus correction(const half_bits* A, const half_bits* delta, half_bits* C, float* a_sum,
                           int M, int N, int K, int group_size) override {
-    return guarded([&] {
+    return guarded("a_group_sum + correction_accum", M, N, K, group_size, [&] {
       const int G = int(group_count(K, group_size));
       DeviceBuffer<uint16_t> dA(size_t(M) * K), dd(size_t(G) * N), dC(size_t(M) * N);
       DeviceBuffer<float> dsum(size_t(M) * G);
@@ -79,7 +86,7 @@ class CudaBackend final : public KernelBackend {
   KernelStatus mm_asymmetric(const half_bits* A, const int32_t* B, const half_bits* s,
                              const half_bits* delta, half_bits* C, int M, int N, int K,
                              int group_size, int n_out) override {
-    return guarded([&] {
+    return guarded(n_out > 0 ? "marlin_mm_asymmetric_padded" : "marlin_mm_asymmetric", M, N, K, group_size, [&] {
       const int G = int(group_count(K, group_size));
       const int cols = n_out > 0 ? n_out : N;
       DeviceBuffer<uint16_t> dA(size_t(M) * K), ds(size_t(G) * N), dd(size_t(G) * N),
@@ -99,7 +106,7 @@ class CudaBackend final : public KernelBackend {
       std::vector<half_bits> out(dC.size());
       dC.download(out.data());
       for (size_t i = size_t(M) * cols; i < out.size(); ++i)
-        if (out[i] != 0x7e7e) throw CudaError("the kernel wrote past C [M, " + std::to_string(cols) + "]");
+        if (out[i] != 0x7e7e) throw KernelFinding("the kernel wrote past C [M, " + std::to_string(cols) + "]");
       std::copy(out.begin(), out.begin() + size_t(M) * cols, C);
     });
   }
@@ -108,7 +115,7 @@ class CudaBackend final : public KernelBackend {
                            const half_bits* delta_gate, const int32_t* B_up, const half_bits* s_up,
                            const half_bits* delta_up, const float* bias_gate, const float* bias_up, half_bits* C,
                            int M, int N, int K, int group_size) override {
-    return guarded([&] {
+    return guarded("marlin_swiglu_asymmetric", M, N, K, group_size, [&] {
       const int G = int(group_count(K, group_size));
       DeviceBuffer<uint16_t> dA(size_t(M) * K), dC(size_t(M) * N), scratch(size_t(M) * N);
       DeviceBuffer<uint16_t> ds[2] = {DeviceBuffer<uint16_t>(size_t(G) * N), DeviceBuffer<uint16_t>(size_t(G) * N)};
@@ -138,7 +145,7 @@ class CudaBackend final : public KernelBackend {
 
   KernelStatus native_gemm(const half_bits* A, const uint8_t* q_packed, const half_bits* scale,
                            const half_bits* zero, half_bits* C, int M, int N, int K, int group_size) override {
-    return guarded([&] {
+    return guarded("int4_gemm", M, N, K, group_size, [&] {
       const int G = int(group_count(K, group_size));
       DeviceBuffer<uint16_t> dA(size_t(M) * K), ds(size_t(G) * N), dz(size_t(G) * N), dC(size_t(M) * N);
       DeviceBuffer<uint8_t> dq(size_t(K) * size_t(packed_row_bytes(N)));
@@ -176,25 +183,32 @@ class CudaBackend final : public KernelBackend {
  private:
   static __half* half(const DeviceBuffer<uint16_t>& b) { return reinterpret_cast<__half*>(b.get()); }
 
+  // A kernel's case. What the kernel got wrong (a refused shape, a workspace left dirty, a store
+  // past C: KernelFinding) is the case's failure; a CUDA failure (an allocation, a launch, a
+  // fault: CudaError) ends the run, exit 2, in one line naming the kernel, the shape and the call.
   template <class Body>
-  KernelStatus guarded(Body&& body) {
+  KernelStatus guarded(const char* kernel, int M, int N, int K, int g, Body&& body) {
     try {
       TL_CUDA_THROW(cudaSetDevice(device_));
       body();
       return {};
-    } catch (const CudaError& e) {  // a tier failure, named; other errors are the tool's (exit 2)
-      cudaGetLastError();  // clear a non-sticky error so the next case starts clean
+    } catch (const KernelFinding& e) {
       return KernelStatus::failure(e.what());
+    } catch (const CudaError& e) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%s m=%d n=%d k=%d group=%d", kernel, M, N, K, g);
+      throw CudaError(e.what(), "", buf);
     }
   }
 
   // rc of a launcher, then the launch error, then the execution error (synchronize).
   void finish(const char* kernel, int rc, int M, int N, int K, int g) {
+    if (rc == tl::cuda::kCudaError) throw CudaError(std::string(kernel) + ": " + rc_message(rc));
     if (rc != tl::cuda::kOk) {
       char buf[256];
       std::snprintf(buf, sizeof buf, "%s returned rc=%d (%s) for m=%d n=%d k=%d group=%d", kernel,
                     rc, rc_text(rc), M, N, K, g);
-      throw CudaError(buf);
+      throw KernelFinding(buf);
     }
     TL_CUDA_THROW(cudaGetLastError());
     TL_CUDA_THROW(cudaStreamSynchronize(stream_));
@@ -206,7 +220,7 @@ class CudaBackend final : public KernelBackend {
     ws.download(h.data());
     size_t bad = 0;
     for (int v : h) bad += v != 0;
-    if (bad) throw CudaError("workspace not left zeroed: " + std::to_string(bad) + " of " +
+    if (bad) throw KernelFinding("workspace not left zeroed: " + std::to_string(bad) + " of " +
                                std::to_string(h.size()) + " ints nonzero after the call");
   }
 

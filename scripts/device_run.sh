@@ -7,7 +7,8 @@
 #                              [gptq-devices] [gptq-bench] [gptq-big] [cli-gpu] [families] [e2e-big]
 # gptq-devices: the demo model's GPTQ on --device cuda and cpu (act-order off and on), each
 # through the e2e tier against the original; their PPLs must agree within 0.3 %.
-# cli-gpu: tests/cli/gptq_resume_gpu.sh (kills and --resume on the GPU) on the staged tools.
+# cli-gpu: the CLI tests that need a GPU, on the staged tools: tests/cli/gptq_resume_gpu.sh (kills
+# and --resume on the GPU) and tests/cli/gpu_faults.sh (allocation, launch and trap faults).
 # gptq-bench: bench_gptq_gpu (BENCH_GPTQ_ARGS, e.g. "--sets 70b --reps 3"): the inverse-Hessian
 # factor by both methods and the sweep of one weight per 7B / 70B layer shape.
 # gptq-big: a Llama-2-7B-shaped random bf16 checkpoint (tools/make_llama_checkpoint.py, kept in
@@ -191,8 +192,8 @@ PY
       done
       note "gptq-devices: rc=$rc ($(( $(date +%s) - start )) s)"
       ;;
-    cli-gpu)  # the CLI tests that need a GPU (tests/cli/gptq_resume_gpu.sh), on the staged tools
-      for t in gptq_resume_gpu; do
+    cli-gpu)  # the CLI tests that need a GPU (gptq_resume_gpu.sh, gpu_faults.sh), on the staged tools
+      for t in gptq_resume_gpu gpu_faults; do
         start=$(date +%s)
         TL_BIN=$bin TL_TMP=/tmp/cli-$t TL_SRC=$PWD timeout "${TEST_TIMEOUT:-180}" bash tests/cli/$t.sh > "$OUT/cli-$t.log" 2>&1; rc=$?
         note "cli $t: rc=$rc $(tail -1 "$OUT/cli-$t.log") ($(( $(date +%s) - start )) s)"

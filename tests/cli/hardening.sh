@@ -142,4 +142,8 @@ done
 # ---- one line for bad input found before work starts (no seed line, no progress) ----
 bad "nope.tinyloop: No such file" "$TV" nope.tinyloop
 bad "nope.tinyloop: No such file" "$MP" nope.tinyloop -o out.tinyloop
+# The GPU fault hook of the tests (tests/cli/gpu_faults.sh): a misspelt plan is refused, not ignored.
+bad "TL_FAULT_INJECT: expected alloc:N, launch:N, trap:N \(N >= 1\) or count, got 'alloc:0'" \
+  env TL_FAULT_INJECT=alloc:0 "$TV" --tiers pack
+bad "TL_FAULT_INJECT: expected .*got 'oom'" env TL_FAULT_INJECT=oom "$GQ" good --method rtn -o out.tinyloop
 echo "hardening: ok"

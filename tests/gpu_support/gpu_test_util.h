@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/device_buffer.h"
+#include "cuda/tl_kernels.h"  // rc_message
 
 #include "core/half.h"
 #include "libverify/tolerances.h"
@@ -51,7 +52,8 @@ using tl::cuda::DeviceBuffer;
 #define TL_REQUIRE_LAUNCH(rc_expr)                                                        \
   do {                                                                                    \
     const int tl_rc_ = (rc_expr);                                                         \
-    REQUIRE_MESSAGE(tl_rc_ == 0, #rc_expr << " returned rc " << tl_rc_);                  \
+    REQUIRE_MESSAGE(tl_rc_ == 0, #rc_expr << " returned rc " << tl_rc_ << ": "            \
+                                          << tl::cuda::rc_message(tl_rc_));                \
     TL_CUDA_THROW(cudaGetLastError());                                                    \
     TL_CUDA_THROW(cudaDeviceSynchronize());                                               \
   } while (0)
