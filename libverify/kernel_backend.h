@@ -82,6 +82,17 @@ class KernelBackend {
   // plans with M > 16 on it, as the runtime does; false (the default): the tiled kernel / floor.
   virtual bool hopper_kernel() const { return false; }
   virtual void set_hopper_kernel(bool on) { (void)on; }
+
+  // GPU memory admission (a tier's largest case against what the device has free, before the
+  // tier's first case): the device bytes one call of `kernel` on this problem takes at most --
+  // the buffers the call allocates and the launchers' scratch -- and the device's free bytes.
+  // 0 from either: nothing to admit against (a CPU emulation).
+  enum class CaseKernel { kMarlin, kCorrection, kMarlinAsymmetric, kSwiglu, kNative };
+  virtual uint64_t case_device_bytes(CaseKernel kernel, int64_t M, int64_t N, int64_t K, int64_t group_size) const {
+    (void)kernel, (void)M, (void)N, (void)K, (void)group_size;
+    return 0;
+  }
+  virtual uint64_t device_free_bytes() const { return 0; }
 };
 
 struct BackendProbe {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <iterator>
 
+#include "core/bytes.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "formats/marlin_layout.h"
@@ -55,11 +56,44 @@ std::vector<float> random_bias(Rng& rng, int64_t N) {
   return b;
 }
 
+// GPU memory admission: the tier's largest case (KernelBackend::case_device_bytes: its buffers
+// and the launchers' scratch; each case frees its own) against the device's free memory, before
+// the first case runs -- exit 2 naming both, not an allocation failure some cases in.
+struct Problem {
+  int64_t M, N, K, group_size;
+};
+void admit_tier(TierId id, const RunContext& ctx, const std::vector<Problem>& problems) {
+  if (!ctx.backend || !tier_spec(id).needs_gpu) return;
+  using CK = KernelBackend::CaseKernel;
+  const CK kernel = id == TierId::kSymmetric    ? CK::kMarlin
+                    : id == TierId::kCorrection ? CK::kCorrection
+                    : id == TierId::kWrapper    ? CK::kMarlinAsymmetric
+                    : id == TierId::kSwiglu     ? CK::kSwiglu
+                                                : CK::kNative;
+  uint64_t need = 0;
+  const Problem* largest = nullptr;
+  for (const Problem& p : problems) {
+    const uint64_t b = ctx.backend->case_device_bytes(kernel, p.M, p.N, p.K, p.group_size);
+    if (b > need) need = b, largest = &p;
+  }
+  const uint64_t free_b = need ? ctx.backend->device_free_bytes() : 0;
+  if (!largest || free_b == 0 || need <= free_b) return;
+  char what[160];
+  std::snprintf(what, sizeof what, "m=%lld n=%lld k=%lld group=%lld", (long long)largest->M, (long long)largest->N,
+                (long long)largest->K, (long long)largest->group_size);
+  throw Error("its largest case (" + std::string(what) + ") needs " + format_bytes(need) + " on the GPU, " +
+                  format_bytes(free_b) + " free (another process holds the rest?)",
+              "", std::string("tier ") + tier_spec(id).name);
+}
+
 // The synthetic cases: chosen per tier from the kernels' plans on this backend (tier_shapes.h).
 void run_synthetic(TierId id, const TierBounds& b, const RunContext& ctx, TierResult& r) {
   const char* name = tier_spec(id).name;
   const TierShapes shapes = tier_shapes(id, *ctx.backend, ctx.small_shapes, ctx.thorough);
   r.not_reached = shapes.not_reached;
+  std::vector<Problem> problems;
+  for (const ShapeCase& s : shapes.cases) problems.push_back({s.M, s.N, s.K, s.group_size});
+  admit_tier(id, ctx, problems);
   CaseProgress progress(ctx.progress, name, shapes.cases.size());
   for (size_t i = 0; i < shapes.cases.size(); ++i) {
     const ShapeCase& s = shapes.cases[i];
@@ -231,6 +265,17 @@ void run_on_file(TierId id, const TierBounds& b, const RunContext& ctx, TierResu
   const char* name = tier_spec(id).name;
   const TinyloopReader& f = *ctx.file;
   const std::vector<std::string> names = f.quant_names();
+  if (id != TierId::kPack) {  // every weight at the largest M (the Marlin ones at their section's width)
+    std::vector<Problem> problems;
+    const int64_t M = *std::max_element(std::begin(kFileTierMs), std::end(kFileTierMs));
+    for (const std::string& n : names) {
+      const EntryInfo info = f.info(n);
+      if (info.shape.size() != 2 || (id != TierId::kNative && !info.has_marlin)) continue;
+      const int64_t K = info.shape[0], N = id == TierId::kNative ? info.shape[1] : info.marlin_n;
+      problems.push_back({M, N, K, std::min(info.group_size > 0 ? info.group_size : K, K)});
+    }
+    admit_tier(id, ctx, problems);
+  }
   if (id == TierId::kNative) {
     run_native_on_file(b, ctx, names, r);
     return;

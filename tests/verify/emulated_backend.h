@@ -58,6 +58,13 @@ class EmulatedBackend final : public KernelBackend {
   // of `split` CTAs: 132 / split fit at once); its arithmetic is the floor's (weights rounded).
   bool hopper_kernel() const override { return has_hopper; }
   void set_hopper_kernel(bool on) override { hopper_ = on && has_hopper; }
+  // GPU memory admission on a modelled device (0: none, nothing admitted): its free bytes, and a
+  // case's bytes as its fp16 operands and 4-bit weights.
+  uint64_t case_device_bytes(CaseKernel, int64_t M, int64_t N, int64_t K, int64_t) const override {
+    return modelled_free_bytes ? uint64_t(M * K + K * N / 4 + M * N) * 2 : 0;
+  }
+  uint64_t device_free_bytes() const override { return modelled_free_bytes; }
+  uint64_t modelled_free_bytes = 0;
   int floor_min_m = 256;   // 0: a runtime without the floor
   int native_floor_min = 17;  // kDefaultNativeFloorMinM; 0: a runtime without the native floor
   bool has_hopper = true;  // false: not an sm_90 GPU

@@ -48,6 +48,27 @@ TEST_CASE("emulated Marlin arithmetic passes every small synthetic shape of the 
   MESSAGE("emulated run:\n" << r.out);
 }
 
+TEST_CASE("GPU memory admission: a tier whose largest case does not fit is refused before its first case") {
+  for (const TierId id : {TierId::kSymmetric, TierId::kCorrection, TierId::kWrapper, TierId::kSwiglu, TierId::kNative}) {
+    EmulatedBackend emu;
+    emu.modelled_free_bytes = 4096;  // below any case's operands
+    std::string what;  // the tool's one line (exit 2) is this error's text
+    try {
+      run_verify(synthetic(&emu, {id}));
+    } catch (const tl::Error& e) {
+      what = e.what();
+    }
+    INFO(tier_spec(id).name << ": " << what);
+    CHECK(what.rfind(std::string("tier ") + tier_spec(id).name + ": its largest case (m=", 0) == 0);
+    CHECK(what.find("on the GPU, 4 KiB free") != std::string::npos);
+    CHECK(emu.calls == 0);
+    emu.modelled_free_bytes = uint64_t(1) << 30;  // fits: every case runs
+    const RunOutput ok = run_verify(synthetic(&emu, {id}));
+    CHECK(ok.rc == 0);
+    CHECK(emu.calls > 0);
+  }
+}
+
 TEST_CASE("per-case stats of the emulation are consistent and within the derived bounds") {
   EmulatedBackend emu;
   Rng rng = case_rng(99, "t", 0);
