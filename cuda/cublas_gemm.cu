@@ -16,7 +16,7 @@ namespace {
 bool cublas_failed(cublasStatus_t st, const char* call, int line) {
   if (st == CUBLAS_STATUS_SUCCESS) return false;
   record_cuda_error(std::string(call) + " failed at cuda/cublas_gemm.cu:" + std::to_string(line) + ": " +
-                    cublasGetStatusString(st));
+                    cublasGetStatusString(st) + " (cuBLAS status " + std::to_string(int(st)) + ")");
   return true;
 }
 

@@ -116,8 +116,12 @@ class DeviceBuffer {
     download(host.data());
     return host;
   }
+  // Synchronous like the copies: cudaMemset is asynchronous on the legacy stream, which a
+  // kernel on a non-blocking stream (libverify's backend) does not wait for.
   void fill_bytes(int byte) {
-    if (count_) TL_CUDA_THROW(cudaMemset(ptr_, byte, bytes()));
+    if (!count_) return;
+    TL_CUDA_THROW(cudaMemset(ptr_, byte, bytes()));
+    TL_CUDA_THROW(cudaStreamSynchronize(nullptr));
   }
   // 0xFF bytes: fp16 0xFFFF and fp32 0xFFFFFFFF are NaN, so an unwritten output cannot pass.
   void poison() { fill_bytes(0xff); }

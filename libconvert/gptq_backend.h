@@ -71,6 +71,10 @@ class GptqDevice {
   virtual ~GptqDevice() = default;
   virtual std::string unavailable_reason() const = 0;  // "" when the device can run
   virtual std::string name() const = 0;                // "NVIDIA H200 (sm_90)"
+  // The software whose kernels decide the bytes ("driver 12.8, runtime 13.0, cuBLAS 13.1.0,
+  // cuSOLVER 12.0.4"): a resume after a driver or library update would not write the
+  // uninterrupted run's bytes, so the journal's fingerprint carries it.
+  virtual std::string software() const = 0;
 
   virtual GptqResult gptq(const float* W, int64_t K, int64_t N, const float* H, const GptqOptions& opt,
                           GptqPhaseTimes* times) = 0;

@@ -169,8 +169,10 @@ nlohmann::json Job::resume_fingerprint() const {
           {"--drop-unselected", opt.drop_unselected},
           {"--no-rtn-compare", !opt.rtn_compare},
           // The GPU's codes differ from the CPU's at near-ties, and another GPU model or software
-          // may pick other GEMM kernels: a run resumes on the device (and model) that began it.
-          {"device", use_gpu ? "cuda: " + opt.gpu->name() : std::string("cpu")}};
+          // may pick other GEMM kernels: a run resumes on the device (and model) and the driver and
+          // libraries that began it.
+          {"device", use_gpu ? "cuda: " + opt.gpu->name() : std::string("cpu")},
+          {"device software", use_gpu ? opt.gpu->software() : std::string("none")}};
 }
 
 void Job::open_journal() {

@@ -363,7 +363,18 @@ void Job::quantize_sequential_gpu(TinyloopWriter& out, Progress& progress) {
     };
   calls.hdf5_mutex = &h5_mu;
   calls.events = calibration_events(progress);
-  opt.gpu->calibrate(opt.input, tokens, opt.calib_seq, calib_windows, selected, calls, &phases);
+  try {
+    opt.gpu->calibrate(opt.input, tokens, opt.calib_seq, calib_windows, selected, calls, &phases);
+  } catch (...) {
+    // The GPU failed (or a read did): the writes already queued are finished weights and stages
+    // -- they land, so the journal keeps every stage the GPU completed. A failure of the writer
+    // itself is the error being thrown, or a later one.
+    try {
+      writer.finish();
+    } catch (...) {
+    }
+    throw;
+  }
   const auto t_wait = Clock::now();
   writer.finish();
   // A journaled stage the GPU never needed (the head, the last stage): written after the rest.

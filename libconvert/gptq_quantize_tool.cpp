@@ -1,6 +1,8 @@
 #include "libconvert/gptq_quantize_tool.h"
 
 #include <cstdio>
+#include <new>
+#include <string>
 
 #include "core/error.h"
 #include "core/progress.h"
@@ -78,18 +80,25 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
   for (const ImportEntry* e : job.linears) total_work += Job::gptq_flops(e->K(), e->N());
   Progress progress(opt.tool, job.linears.size(), total_work, opt.quiet);
   if (!job.device_note.empty()) progress.note(job.device_note);
+  // The one line of a failure says what of the run is kept: a GPU that fails at block 60 of 80
+  // (or a disk that fills at the commit) loses no completed stage.
+  auto kept = [&](const std::string& what) {
+    return Error(what + " (" + std::to_string(job.journal->stages()) + " completed stage(s) kept in " +
+                 job.journal->folder() + ": the same command with --resume continues)");
+  };
   try {
     if (!opt.sequential()) job.quantize_streaming(out, progress);
     else if (job.use_gpu) job.quantize_sequential_gpu(out, progress);
     else job.quantize_sequential(out, progress);
+    progress.end();
+    out.commit();
   } catch (const Error& e) {
-    // The one line says what of the run is kept: a GPU that failed at block 60 of 80 loses 20.
     if (!job.journal || job.journal->stages() == 0) throw;
-    throw Error(std::string(e.what()) + " (" + std::to_string(job.journal->stages()) + " completed stage(s) kept in " +
-                job.journal->folder() + ": the same command with --resume continues)");
+    throw kept(e.what());
+  } catch (const std::bad_alloc&) {
+    if (!job.journal || job.journal->stages() == 0) throw;
+    throw kept("out of memory");
   }
-  progress.end();
-  out.commit();
   if (job.journal) job.journal->remove();  // the output is whole: nothing left to resume
 
   const double wall = since(t_start);

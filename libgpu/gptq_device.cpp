@@ -14,6 +14,7 @@
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
+#include <cusolverDn.h>
 
 #include "cuda/cublas_gemm.h"
 #include "cuda/device_buffer.h"
@@ -37,6 +38,7 @@ class NoGpu final : public GptqDevice {
  public:
   std::string unavailable_reason() const override { return "built without CUDA (no nvcc at configure time)"; }
   std::string name() const override { return "none"; }
+  std::string software() const override { return "none"; }
   GptqResult gptq(const float*, int64_t, int64_t, const float*, const GptqOptions&, GptqPhaseTimes*) override {
     throw Error(unavailable_reason());
   }
@@ -68,8 +70,15 @@ class Activations {
  public:
   Activations(int64_t rows, int64_t D, bool on_host) : D_(D), on_host_(on_host) {
     const size_t bytes = size_t(rows) * size_t(D) * sizeof(float);
-    if (on_host) TL_CUDA_THROW(cudaHostAlloc(reinterpret_cast<void**>(&host_), bytes, cudaHostAllocDefault));
-    else dev_.resize(size_t(rows) * size_t(D));
+    if (!on_host) {
+      dev_.resize(size_t(rows) * size_t(D));
+    } else if (const cudaError_t e = cudaHostAlloc(reinterpret_cast<void**>(&host_), bytes, cudaHostAllocDefault)) {
+      host_ = nullptr;
+      (void)cudaGetLastError();
+      throw cuda::CudaError("cudaHostAlloc of " + format_bytes(bytes) + " (" + std::to_string(bytes) +
+                            " bytes) of pinned host memory for the activations failed: " + cudaGetErrorString(e) +
+                            " (" + cudaGetErrorName(e) + ")");
+    }
   }
   ~Activations() {
     if (host_) cudaFreeHost(host_);
@@ -192,6 +201,23 @@ class CudaGptqDevice final : public GptqDevice {
     return cuda::cuda_device_label(prop);
   }
 
+  std::string software() const override {
+    auto cuda_version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+    int driver = 0, runtime = 0, blas[3] = {0, 0, 0}, solver[3] = {0, 0, 0};
+    const libraryPropertyType parts[3] = {MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL};
+    if (cudaDriverGetVersion(&driver) != cudaSuccess || cudaRuntimeGetVersion(&runtime) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return "unknown";
+    }
+    for (int i = 0; i < 3; ++i) {
+      if (cublasGetProperty(parts[i], &blas[i]) != CUBLAS_STATUS_SUCCESS) return "unknown";
+      if (cusolverGetProperty(parts[i], &solver[i]) != CUSOLVER_STATUS_SUCCESS) return "unknown";
+    }
+    auto dotted = [](const int* v) { return std::to_string(v[0]) + "." + std::to_string(v[1]) + "." + std::to_string(v[2]); };
+    return "driver " + cuda_version(driver) + ", runtime " + cuda_version(runtime) + ", cuBLAS " + dotted(blas) +
+           ", cuSOLVER " + dotted(solver);
+  }
+
   GptqResult gptq(const float* W, int64_t K, int64_t N, const float* H, const GptqOptions& opt,
                   GptqPhaseTimes* times) override {
     GptqGpuTimes t;
@@ -268,7 +294,9 @@ class Run {
   Run(GpuGptq& gptq, const ModelStream& src, const std::set<std::string>& selected, const SequentialCalls& calls,
       GptqPhaseTimes& t)
       : gptq_(gptq), src_(src), c_(src.config()), selected_(selected), calls_(calls), t_(t) {
-    if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) throw Error("cublasCreate failed");
+    if (const cublasStatus_t st = cublasCreate(&blas_))
+      throw Error(std::string("cublasCreate failed: ") + cublasGetStatusString(st) + " (cuBLAS status " +
+                  std::to_string(int(st)) + ")");
   }
   ~Run() {
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
@@ -513,7 +541,9 @@ class Run {
     const cublasStatus_t st = cublasGemmEx(blas_, CUBLAS_OP_N, CUBLAS_OP_T, K, K, M, &alpha, X, CUDA_R_16F, K, X,
                                            CUDA_R_16F, K, &one, hess_[size_t(slot)].get(), CUDA_R_32F, K,
                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (st != CUBLAS_STATUS_SUCCESS) throw Error("cublasGemmEx (Hessian) failed: status " + std::to_string(int(st)));
+    if (st != CUBLAS_STATUS_SUCCESS)
+      throw Error(std::string("cublasGemmEx (Hessian) failed: ") + cublasGetStatusString(st) + " (cuBLAS status " +
+                  std::to_string(int(st)) + ")");
     TL_CUDA_THROW(cudaEventRecord(events_[events_used_++]));
   }
 

@@ -47,6 +47,34 @@ class CudaBackend final : public KernelBackend {
   ~CudaBackend() override { if (stream_) cudaStreamDestroy(stream_); }
   std::string device_name() const override { return name_; }
 
+  // What each call below allocates (its DeviceBuffers, in the same order), plus the launchers'
+  // scratch: the per-stream buffer grows by doubling from 1 MiB past the dequantize floor's
+  // 64 MiB tiles (<= 128 MiB), the split-K partials and flags live there too, and cuBLAS keeps a
+  // workspace of its own (<= 32 MiB on sm_90): 192 MiB covers them.
+  uint64_t case_device_bytes(CaseKernel kernel, int64_t M, int64_t N, int64_t K, int64_t g) const override {
+    constexpr uint64_t kLauncherScratch = uint64_t(192) << 20;
+    const uint64_t G = uint64_t(group_count(K, g)), a = uint64_t(M * K) * 2, c = uint64_t(M * N) * 2,
+                   gn = G * uint64_t(N) * 2, b = uint64_t(K / 16) * 2 * uint64_t(N) * 4,
+                   ws = uint64_t(tl::cuda::marlin_workspace_ints(int(N))) * 4;
+    uint64_t bytes = 0;
+    switch (kernel) {
+      case CaseKernel::kMarlin: bytes = a + gn + c + b + ws; break;
+      case CaseKernel::kCorrection: bytes = a + gn + c + uint64_t(M) * G * 4; break;
+      case CaseKernel::kMarlinAsymmetric: bytes = a + 2 * gn + c + 128 + b + ws; break;
+      case CaseKernel::kSwiglu: bytes = a + 2 * c + 2 * (2 * gn + b) + 2 * uint64_t(N) * 4 + 2 * ws; break;
+      case CaseKernel::kNative: bytes = a + 2 * gn + c + uint64_t(K) * uint64_t(packed_row_bytes(N)); break;
+    }
+    return bytes + kLauncherScratch;
+  }
+  uint64_t device_free_bytes() const override {
+    size_t free_b = 0, total_b = 0;
+    if (cudaSetDevice(device_) != cudaSuccess || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return free_b;
+  }
+
   KernelStatus marlin_gemm(const half_bits* A, const int32_t* B, const half_bits* s, half_bits* C,
                            int M, int N, int K, int group_size) override {
     return guarded("marlin_int4_tc_gemm", M, N, K, group_size, [&] {
@@ -203,7 +231,7 @@ class CudaBackend final : public KernelBackend {
 
   // rc of a launcher, then the launch error, then the execution error (synchronize).
   void finish(const char* kernel, int rc, int M, int N, int K, int g) {
-    if (rc == tl::cuda::kCudaError) throw CudaError(std::string(kernel) + ": " + rc_message(rc));
+    if (rc == tl::cuda::kCudaError) throw CudaError(rc_message(rc));  // guarded() names the call's kernel and shape
     if (rc != tl::cuda::kOk) {
       char buf[256];
       std::snprintf(buf, sizeof buf, "%s returned rc=%d (%s) for m=%d n=%d k=%d group=%d", kernel,
