@@ -27,20 +27,68 @@ struct Params {
   float scale, zq;
 };
 
+// The integer zero point's range of a column: [min(lo, 0), max(hi, 0)], [-1, 1] for an all-zero one.
+__device__ __forceinline__ void int_range(float lo, float hi, float* xmin, float* xmax) {
+  *xmin = std_min(lo, 0.0f);
+  *xmax = std_max(hi, 0.0f);
+  if (*xmin == 0.0f && *xmax == 0.0f) *xmin = -1.0f, *xmax = 1.0f;
+}
+
+__device__ __forceinline__ Params int_params(float xmin, float xmax) {
+  const float scale = __fdiv_rn(__fsub_rn(xmax, xmin), kMaxQ);
+  return {scale, rintf(__fdiv_rn(-xmin, scale))};
+}
+
 // minmax_find_params' tail for one column, given the running min (lo) and max (hi).
 __device__ Params params_from_range(float lo, float hi, bool float_zero) {
   if (!float_zero) {
-    float xmin = std_min(lo, 0.0f), xmax = std_max(hi, 0.0f);
-    if (xmin == 0.0f && xmax == 0.0f) {
-      xmin = -1.0f;
-      xmax = 1.0f;
-    }
-    const float scale = __fdiv_rn(__fsub_rn(xmax, xmin), kMaxQ);
-    return {scale, rintf(__fdiv_rn(-xmin, scale))};
+    float xmin, xmax;
+    int_range(lo, hi, &xmin, &xmax);
+    return int_params(xmin, xmax);
   }
   float scale = hi > lo ? __fdiv_rn(__fsub_rn(hi, lo), kMaxQ) : 1.0f;
   scale = std_max(round_half_f(scale), kSmallestHalf);
   return {scale, round_half_f(lo)};
+}
+
+// The range search of libconvert/minmax_quantizer.h (search_range) on the GPU: step i of the
+// grid shrinks the range to [s xmin, s xmax], s = 1 - i / kRangeGrid, and scores the group's rows
+// by sum |W_hat - w|^kRangeNorm, in row order in float32, each operation rounded as the CPU's
+// (compiled without contraction). The steps are shared out: this thread takes first, first +
+// stride, ...; *best_step is its best (lowest error, the lower step on ties), -1 when no error
+// was finite (min-max's parameters stay, as on the CPU). at(r): row r of the column.
+constexpr int kRangeGrid = 100;                 // minmax_quantizer.h's kRangeGrid
+constexpr int kRangeSteps = 80;                 // kRangeMaxShrink * kRangeGrid
+constexpr float kRangeNorm = 2.4f;              // minmax_quantizer.h's kRangeNorm
+
+__device__ __forceinline__ Params range_step_params(int i, float xmin, float xmax) {
+  const float shrink = __fsub_rn(1.0f, __fdiv_rn(float(i), float(kRangeGrid)));
+  const float lo = __fmul_rn(shrink, xmin), hi = __fmul_rn(shrink, xmax);
+  const float scale = __fdiv_rn(__fsub_rn(hi, lo), kMaxQ);
+  return {scale, rintf(__fdiv_rn(-lo, scale))};
+}
+
+template <class At>
+__device__ void range_search_steps(At at, int rows, float xmin, float xmax, int first, int stride, float* best_err,
+                                   int* best_step) {
+  *best_err = INFINITY;
+  *best_step = -1;
+  for (int i = first; i < kRangeSteps; i += stride) {
+    const Params p = range_step_params(i, xmin, xmax);
+    float err = 0.0f;
+    for (int r = 0; r < rows; ++r) {
+      const float w = at(r);
+      const float c = std_min(std_max(__fadd_rn(rintf(__fdiv_rn(w, p.scale)), p.zq), 0.0f), kMaxQ);
+      err = __fadd_rn(err, powf(fabsf(__fsub_rn(__fmul_rn(p.scale, __fsub_rn(c, p.zq)), w)), kRangeNorm));
+    }
+    if (err < *best_err) *best_err = err, *best_step = i;
+  }
+}
+
+// (err, step) pairs: a before b when its error is lower, or equal with the lower step (no step:
+// -1, with an infinite error, comes first only among infinite ones, where min-max stays).
+__device__ __forceinline__ bool range_better(float err_a, int step_a, float err_b, int step_b) {
+  return err_a < err_b || (err_a == err_b && step_a < step_b);
 }
 
 // minmax_quantize_row for one value: the code, and the dequantized value upstream feeds back.
@@ -102,7 +150,7 @@ __global__ void check_factor_kernel(const float* U, int K, int* bad) {
 }
 
 __global__ void minmax_params_kernel(const float* W, int64_t ld, int rows, int N, const uint8_t* zero_rows,
-                                     bool float_zero, float* scale, float* zq) {
+                                     bool float_zero, bool range_search, float* scale, float* zq) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
   auto at = [&](int r) { return zero_rows && zero_rows[r] ? 0.0f : W[int64_t(r) * ld + n]; };
@@ -112,7 +160,14 @@ __global__ void minmax_params_kernel(const float* W, int64_t ld, int rows, int N
     lo = std_min(lo, v);
     hi = std_max(hi, v);
   }
-  const Params p = params_from_range(lo, hi, float_zero);
+  Params p = params_from_range(lo, hi, float_zero);
+  if (range_search) {  // integer zero points only (the launcher checks)
+    float xmin, xmax, err;
+    int step;
+    int_range(lo, hi, &xmin, &xmax);
+    range_search_steps(at, rows, xmin, xmax, 0, 1, &err, &step);
+    if (step >= 0) p = range_step_params(step, xmin, xmax);
+  }
   scale[n] = p.scale;
   zq[n] = p.zq;
 }
@@ -146,19 +201,37 @@ __global__ void sweep_block_kernel(GptqSweep s, int i1, int cnt) {
   double loss = 0;
   for (int i = 0; i < cnt; ++i) {
     const int j = i1 + i, k = s.order[j];
-    if (live && s.params == GptqParams::kDynamic && j % s.gs == 0) {
+    if (s.params == GptqParams::kDynamic && j % s.gs == 0) {  // the same for the whole warp
       // Parameters from the block-start rows [j, j + gs) (upstream reads its outer W here); every
       // lane of the group computes them (the row's owner changes with i).
       const int rows = min(s.gs, K - j);
-      float lo = s.Wc[int64_t(j) * N + n], hi = lo;
-      for (int r = 1; r < rows; ++r) {
-        const float v = s.Wc[int64_t(j + r) * N + n];
-        lo = std_min(lo, v);
-        hi = std_max(hi, v);
+      auto at = [&](int r) { return s.Wc[int64_t(j + r) * N + n]; };
+      float lo = 0.0f, hi = 0.0f;
+      if (live) {
+        lo = hi = at(0);
+        for (int r = 1; r < rows; ++r) {
+          const float v = at(r);
+          lo = std_min(lo, v);
+          hi = std_max(hi, v);
+        }
       }
       p = params_from_range(lo, hi, s.float_zero);
+      if (s.range_search) {
+        // The grid's steps shared by the column's lanes (step sub, sub + 4, ...), then the best
+        // of the four by shuffles: the same pick as one thread walking every step in order.
+        float xmin, xmax, err = INFINITY;
+        int step = -1;
+        int_range(lo, hi, &xmin, &xmax);
+        if (live) range_search_steps(at, rows, xmin, xmax, sub, kSweepLanes, &err, &step);
+        for (int m = 1; m < kSweepLanes; m <<= 1) {
+          const float e2 = __shfl_xor_sync(0xffffffffu, err, m);
+          const int s2 = __shfl_xor_sync(0xffffffffu, step, m);
+          if (range_better(e2, s2, err, step)) err = e2, step = s2;
+        }
+        if (step >= 0) p = range_step_params(step, xmin, xmax);
+      }
       const int64_t g = j / s.gs;
-      if (sub == 0) {
+      if (live && sub == 0) {
         s.scale[g * N + n] = p.scale;
         s.zq[g * N + n] = p.zq;
       }
@@ -298,16 +371,18 @@ int gptq_check_factor(const float* U, int K, int* bad, cudaStream_t stream) {
 }
 
 int gptq_minmax_params(const float* W, int64_t ld, int rows, int N, const uint8_t* zero_rows, bool float_zero,
-                       float* scale, float* zq, cudaStream_t stream) {
-  if (rows <= 0 || N <= 0) return kShapeUnsupported;
+                       bool range_search, float* scale, float* zq, cudaStream_t stream) {
+  if (rows <= 0 || N <= 0 || (range_search && float_zero)) return kShapeUnsupported;
   minmax_params_kernel<<<blocks_for(N, kThreads), kThreads, 0, stream>>>(W, ld, rows, N, zero_rows, float_zero,
-                                                                         scale, zq);
+                                                                         range_search, scale, zq);
   TL_CHECK_LAUNCH("minmax_params_kernel");
   return kOk;
 }
 
 int gptq_sweep_block(const GptqSweep& s, int i1, int cnt, cudaStream_t stream) {
-  if (cnt <= 0 || cnt > kGptqMaxBlock || i1 < 0 || i1 + cnt > s.K || s.N <= 0 || s.gs <= 0) return kShapeUnsupported;
+  if (cnt <= 0 || cnt > kGptqMaxBlock || i1 < 0 || i1 + cnt > s.K || s.N <= 0 || s.gs <= 0 ||
+      (s.range_search && s.float_zero))
+    return kShapeUnsupported;
   const size_t smem = size_t(cnt) * kSweepCols * sizeof(float);  // kGptqMaxBlock rows: 8 KiB
   sweep_block_kernel<<<blocks_for(s.N, kSweepCols), 32, smem, stream>>>(s, i1, cnt);
   TL_CHECK_LAUNCH("sweep_block_kernel");

@@ -46,8 +46,10 @@ int gptq_check_factor(const float* U, int K, int* bad, cudaStream_t stream);
 
 // Min-max parameters (libconvert/minmax_quantizer.h) of `rows` rows of W [rows, N] with row
 // stride ld: scale / zq [N]. Rows with zero_rows[r] != 0 count as zeros (null: none).
+// range_search: each column's range searched as minmax_find_params does (integer zero points
+// only: kShapeUnsupported with float_zero).
 int gptq_minmax_params(const float* W, int64_t ld, int rows, int N, const uint8_t* zero_rows, bool float_zero,
-                       float* scale, float* zq, cudaStream_t stream);
+                       bool range_search, float* scale, float* zq, cudaStream_t stream);
 
 // One lazy-update block of the sweep: rows j in [i1, i1 + cnt) of Wc (quantization order) are
 // quantized one after the other, each row's error feeding the block's later rows, and the
@@ -67,6 +69,7 @@ struct GptqSweep {
   int K = 0, N = 0, gs = 0;
   GptqParams params = GptqParams::kPerRow;
   bool float_zero = false;
+  bool range_search = false;    // kDynamic: each group's range searched (integer zero points only)
 };
 constexpr int kGptqMaxBlock = 256;  // rows per lazy-update block the sweep kernel takes
 int gptq_sweep_block(const GptqSweep& s, int i1, int cnt, cudaStream_t stream);

@@ -15,14 +15,7 @@ void Job::choose_device() {
   if (!gptq) return;  // RTN is CPU work whatever --device says
   const std::string why = opt.gpu ? opt.gpu->unavailable_reason() : "this build has no GPU support";
   if (opt.device == "cuda" && !why.empty()) throw Error("--device cuda: " + why);
-  if (opt.device == "cuda" && opt.range_search)
-    throw Error("--range-search: the GPU's GPTQ has no range search yet; use --device cpu (or auto, which then runs on "
-                "the CPU)");
-  use_gpu = opt.device != "cpu" && why.empty() && !opt.range_search;
-  if (opt.device == "auto" && why.empty() && opt.range_search) {
-    device_note = "--device auto: --range-search runs on the CPU (the GPU's GPTQ has no range search yet)";
-    return;
-  }
+  use_gpu = opt.device != "cpu" && why.empty();
   if (use_gpu) device_note = "GPTQ on " + opt.gpu->name();
   else if (opt.device == "auto") device_note = "--device auto: " + why + "; GPTQ runs on the CPU";
 }

@@ -180,6 +180,8 @@ void check_problem(int64_t K64, int64_t N64, const GptqOptions& opt) {
   if (opt.block_size <= 0 || opt.block_size > cuda::kGptqMaxBlock)
     throw Error("block size " + std::to_string(opt.block_size) + ": the GPU path takes 1.." +
                     std::to_string(cuda::kGptqMaxBlock) + " rows per lazy-update block", "", opt.name);
+  if (opt.range_search && opt.zero_mode != ZeroMode::kInt)
+    throw Error("the range search applies to integer zero points (--zero int)", "", opt.name);
 }
 
 }  // namespace
@@ -228,7 +230,9 @@ GptqResult GpuGptq::quantize_resident(const float* Wd, int64_t K64, int64_t N64,
   r.zq.assign(size_t(G) * N, 0.0f);
 
   // Step 2 (per row): parameters of the untouched W.
-  if (!grouped) check_launch(cuda::gptq_minmax_params(Wd, N, K, N, nullptr, fz, m.scale.get(), m.zq.get(), nullptr), "minmax params");
+  if (!grouped)
+    check_launch(cuda::gptq_minmax_params(Wd, N, K, N, nullptr, fz, opt.range_search, m.scale.get(), m.zq.get(), nullptr),
+                 "minmax params");
   // Step 1: dead inputs.
   check_launch(cuda::gptq_mark_dead(H, K, m.dead.get(), m.diag.get(), nullptr), "gptq_mark_dead");
   std::vector<float> diag(static_cast<size_t>(K));
@@ -243,7 +247,7 @@ GptqResult GpuGptq::quantize_resident(const float* Wd, int64_t K64, int64_t N64,
   if (grouped && !dynamic)
     for (int g = 0; g < G; ++g) {
       const int k0 = g * gs, rows = std::min(K, k0 + gs) - k0;
-      check_launch(cuda::gptq_minmax_params(Wd + size_t(k0) * N, N, rows, N, m.dead.get() + k0, fz,
+      check_launch(cuda::gptq_minmax_params(Wd + size_t(k0) * N, N, rows, N, m.dead.get() + k0, fz, opt.range_search,
                                      m.scale.get() + size_t(g) * N, m.zq.get() + size_t(g) * N, nullptr),
             "minmax params");
     }
@@ -317,6 +321,7 @@ GptqResult GpuGptq::quantize_resident(const float* Wd, int64_t K64, int64_t N64,
   s.gs = gs;
   s.params = !grouped ? cuda::GptqParams::kPerRow : dynamic ? cuda::GptqParams::kDynamic : cuda::GptqParams::kStatic;
   s.float_zero = fz;
+  s.range_search = opt.range_search;
   const float minus_one = -1.0f, one = 1.0f;
   for (int i1 = 0; i1 < K; i1 += bs) {
     const int cnt = std::min(bs, K - i1), i2 = i1 + cnt;

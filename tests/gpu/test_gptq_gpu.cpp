@@ -6,7 +6,8 @@
 //  - random layers, every parameter path (per row, dynamic groups smaller / equal / larger than
 //    the block, static groups with act-order, float zero, dead inputs, a short last block,
 //    N not a multiple of the kernel's 32 columns): the GPU's codes differ from the CPU's only in
-//    columns whose first difference sits on a near-tie of round();
+//    columns whose first difference sits on a near-tie of round(); with the range search, the
+//    CPU's ranges but where two grid steps' errors nearly tie;
 //  - sequential calibration on a random TinyLoop model (pre blocks, a loop block, the head):
 //    the same weights in the same order, Hessians from fp16 inputs within their rounding bound,
 //    the same sample counts, GPTQ losses within a few percent; activations kept on the host give
@@ -204,6 +205,62 @@ TEST_CASE("gptq gpu vs cpu: random layers, codes differ only after near-ties") {
   MESSAGE("largest tie margin at a first difference: " << worst_margin << " (bound " << kGpuNearTie << ")");
 }
 
+// The range search (minmax_quantizer.h) on the GPU: the grid's steps shared by a column's four
+// sweep lanes (dynamic groups) or walked by one thread (per row, static groups). The CPU sums
+// |W_hat - w|^2.4 with glibc's powf, the GPU with CUDA's (<= 2 ulp): the two pick different steps
+// only where two steps' errors agree to a few ulp of their sum, a rare near-tie -- so parameters
+// of W alone (per row, static groups) match in all but <= 1 % of (group, column) pairs, and a
+// flipped pick in a dynamic group moves that column's later rows (<= 5 % of columns differ).
+// Weights with an outlier per group make the search shrink; each case checks that it did (the
+// searched parameters differ from min-max's).
+TEST_CASE("gptq gpu vs cpu: the range search picks the CPU's ranges but for near-equal errors") {
+  std::mt19937_64 rng(tl::test::test_seed());
+  tl::gpu::GpuGptq gpu;
+  const LayerCase cases[] = {
+      {"g64 dynamic, range search", 256, 200, 64, 128, false, tl::ZeroMode::kInt, 0},
+      {"g128 static act-order, range search", 256, 128, 128, 128, true, tl::ZeroMode::kInt, 2},
+      {"per row, range search", 256, 96, 256, 64, false, tl::ZeroMode::kInt, 0},
+  };
+  for (const LayerCase& lc : cases) {
+    CAPTURE(lc.what);
+    const int64_t K = lc.K, N = lc.N;
+    std::normal_distribution<float> nd(0.0f, 0.05f);
+    std::uniform_int_distribution<int64_t> row(0, lc.group - 1);
+    std::vector<float> W(static_cast<size_t>(K * N));
+    for (float& w : W) w = nd(rng);
+    for (int64_t g0 = 0; g0 < K; g0 += lc.group)  // an outlier per group and column: worth shrinking past
+      for (int64_t n = 0; n < N; ++n) W[size_t((g0 + row(rng)) * N + n)] = 0.4f * (n % 2 ? 1.0f : -1.0f);
+    const std::vector<float> H = random_hessian(K, lc.dead, rng);
+    tl::GptqOptions o;
+    o.group_size = lc.group;
+    o.block_size = lc.block;
+    o.act_order = lc.act_order;
+    o.static_groups = lc.act_order;
+    o.zero_mode = lc.zero;
+    const tl::GptqResult plain = gpu.quantize_host(W.data(), K, N, H.data(), o);
+    o.range_search = true;
+    const tl::GptqResult c = tl::gptq_quantize(W.data(), K, N, H.data(), o);
+    const tl::GptqResult g = gpu.quantize_host(W.data(), K, N, H.data(), o);
+    int64_t params_differ = 0, searched = 0, cols = 0;
+    for (int64_t i = 0; i < c.G * N; ++i) {
+      params_differ += g.scale16[size_t(i)] != c.scale16[size_t(i)] || g.zero16[size_t(i)] != c.zero16[size_t(i)];
+      searched += g.scale16[size_t(i)] != plain.scale16[size_t(i)];
+    }
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k)
+        if (g.q[size_t(k * N + n)] != c.q[size_t(k * N + n)]) {
+          ++cols;
+          break;
+        }
+    MESSAGE(lc.what << ": " << params_differ << " of " << c.G * N << " group parameters and " << cols << " of " << N
+                    << " columns differ from the CPU's; " << searched << " groups searched away from min-max");
+    CHECK(searched >= c.G * N / 4);
+    CHECK(params_differ <= std::max<int64_t>(1, c.G * N / 100));
+    CHECK(cols <= std::max<int64_t>(1, N / 20));
+    CHECK(std::fabs(g.loss - c.loss) <= 1e-2 * c.loss);
+  }
+}
+
 TEST_CASE("gptq gpu: refuses what the CPU refuses, and blocks above its kernel's limit") {
   tl::gpu::GpuGptq gpu;
   const int64_t K = 64, N = 32;
@@ -215,6 +272,10 @@ TEST_CASE("gptq gpu: refuses what the CPU refuses, and blocks above its kernel's
   CHECK_THROWS_WITH(gpu.quantize_host(W.data(), K, N, H.data(), o), doctest::Contains("not positive definite"));
   o.block_size = 512;
   CHECK_THROWS_WITH(gpu.quantize_host(W.data(), K, N, H.data(), o), doctest::Contains("block size 512"));
+  o.block_size = 128;
+  o.range_search = true;
+  o.zero_mode = tl::ZeroMode::kFloat;
+  CHECK_THROWS_WITH(gpu.quantize_host(W.data(), K, N, H.data(), o), doctest::Contains("integer zero points"));
 }
 
 // ---- sequential calibration ----
