@@ -5,8 +5,9 @@
 #   bash scripts/device_run.sh [test] [sanitize] [bench-quick] [bench] [ab] [verify] [tiers]
 #                              [tiers-thorough] [faults] [demo] [crosscheck] [hfcalib] [sanitize-model]
 #                              [gptq-devices] [gptq-bench] [gptq-big] [cli-gpu] [families] [e2e-big]
-# gptq-devices: the demo model's GPTQ on --device cuda and cpu (act-order off and on), each
-# through the e2e tier against the original; their PPLs must agree within 0.3 %.
+# gptq-devices: the demo model's GPTQ on --device cuda and cpu (plain, --act-order, --range-search:
+# GPTQ_VARIANTS="0 1 rs"), each through the e2e tier against the original; their PPLs must agree
+# within 0.3 %.
 # cli-gpu: the CLI tests that need a GPU, on the staged tools: tests/cli/gptq_resume_gpu.sh (kills
 # and --resume on the GPU) and tests/cli/gpu_faults.sh (allocation, launch and trap faults).
 # gptq-bench: bench_gptq_gpu (BENCH_GPTQ_ARGS, e.g. "--sets 70b --reps 3"): the inverse-Hessian
@@ -167,8 +168,9 @@ for step in "${steps[@]}"; do
       start=$(date +%s)
       mkdir -p /tmp/gd
       rc=0
-      for act in 0 1; do
-        flag=""; [ "$act" = 1 ] && flag=--act-order
+      # GPTQ_VARIANTS: "0" plain, "1" --act-order, "rs" --range-search (the GPU's search against the CPU's).
+      for act in ${GPTQ_VARIANTS:-0 1 rs}; do
+        flag=""; [ "$act" = 1 ] && flag=--act-order; [ "$act" = rs ] && flag=--range-search
         for dev in cuda cpu; do
           "$bin/gptq-quantize" data/tinyloop-kjv --calib-tokens data/kjv_calib.u32 --calib-samples 32 --group-size 128 \
             $flag --device $dev -o /tmp/gd/$dev-$act.tinyloop --json > "$OUT/gptq-$dev-$act.json" 2> "$OUT/gptq-$dev-$act.log" || rc=1
@@ -188,7 +190,7 @@ print(f"PPL gpu {pg:.4f} cpu {pc:.4f} (original {g['reference']['ppl']:.4f}): di
 sys.exit(0 if d <= 0.003 else 1)
 PY
         ) || rc=1
-        note "gptq-devices act-order=$act: $line"
+        note "gptq-devices ${flag:-plain}: $line"
       done
       note "gptq-devices: rc=$rc ($(( $(date +%s) - start )) s)"
       ;;
