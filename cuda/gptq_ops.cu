@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/range_search.h"
 #include "cuda/cuda_check.h"
 #include "cuda/gptq_ops.h"
 
@@ -52,14 +53,11 @@ __device__ Params params_from_range(float lo, float hi, bool float_zero) {
 }
 
 // The range search of libconvert/minmax_quantizer.h (search_range) on the GPU: step i of the
-// grid shrinks the range to [s xmin, s xmax], s = 1 - i / kRangeGrid, and scores the group's rows
+// grid (core/range_search.h) shrinks the range to [s xmin, s xmax], s = 1 - i / kRangeGrid, and scores the group's rows
 // by sum |W_hat - w|^kRangeNorm, in row order in float32, each operation rounded as the CPU's
 // (compiled without contraction). The steps are shared out: this thread takes first, first +
 // stride, ...; *best_step is its best (lowest error, the lower step on ties), -1 when no error
 // was finite (min-max's parameters stay, as on the CPU). at(r): row r of the column.
-constexpr int kRangeGrid = 100;                 // minmax_quantizer.h's kRangeGrid
-constexpr int kRangeSteps = 80;                 // kRangeMaxShrink * kRangeGrid
-constexpr float kRangeNorm = 2.4f;              // minmax_quantizer.h's kRangeNorm
 
 __device__ __forceinline__ Params range_step_params(int i, float xmin, float xmax) {
   const float shrink = __fsub_rn(1.0f, __fdiv_rn(float(i), float(kRangeGrid)));

@@ -30,8 +30,7 @@ void search_range(const float* w, int64_t rows, int64_t N, int64_t ld, const std
   const float maxq = float(kQuantMaxQ);
   const size_t cols = static_cast<size_t>(N);
   std::vector<float> best(cols, std::numeric_limits<float>::infinity()), err(cols), s1(cols), z1(cols);
-  const int steps = int(kRangeMaxShrink * float(kRangeGrid));
-  for (int i = 0; i < steps; ++i) {
+  for (int i = 0; i < kRangeSteps; ++i) {
     const float shrink = 1.0f - float(i) / float(kRangeGrid);
     for (int64_t n = 0; n < N; ++n) {
       const float lo = shrink * xmin[size_t(n)], hi = shrink * xmax[size_t(n)];

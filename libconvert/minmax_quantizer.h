@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "core/range_search.h"
 
 namespace tl {
 
@@ -55,10 +56,8 @@ inline float round_half_even(float x) { return __builtin_nearbyintf(x); }
 // kRangeMaxShrink * kRangeGrid - 1 (1.0 down to 0.21), each giving scale = (s xmax - s xmin) / 15
 // and z = round_half_even(-s xmin / scale); the pair whose dequantized group has the least
 // sum_k |W_hat - w|^kRangeNorm is kept, the first on ties. s = 1 comes first, so the search is
-// never worse than min-max in that norm. Integer zero points only (ZeroMode::kInt).
-constexpr int kRangeGrid = 100;
-constexpr float kRangeMaxShrink = 0.8f;
-constexpr float kRangeNorm = 2.4f;
+// never worse than min-max in that norm. Integer zero points only (ZeroMode::kInt). The grid's
+// constants: core/range_search.h (shared with the GPU's search).
 
 // Parameters over `rows` rows of a row-major [rows, N] block with leading dimension `ld`
 // (columns n are independent). Writes p->scale / p->zq (resized to N). range_search: as above

@@ -271,6 +271,7 @@ void run_on_file(TierId id, const TierBounds& b, const RunContext& ctx, TierResu
     for (const std::string& n : names) {
       const EntryInfo info = f.info(n);
       if (info.shape.size() != 2 || (id != TierId::kNative && !info.has_marlin)) continue;
+      if (id == TierId::kSwiglu && (n.size() < 8 || n.compare(n.size() - 8, 8, "mlp_gate") != 0)) continue;  // its pairs
       const int64_t K = info.shape[0], N = id == TierId::kNative ? info.shape[1] : info.marlin_n;
       problems.push_back({M, N, K, std::min(info.group_size > 0 ? info.group_size : K, K)});
     }
