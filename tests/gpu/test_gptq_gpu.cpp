@@ -107,6 +107,17 @@ const LayerCase kLayers[] = {
     {"g128 static act-order, dead inputs", 256, 128, 128, 128, true, tl::ZeroMode::kInt, 3},
 };
 
+// GPTQ's options for a case (act-order with static groups, as upstream's act-order runs).
+tl::GptqOptions options_of(const LayerCase& lc) {
+  tl::GptqOptions o;
+  o.group_size = lc.group;
+  o.block_size = lc.block;
+  o.act_order = lc.act_order;
+  o.static_groups = lc.act_order;
+  o.zero_mode = lc.zero;
+  return o;
+}
+
 // H = 2/n X^T X of n = 2K rows whose columns have spread scales (so act-order reorders).
 std::vector<float> random_hessian(int64_t K, int dead, std::mt19937_64& rng) {
   const int64_t n = 2 * K;
@@ -142,12 +153,7 @@ TEST_CASE("gptq gpu vs cpu: random layers, codes differ only after near-ties") {
     std::vector<float> W(static_cast<size_t>(K * N));
     for (float& w : W) w = nd(rng);
     const std::vector<float> H = random_hessian(K, lc.dead, rng);
-    tl::GptqOptions o;
-    o.group_size = lc.group;
-    o.block_size = lc.block;
-    o.act_order = lc.act_order;
-    o.static_groups = lc.act_order;
-    o.zero_mode = lc.zero;
+    tl::GptqOptions o = options_of(lc);
     o.want_rtn_loss = true;
     o.want_tie_margin = true;
     const tl::GptqResult c = tl::gptq_quantize(W.data(), K, N, H.data(), o);
@@ -234,12 +240,7 @@ TEST_CASE("gptq gpu vs cpu: the range search picks the CPU's ranges but for near
     for (int64_t g0 = 0; g0 < K; g0 += lc.group)  // an outlier per group and column: worth shrinking past
       for (int64_t n = 0; n < N; ++n) W[size_t((g0 + row(rng)) * N + n)] = 0.4f * (n % 2 ? 1.0f : -1.0f);
     const std::vector<float> H = random_hessian(K, lc.dead, rng);
-    tl::GptqOptions o;
-    o.group_size = lc.group;
-    o.block_size = lc.block;
-    o.act_order = lc.act_order;
-    o.static_groups = lc.act_order;
-    o.zero_mode = lc.zero;
+    tl::GptqOptions o = options_of(lc);
     const tl::GptqResult plain = gpu.quantize_host(W.data(), K, N, H.data(), o);
     o.range_search = true;
     const tl::GptqResult c = tl::gptq_quantize(W.data(), K, N, H.data(), o);
