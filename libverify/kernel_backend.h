@@ -99,8 +99,10 @@ struct BackendProbe {
   std::unique_ptr<KernelBackend> backend;  // null when the GPU tiers cannot run
   std::string skip_reason;                 // why not: built without CUDA, no device, < sm_80, ...
 };
-// Opens device 0 with the CUDA kernels (a CUDA build), or says why it cannot; `runtime`: the
-// launcher options the runtime runs with (its prefill floor and Hopper kernel settings).
+// Opens device 0 with the CUDA kernels (a CUDA build), or says why it cannot (no CUDA build, no
+// device, < sm_80, no Marlin build for it: a skip); a device that passes those checks but fails
+// to open throws (the run's error, exit 2). `runtime`: the launcher options the runtime runs
+// with (its prefill floor and Hopper kernel settings).
 BackendProbe open_gpu_backend(const cuda::KernelOptions& runtime);
 
 }  // namespace tl::verify
