@@ -12,7 +12,8 @@
 //    the same weights in the same order, Hessians from fp16 inputs within their rounding bound,
 //    the same sample counts, GPTQ losses within a few percent; activations kept on the host give
 //    the same bytes, and so does a second run (determinism);
-//  - the tool: `--device cuda` twice gives byte-identical files.
+//  - the tool: `--device cuda` twice gives byte-identical files; a run the fault hook fails late
+//    keeps its completed stages, and --resume writes the uninterrupted run's bytes.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -28,8 +29,10 @@
 #include <doctest/doctest.h>
 
 #include "convert/test_gptq_golden.h"
+#include "core/fault_injection.h"
 #include "core/group_size.h"
 #include "core/half.h"
+#include "cuda/cuda_errors.h"
 #include "formats/calib_file.h"
 #include "formats/token_file.h"
 #include "gpu_support/gpu_test_util.h"
@@ -490,6 +493,58 @@ TEST_CASE("gptq-quantize --device cuda: the same bytes on every run, the CPU pat
     CHECK(bool(q.pre[1].mlp_down.quant));
     CHECK(bool(q.loop[0].attn_qkv.quant));
   }
+}
+
+// A GPU that fails mid-run (the fault hook: a device allocation late in the run fails) on a
+// .tinyloop model (HDF5 reads beside the writer): exit-2 error naming the kept stages, the
+// journal there, no output; then --resume without the fault writes the uninterrupted run's bytes.
+TEST_CASE("gptq-quantize --device cuda --resume after a GPU fault, on a .tinyloop model: the same bytes") {
+  const tl::ModelConfig cfg = small_config();
+  tl::ModelWeights w = tl::random_model_weights(cfg, tl::test::test_seed() + 9);
+  const std::string dir = tmp_dir("gptq_gpu_fault_resume");
+  const std::string model = dir + "/model.tinyloop", toks = dir + "/tokens.u32";
+  tl::write_model_tinyloop(w, model, tl::DType::F16);
+  tl::write_token_file_u32(toks, tl::test::random_tokens(600, cfg.vocab, 13));
+  auto dev = tl::gpu::make_gptq_device();
+  auto run = [&](const std::string& out, bool resume) {
+    tl::GptqQuantizeOptions o;
+    o.input = model;
+    o.output = out;
+    o.calib_tokens = toks;
+    o.calib_seq = 40;
+    o.calib_samples = 15;
+    o.device = "cuda";
+    o.gpu = dev.get();
+    o.quiet = true;
+    o.resume = resume;
+    return tl::run_gptq_quantize(o);
+  };
+  struct HookOff {
+    ~HookOff() { tl::cuda::set_fault_injection({}); }
+  } off;
+  REQUIRE(run(dir + "/warm.tinyloop", false) == 0);  // the process's scratch and handles exist now
+  const int64_t a0 = tl::cuda::fault_counts().allocations;
+  REQUIRE(run(dir + "/ref.tinyloop", false) == 0);
+  const int64_t per_run = tl::cuda::fault_counts().allocations - a0;
+  REQUIRE(per_run >= 8);
+  const std::string out = dir + "/out.tinyloop";
+  tl::cuda::set_fault_injection({tl::FaultPlan::Kind::kAlloc, tl::cuda::fault_counts().allocations + per_run * 3 / 4});
+  std::string what;
+  try {
+    run(out, false);
+  } catch (const tl::Error& e) {
+    what = e.what();
+  }
+  tl::cuda::set_fault_injection({});
+  CAPTURE(what);
+  CHECK(what.find("cudaMalloc of ") != std::string::npos);
+  CHECK(what.find("completed stage(s) kept in " + out + ".journal: the same command with --resume continues") !=
+        std::string::npos);
+  CHECK(!std::ifstream(out).good());
+  CHECK(std::ifstream(out + ".journal/journal.json").good());
+  REQUIRE(run(out, true) == 0);
+  CHECK(file_bytes(out) == file_bytes(dir + "/ref.tinyloop"));
+  CHECK(!std::ifstream(out + ".journal/journal.json").good());
 }
 
 }  // namespace
