@@ -10,7 +10,7 @@
 # for; the trap: the CUDA error the next call met), no temporary left, and every output path as
 # it was before the run (a file that stood there is byte-identical). A gptq-quantize run leaves a
 # journal exactly when it kept completed stages, says so in that line, and the same command with
-# --resume then writes the reference's bytes (checked after every allocation fault).
+# --resume then writes the reference's bytes (checked after every fault that kept stages).
 # Skipped (77) where the GPU cannot run (no GPU, or a build without CUDA).
 source "$TL_SRC/tests/cli/tools_common.bash"
 python3 -c "import numpy" 2>/dev/null || { echo "python3 with numpy not found: skipped"; exit 77; }
@@ -73,33 +73,35 @@ each_fault() {
   for n in $(printf "%s\n" 1 2 $((a / 3)) $((2 * a / 3)) "$a" | awk '$1 >= 1' | sort -un); do
     TL_FAULT_INJECT=alloc:$n faulty "$what" \
       "cudaMalloc of [0-9.]+ [KMG]iB \([0-9]+ bytes\) failed: out of memory .*injected by TL_FAULT_INJECT=alloc:$n\)" "$@"
-    [ -n "${ON_ALLOC_FAULT:-}" ] && $ON_ALLOC_FAULT "$n"
+    [ -n "${ON_FAULT:-}" ] && $ON_FAULT "alloc:$n"
   done
   for n in $(printf "%s\n" 1 $((l / 2)) "$l" | awk '$1 >= 1' | sort -un); do
     TL_FAULT_INJECT=launch:$n faulty "$what" "launch [a-z_0-9]+ failed at [a-z_]+/[a-z_0-9]+\.cu:[0-9]+: .*injected by TL_FAULT_INJECT=launch:$n\)" "$@"
+    [ -n "${ON_FAULT:-}" ] && $ON_FAULT "launch:$n"
   done
   # The trap's error is the lost context as the next call meets it: a CUDA error by name, or
   # cuBLAS's / cuSOLVER's status for it.
   for n in $(printf "%s\n" 1 $((l / 2)) $((l - 1)) "$l" | awk '$1 >= 1' | sort -un); do
     TL_FAULT_INJECT=trap:$n faulty "$what" "failed.*(cudaError[A-Za-z]+|cuBLAS status [0-9]+|cuSOLVER status [0-9]+)" "$@"
+    [ -n "${ON_FAULT:-}" ] && $ON_FAULT "trap:$n"
   done
   echo "gpu_faults: $what: $a allocations, $l launches; every fault ended cleanly"
 }
 
-# gptq-quantize, sequential calibration on the GPU. After an allocation fault, whatever stages it
-# kept: the message says so, and --resume (no fault) writes the reference's bytes.
+# gptq-quantize, sequential calibration on the GPU. After each fault that left completed stages
+# (faulty checked that the line says so), --resume without the fault writes the reference's bytes.
 resumed_after_fault() {
   if [ -d out.tinyloop.journal ]; then
     rm -f out.tinyloop
-    "$GQ" "${SEQ[@]}" -o out.tinyloop --resume 2> resume.err || fail "--resume after alloc:$1: $(cat resume.err)"
-    cmp -s out.tinyloop ref.tinyloop || fail "--resume after alloc:$1: the file differs from the reference"
+    "$GQ" "${SEQ[@]}" -o out.tinyloop --resume 2> resume.err || fail "--resume after $1: $(cat resume.err)"
+    cmp -s out.tinyloop ref.tinyloop || fail "--resume after $1: the file differs from the reference"
     resumed=$((resumed + 1))
   fi
 }
 resumed=0
-ON_ALLOC_FAULT=resumed_after_fault each_fault "gptq-quantize sequential" "$GQ" "${SEQ[@]}" -o out.tinyloop
-[ $resumed -ge 1 ] || fail "no allocation fault came after a completed stage: none resumed"
-echo "gpu_faults: $resumed allocation fault(s) resumed to the reference's bytes"
+ON_FAULT=resumed_after_fault each_fault "gptq-quantize sequential" "$GQ" "${SEQ[@]}" -o out.tinyloop
+[ $resumed -ge 1 ] || fail "no fault came after a completed stage: none resumed"
+echo "gpu_faults: $resumed fault(s) resumed to the reference's bytes"
 each_fault "gptq-quantize sequential --save-calib" "$GQ" "${SEQ[@]}" --save-calib out.h5 -o out.tinyloop
 each_fault "gptq-quantize streaming" "$GQ" orig --calib ref.h5 --group-size 128 --device cuda -q -o out.tinyloop
 
