@@ -443,26 +443,39 @@ std::vector<char> file_bytes(const std::string& p) {
   return std::vector<char>(std::istreambuf_iterator<char>(f), {});
 }
 
-TEST_CASE("gptq-quantize --device cuda: the same bytes on every run, the CPU path beside it") {
-  const tl::ModelConfig cfg = small_config();
-  tl::ModelWeights w = tl::random_model_weights(cfg, tl::test::test_seed() + 7);
-  const std::string dir = tmp_dir("gptq_gpu_tool");
-  const std::string model = dir + "/gpu_tool_model.tinyloop", toks = dir + "/gpu_tool_tokens.u32";
-  tl::write_model_tinyloop(w, model, tl::DType::F16);
-  tl::write_token_file_u32(toks, tl::test::random_tokens(600, cfg.vocab, 11));
-  auto dev = tl::gpu::make_gptq_device();
-  auto run = [&](const std::string& device, const std::string& out, uint64_t max_memory = 0,
-                 const std::string& save_calib = "") {
+// A random TinyLoop model (fp16 .tinyloop) and 600 calibration tokens in a fresh folder, and the
+// tool's options for a sequential GPTQ run on them (15 windows of 40 tokens).
+struct ToolModel {
+  tl::ModelConfig cfg = small_config();
+  std::string dir, model, toks;
+  ToolModel(const std::string& name, uint64_t seed) : dir(tmp_dir(name)), model(dir + "/model.tinyloop"),
+                                                      toks(dir + "/tokens.u32") {
+    tl::write_model_tinyloop(tl::random_model_weights(cfg, tl::test::test_seed() + seed), model, tl::DType::F16);
+    tl::write_token_file_u32(toks, tl::test::random_tokens(600, cfg.vocab, seed + 4));
+  }
+  tl::GptqQuantizeOptions options(const std::string& out) const {
     tl::GptqQuantizeOptions o;
     o.input = model;
     o.output = out;
     o.calib_tokens = toks;
     o.calib_seq = 40;
     o.calib_samples = 15;
+    o.quiet = true;
+    return o;
+  }
+};
+
+TEST_CASE("gptq-quantize --device cuda: the same bytes on every run, the CPU path beside it") {
+  const ToolModel tm("gptq_gpu_tool", 7);
+  const tl::ModelConfig& cfg = tm.cfg;
+  const std::string& dir = tm.dir;
+  auto dev = tl::gpu::make_gptq_device();
+  auto run = [&](const std::string& device, const std::string& out, uint64_t max_memory = 0,
+                 const std::string& save_calib = "") {
+    tl::GptqQuantizeOptions o = tm.options(out);
     o.group_size = tl::GroupSize::per_row();
     o.device = device;
     o.gpu = dev.get();
-    o.quiet = true;
     o.threads = 2;
     o.max_memory = max_memory;
     o.save_calib = save_calib;
@@ -500,23 +513,13 @@ TEST_CASE("gptq-quantize --device cuda: the same bytes on every run, the CPU pat
 // .tinyloop model (HDF5 reads beside the writer): exit-2 error naming the kept stages, the
 // journal there, no output; then --resume without the fault writes the uninterrupted run's bytes.
 TEST_CASE("gptq-quantize --device cuda --resume after a GPU fault, on a .tinyloop model: the same bytes") {
-  const tl::ModelConfig cfg = small_config();
-  tl::ModelWeights w = tl::random_model_weights(cfg, tl::test::test_seed() + 9);
-  const std::string dir = tmp_dir("gptq_gpu_fault_resume");
-  const std::string model = dir + "/model.tinyloop", toks = dir + "/tokens.u32";
-  tl::write_model_tinyloop(w, model, tl::DType::F16);
-  tl::write_token_file_u32(toks, tl::test::random_tokens(600, cfg.vocab, 13));
+  const ToolModel tm("gptq_gpu_fault_resume", 9);
+  const std::string& dir = tm.dir;
   auto dev = tl::gpu::make_gptq_device();
   auto run = [&](const std::string& out, bool resume) {
-    tl::GptqQuantizeOptions o;
-    o.input = model;
-    o.output = out;
-    o.calib_tokens = toks;
-    o.calib_seq = 40;
-    o.calib_samples = 15;
+    tl::GptqQuantizeOptions o = tm.options(out);
     o.device = "cuda";
     o.gpu = dev.get();
-    o.quiet = true;
     o.resume = resume;
     return tl::run_gptq_quantize(o);
   };
