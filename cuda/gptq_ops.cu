@@ -28,6 +28,17 @@ struct Params {
   float scale, zq;
 };
 
+// The min and max of rows [0, rows) of a column, at(r) its row r, in the CPU's comparison order.
+template <class At>
+__device__ __forceinline__ void column_range(At at, int rows, float* lo, float* hi) {
+  *lo = *hi = at(0);
+  for (int r = 1; r < rows; ++r) {
+    const float v = at(r);
+    *lo = std_min(*lo, v);
+    *hi = std_max(*hi, v);
+  }
+}
+
 // The integer zero point's range of a column: [min(lo, 0), max(hi, 0)], [-1, 1] for an all-zero one.
 __device__ __forceinline__ void int_range(float lo, float hi, float* xmin, float* xmax) {
   *xmin = std_min(lo, 0.0f);
@@ -35,9 +46,13 @@ __device__ __forceinline__ void int_range(float lo, float hi, float* xmin, float
   if (*xmin == 0.0f && *xmax == 0.0f) *xmin = -1.0f, *xmax = 1.0f;
 }
 
-__device__ __forceinline__ Params int_params(float xmin, float xmax) {
-  const float scale = __fdiv_rn(__fsub_rn(xmax, xmin), kMaxQ);
-  return {scale, rintf(__fdiv_rn(-xmin, scale))};
+// The integer parameters of step i of the range search's grid (core/range_search.h): the range
+// shrunk to [s xmin, s xmax], s = 1 - i / kRangeGrid. Step 0 (s = 1, exact) is min-max's.
+__device__ __forceinline__ Params range_step_params(int i, float xmin, float xmax) {
+  const float shrink = __fsub_rn(1.0f, __fdiv_rn(float(i), float(kRangeGrid)));
+  const float lo = __fmul_rn(shrink, xmin), hi = __fmul_rn(shrink, xmax);
+  const float scale = __fdiv_rn(__fsub_rn(hi, lo), kMaxQ);
+  return {scale, rintf(__fdiv_rn(-lo, scale))};
 }
 
 // minmax_find_params' tail for one column, given the running min (lo) and max (hi).
@@ -45,26 +60,19 @@ __device__ Params params_from_range(float lo, float hi, bool float_zero) {
   if (!float_zero) {
     float xmin, xmax;
     int_range(lo, hi, &xmin, &xmax);
-    return int_params(xmin, xmax);
+    return range_step_params(0, xmin, xmax);
   }
   float scale = hi > lo ? __fdiv_rn(__fsub_rn(hi, lo), kMaxQ) : 1.0f;
   scale = std_max(round_half_f(scale), kSmallestHalf);
   return {scale, round_half_f(lo)};
 }
 
-// The range search of libconvert/minmax_quantizer.h (search_range) on the GPU: step i of the
-// grid (core/range_search.h) shrinks the range to [s xmin, s xmax], s = 1 - i / kRangeGrid, and scores the group's rows
-// by sum |W_hat - w|^kRangeNorm, in row order in float32, each operation rounded as the CPU's
-// (compiled without contraction). The steps are shared out: this thread takes first, first +
+// The range search of libconvert/minmax_quantizer.h (search_range) on the GPU: each step of the
+// grid (range_step_params) scores the group's rows by sum |W_hat - w|^kRangeNorm, in row order in
+// float32, each operation rounded as the CPU's (compiled without contraction). The steps are shared out: this thread takes first, first +
 // stride, ...; *best_step is its best (lowest error, the lower step on ties), -1 when no error
 // was finite (min-max's parameters stay, as on the CPU). at(r): row r of the column.
 
-__device__ __forceinline__ Params range_step_params(int i, float xmin, float xmax) {
-  const float shrink = __fsub_rn(1.0f, __fdiv_rn(float(i), float(kRangeGrid)));
-  const float lo = __fmul_rn(shrink, xmin), hi = __fmul_rn(shrink, xmax);
-  const float scale = __fdiv_rn(__fsub_rn(hi, lo), kMaxQ);
-  return {scale, rintf(__fdiv_rn(-lo, scale))};
-}
 
 template <class At>
 __device__ void range_search_steps(At at, int rows, float xmin, float xmax, int first, int stride, float* best_err,
@@ -152,12 +160,8 @@ __global__ void minmax_params_kernel(const float* W, int64_t ld, int rows, int N
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
   auto at = [&](int r) { return zero_rows && zero_rows[r] ? 0.0f : W[int64_t(r) * ld + n]; };
-  float lo = at(0), hi = lo;
-  for (int r = 1; r < rows; ++r) {
-    const float v = at(r);
-    lo = std_min(lo, v);
-    hi = std_max(hi, v);
-  }
+  float lo, hi;
+  column_range(at, rows, &lo, &hi);
   Params p = params_from_range(lo, hi, float_zero);
   if (range_search) {  // integer zero points only (the launcher checks)
     float xmin, xmax, err;
@@ -205,14 +209,7 @@ __global__ void sweep_block_kernel(GptqSweep s, int i1, int cnt) {
       const int rows = min(s.gs, K - j);
       auto at = [&](int r) { return s.Wc[int64_t(j + r) * N + n]; };
       float lo = 0.0f, hi = 0.0f;
-      if (live) {
-        lo = hi = at(0);
-        for (int r = 1; r < rows; ++r) {
-          const float v = at(r);
-          lo = std_min(lo, v);
-          hi = std_max(hi, v);
-        }
-      }
+      if (live) column_range(at, rows, &lo, &hi);
       p = params_from_range(lo, hi, s.float_zero);
       if (s.range_search) {
         // The grid's steps shared by the column's lanes (step sub, sub + 4, ...), then the best
@@ -290,12 +287,8 @@ __global__ void rtn_error_kernel(const float* W, int K, int N, int gs, bool floa
   if (n >= N) return;
   for (int k0 = 0; k0 < K; k0 += gs) {
     const int k1 = min(K, k0 + gs);
-    float lo = W[int64_t(k0) * N + n], hi = lo;
-    for (int k = k0 + 1; k < k1; ++k) {
-      const float v = W[int64_t(k) * N + n];
-      lo = std_min(lo, v);
-      hi = std_max(hi, v);
-    }
+    float lo, hi;
+    column_range([&](int r) { return W[int64_t(k0 + r) * N + n]; }, k1 - k0, &lo, &hi);
     const Params p = params_from_range(lo, hi, float_zero);
     for (int k = k0; k < k1; ++k) {
       const int64_t i = int64_t(k) * N + n;

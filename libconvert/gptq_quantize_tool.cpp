@@ -82,9 +82,11 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
   if (!job.device_note.empty()) progress.note(job.device_note);
   // The one line of a failure says what of the run is kept: a GPU that fails at block 60 of 80
   // (or a disk that fills at the commit) loses no completed stage.
-  auto kept = [&](const std::string& what) {
-    return Error(what + " (" + std::to_string(job.journal->stages()) + " completed stage(s) kept in " +
-                 job.journal->folder() + ": the same command with --resume continues)");
+  // Called inside a handler: rethrows the error, with the kept stages named where there are any.
+  auto rethrow = [&](const std::string& what) {
+    if (!job.journal || job.journal->stages() == 0) throw;
+    throw Error(what + " (" + std::to_string(job.journal->stages()) + " completed stage(s) kept in " +
+                job.journal->folder() + ": the same command with --resume continues)");
   };
   try {
     if (!opt.sequential()) job.quantize_streaming(out, progress);
@@ -93,11 +95,9 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
     progress.end();
     out.commit();
   } catch (const Error& e) {
-    if (!job.journal || job.journal->stages() == 0) throw;
-    throw kept(e.what());
+    rethrow(e.what());
   } catch (const std::bad_alloc&) {
-    if (!job.journal || job.journal->stages() == 0) throw;
-    throw kept("out of memory");
+    rethrow("out of memory");
   }
   if (job.journal) job.journal->remove();  // the output is whole: nothing left to resume
 

@@ -294,9 +294,7 @@ class Run {
   Run(GpuGptq& gptq, const ModelStream& src, const std::set<std::string>& selected, const SequentialCalls& calls,
       GptqPhaseTimes& t)
       : gptq_(gptq), src_(src), c_(src.config()), selected_(selected), calls_(calls), t_(t) {
-    if (const cublasStatus_t st = cublasCreate(&blas_))
-      throw Error(std::string("cublasCreate failed: ") + cublasGetStatusString(st) + " (cuBLAS status " +
-                  std::to_string(int(st)) + ")");
+    check_blas(cublasCreate(&blas_), "cublasCreate");
   }
   ~Run() {
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
@@ -538,12 +536,9 @@ class Run {
       events_.push_back(e1);
     }
     TL_CUDA_THROW(cudaEventRecord(events_[events_used_++]));
-    const cublasStatus_t st = cublasGemmEx(blas_, CUBLAS_OP_N, CUBLAS_OP_T, K, K, M, &alpha, X, CUDA_R_16F, K, X,
-                                           CUDA_R_16F, K, &one, hess_[size_t(slot)].get(), CUDA_R_32F, K,
-                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (st != CUBLAS_STATUS_SUCCESS)
-      throw Error(std::string("cublasGemmEx (Hessian) failed: ") + cublasGetStatusString(st) + " (cuBLAS status " +
-                  std::to_string(int(st)) + ")");
+    check_blas(cublasGemmEx(blas_, CUBLAS_OP_N, CUBLAS_OP_T, K, K, M, &alpha, X, CUDA_R_16F, K, X, CUDA_R_16F, K, &one,
+                            hess_[size_t(slot)].get(), CUDA_R_32F, K, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx (Hessian)");
     TL_CUDA_THROW(cudaEventRecord(events_[events_used_++]));
   }
 

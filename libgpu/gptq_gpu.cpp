@@ -24,13 +24,6 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-void check_blas(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) throw Error(std::string(what) + " failed: cuBLAS status " + std::to_string(int(s)));
-}
-void check_solver(cusolverStatus_t s, const char* what) {
-  if (s != CUSOLVER_STATUS_SUCCESS) throw Error(std::string(what) + " failed: cuSOLVER status " + std::to_string(int(s)));
-}
-
 template <class T>
 void to_host(T* dst, const T* src, size_t n) {
   if (n) TL_CUDA_THROW(cudaMemcpy(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost));
