@@ -145,6 +145,29 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+// The read floor of a layer at one launch: its weight bytes (B, permuted s, delta) streamed by a
+// kernel that does nothing else, U 16-byte loads in flight per thread (evict-first, no reuse),
+// and one value stored that depends on them. The best of a few grid shapes (read_floor_us) is
+// what no GEMM launch of those bytes beats in this harness, launch, first-byte latency and tail
+// included: the decode kernel's distance to the read roofline measured on the same footing
+// rather than computed from the HBM's peak (issue 47).
+template <int U>
+__global__ void read_floor(const int4* a, size_t na, const int4* b, size_t nb, const int4* c, size_t nc, int* sink) {
+  const size_t n = na + nb + nc, stride = size_t(gridDim.x) * blockDim.x;
+  int acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += U * stride) {
+    int4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const size_t j = i + u * stride;
+      v[u] = j < na ? __ldcs(a + j) : j < na + nb ? __ldcs(b + (j - na)) : j < n ? __ldcs(c + (j - na - nb)) : int4{};
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (acc == 0x7fffffff) *sink = acc;
+}
+
 // Device memory of one scope (a layer's buffers; the run's flush buffer): DeviceBuffers, freed
 // together when the scope ends.
 using DeviceScope = std::vector<tl::cuda::DeviceBuffer<uint8_t>>;
@@ -316,6 +339,34 @@ int capture(cudaStream_t stream, const std::function<int()>& run, Graph* g) {
   return 0;
 }
 
+// read_floor's best time over its grid shapes (U 4 or 8 loads per thread, 256 threads, 2, 4 or 8
+// blocks per SM, at most the blocks the bytes fill) for one weight's B, s and delta.
+double read_floor_us(Timer& timer, cudaStream_t stream, const BenchWeight& w, int K, int N, int gsz, int* sink) {
+  int sms = 0, dev = 0;
+  CHECK_CUDA(cudaGetDevice(&dev));
+  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const size_t nb = size_t(K) * N / 2 / 16, ns = size_t(K / gsz) * N * 2 / 16;
+  const int4* B = reinterpret_cast<const int4*>(w.B);
+  const int4* s = reinterpret_cast<const int4*>(w.s_perm);
+  const int4* d = reinterpret_cast<const int4*>(w.delta);
+  constexpr int kThreads = 256;
+  std::vector<std::function<int()>> runs;
+  for (int u : {4, 8})
+    for (int per_sm : {2, 4, 8}) {
+      const size_t fill = (nb + 2 * ns + size_t(kThreads) * u - 1) / (size_t(kThreads) * u);
+      const int blocks = int(std::min<size_t>(size_t(per_sm) * sms, fill));
+      runs.push_back([=] {
+        if (u == 4)
+          read_floor<4><<<blocks, kThreads, 0, stream>>>(B, nb, s, ns, d, ns, sink);
+        else
+          read_floor<8><<<blocks, kThreads, 0, stream>>>(B, nb, s, ns, d, ns, sink);
+        return cudaGetLastError() == cudaSuccess ? 0 : 3;
+      });
+    }
+  const std::vector<double> t = timer.medians_us(runs);
+  return *std::min_element(t.begin(), t.end());
+}
+
 // The four layers of each set (kLayers) back to back: the sum of their times alone, the four on
 // the stream one after another, and the four in one CUDA graph; the graph with the MLP as the
 // SwiGLU pair (qkv, o, marlin_swiglu_asymmetric, down: what the runtime runs, the silu included);
@@ -441,6 +492,22 @@ int bench_graph(const Options& opt, Timer& timer, cudaStream_t stream, uint64_t 
           records.push_back({set, "set4", names[k], 0, 0, M, g, ts[k], 0.0, bytes / ts[k] * 1e-3, t_cublas / ts[k], names[k], ""});
         std::printf("%-4s %5d %4d | %9.1f %9.1f %9.1f | %9.1f %6.2f | %9.1f %6.2f | %s\n", set.c_str(), M, g, alone, t_stream,
                     t_graph, t_pair, t_cublas / t_pair, t_cublas, t_cublas / t_graph, M == 1 ? gbs.c_str() : "");
+        if (M == 1) {  // each layer's read floor: its bytes streamed by a kernel that does nothing else
+          double floor_sum = 0;
+          std::string line;
+          for (size_t i = 0; i < ld.size(); ++i) {
+            const double f = read_floor_us(timer, stream, ld[i].w, ld[i].L->K, ld[i].L->N, ld[i].gsz, ld[i].work);
+            floor_sum += f;
+            records.push_back({set, ld[i].L->name, "read_floor", ld[i].L->K, ld[i].L->N, 1, g, f, 0.0, ld[i].bytes / f * 1e-3,
+                               0.0, "read_floor", ""});
+            char b[96];
+            std::snprintf(b, sizeof b, "%s%s %.1f us (%.0f GB/s, layer at %.0f %%)", line.empty() ? "" : ", ", ld[i].L->name, f,
+                          ld[i].bytes / f * 1e-3, 100.0 * f / us[i]);
+            line += b;
+          }
+          std::printf("%-4s read floor at M = 1 (the weight bytes streamed alone; %% = floor / layer time): %s; sum %.1f us "
+                      "(the four layers alone: %.1f)\n", set.c_str(), line.c_str(), floor_sum, alone);
+        }
         std::fflush(stdout);
       }
     }

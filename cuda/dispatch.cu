@@ -82,7 +82,9 @@ void count(GemmPath path, const std::string& fallback_reason) {
   if (!fallback_reason.empty()) g_stats.fallbacks[fallback_reason]++;
 }
 
-// A Marlin call of `weights` weights by `kernel`; the first successful one prints its line.
+// A Marlin call of `weights` weights by `kernel`; the first successful one records its line
+// (dispatch_stats().first_dispatch_line: the tools put it in their reports; a library that the
+// runtime links prints nothing).
 void count_marlin(const char* kernel, int weights, int status, int M, const DeviceQuantWeight& w) {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -93,7 +95,6 @@ void count_marlin(const char* kernel, int weights, int status, int M, const Devi
     char line[160];
     std::snprintf(line, sizeof line, "[marlin] first dispatch ok: BT=%d N=%d K=%d gs=%d", M, w.N, w.K,
                   int(marlin_groupsize_arg(w.K, w.group_size)));
-    std::fprintf(stderr, "%s\n", line);
     std::lock_guard<std::mutex> lock(g_mutex);
     g_stats.first_dispatch_line = line;
   });
