@@ -20,7 +20,8 @@
 //
 // --layers graph: a decode step's four linears of each set back to back, as a runtime sees
 // them: on the stream and captured in one CUDA graph (what a runtime replays), against the sum of
-// the four timed alone and against cuBLAS's graph; with the MLP as the SwiGLU pair; M <= 64.
+// the four timed alone and against cuBLAS's graph; with the MLP as the SwiGLU pair; M <= 64; at
+// M = 1 each layer's read floor (read_floor_us).
 // --layers swiglu: the SwiGLU pair of each set's MLP (marlin_swiglu_asymmetric, fused at decode
 // sizes) against the two GEMMs + elementwise pass it replaces and against cuBLAS doing the same.
 //
