@@ -69,11 +69,10 @@ __device__ Params params_from_range(float lo, float hi, bool float_zero) {
 
 // The range search of libconvert/minmax_quantizer.h (search_range) on the GPU: each step of the
 // grid (range_step_params) scores the group's rows by sum |W_hat - w|^kRangeNorm, in row order in
-// float32, each operation rounded as the CPU's (compiled without contraction). The steps are shared out: this thread takes first, first +
-// stride, ...; *best_step is its best (lowest error, the lower step on ties), -1 when no error
-// was finite (min-max's parameters stay, as on the CPU). at(r): row r of the column.
-
-
+// float32, each operation rounded as the CPU's (compiled without contraction). The steps are
+// shared out: this thread takes first, first + stride, ...; *best_step is its best (lowest error,
+// the lower step on ties), -1 when no error was finite (min-max's parameters stay, as on the
+// CPU). at(r): row r of the column.
 template <class At>
 __device__ void range_search_steps(At at, int rows, float xmin, float xmax, int first, int stride, float* best_err,
                                    int* best_step) {
