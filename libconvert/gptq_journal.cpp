@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "core/error.h"
 #include "formats/atomic_output.h"
@@ -193,12 +195,27 @@ void GptqJournal::write_journal() const {
   out.write_text([&](std::ostream& os) { os << j.dump(1) << "\n"; });
 }
 
+// Still locked: no other run is inside. A kill can land anywhere in here, so the folder passes
+// only through states a later run reads right: first journal.json names no stage (one atomic
+// rename; from then on holds_no_stage() clears the folder by itself), then the stage files go,
+// journal.json last, the empty folder at the end -- never a journal naming a stage file already
+// deleted, which --resume would refuse.
 void GptqJournal::remove() {
-  std::error_code ec;
-  std::filesystem::remove_all(folder_, ec);  // still locked: no other run is inside
+  namespace fs = std::filesystem;
+  stages_.clear();
+  write_journal();
+  std::error_code ec, first;
+  std::vector<fs::path> rest;
+  for (const auto& e : fs::directory_iterator(folder_, ec))
+    if (e.path().filename() != kJournalFile) rest.push_back(e.path());
+  if (ec) first = ec;
+  for (const fs::path& p : rest)
+    if (fs::remove_all(p, ec) == static_cast<std::uintmax_t>(-1) && !first) first = ec;
+  if (!fs::remove(folder_ + "/" + kJournalFile, ec) && ec && !first) first = ec;
+  if (!fs::remove(folder_, ec) && ec && !first) first = ec;
   if (lock_fd_ >= 0) ::close(lock_fd_);
   lock_fd_ = -1;
-  if (ec) throw Error("cannot remove the resume journal: " + ec.message(), folder_);
+  if (first) throw Error("cannot remove the resume journal: " + first.message(), folder_);
 }
 
 }  // namespace tl

@@ -13,7 +13,8 @@
 //                      provenance), written atomically before journal.json names it
 // journal.json is replaced atomically after each stage, so a kill at any instant leaves the
 // journal of the last completed stage (or none). The run that commits the output removes the
-// folder.
+// folder (remove(): journal.json emptied first, so a kill inside the removal leaves a folder
+// any rerun clears, never a journal naming a deleted stage file).
 //
 // Resuming (the job's part, gptq_job_weights.cpp): the completed stages' weights are read back,
 // their W_hat put in place of the original weights, and the calibration forward runs those

@@ -5,6 +5,8 @@
 #     once its journal lists t % 7 completed stages, a few milliseconds later still; the resumed
 #     file must equal the reference byte for byte and the journal must be gone. The stages the
 #     kills landed after are counted: at least one trial per stage count 1..5 resumed mid-run.
+#   - A commit that fails keeps all stages; a whole output beside them (a kill between the
+#     commit's rename and the journal's removal) is refused without --resume and finished by it.
 #   - A second run of the same output while the first runs is refused by name (the journal's
 #     lock), with or without --resume.
 #   - Without --resume an existing journal is refused by name (nothing touched); a --resume
@@ -20,7 +22,6 @@ ARGS=(orig --calib-tokens calib.u32 --calib-seq 64 --group-size 128 --device cpu
 "$GQ" "${ARGS[@]}" -o ref.tinyloop -q || fail "reference run"
 [ -e ref.tinyloop.journal ] && fail "a finished run left its journal"
 
-stages() { grep -o '"stage":' out.tinyloop.journal/journal.json 2> /dev/null | wc -l; }
 declare -A resumed_at
 for t in $(seq 0 19); do
   rm -rf out.tinyloop out.tinyloop.journal
@@ -30,22 +31,76 @@ for t in $(seq 0 19); do
   for i in $(seq 3000); do [ "$(stages)" -ge $want ] && break; kill -0 $pid 2> /dev/null || break; sleep 0.005; done
   sleep "0.00$((RANDOM % 10))"
   kill -$sig $pid 2> /dev/null; wait $pid 2> /dev/null
-  got=$(stages)
-  if [ -e out.tinyloop ]; then
-    got=done  # finished before the kill landed: the journal must be gone already
-    [ -e out.tinyloop.journal ] && fail "trial $t: a finished run left its journal"
-  fi
-  if [ "$got" != done ] && [ "$got" -ge 1 ]; then
-    bad "rerun the same command with --resume" "$GQ" "${ARGS[@]}" -o out.tinyloop -q
-    [ -e out.tinyloop ] && fail "trial $t: the refused run wrote the output"
-  fi
+  killed_state 6
+  [ "$got" != done ] && [ "$got" -ge 1 ] && refused_without_resume "${ARGS[@]}"
   resume_matches_ref "trial $t ($sig after $got stage(s))" "$got" "${ARGS[@]}"
   resumed_at[$got]=$(( ${resumed_at[$got]:-0} + 1 ))
 done
 summary=""
 for k in "${!resumed_at[@]}"; do summary="$summary $k:${resumed_at[$k]}"; done
-echo "gptq_resume: 20 trials identical to the reference; resumed after (stages:trials)$summary"
+echo "gptq_resume: 20 trials identical to the reference; resumed after (stages:trials)$summary; $window killed in the commit window"
 for k in 1 2 3 4 5; do [ -n "${resumed_at[$k]:-}" ] || fail "no trial resumed after $k stage(s):$summary"; done
+
+# A commit that fails (the output's path made a folder mid-run) keeps all six stages, and so does
+# a kill between the commit's rename and the journal's removal (made here from that journal and
+# the reference's bytes, since no kill lands in that window on purpose): a rerun without --resume
+# is refused and leaves the output alone; --resume finishes with the reference's bytes.
+rm -rf out.tinyloop out.tinyloop.journal
+"$GQ" "${ARGS[@]}" -o out.tinyloop -q 2> run.err & pid=$!
+for i in $(seq 3000); do [ "$(stages)" -ge 1 ] && break; sleep 0.005; done
+kill -STOP $pid; mkdir out.tinyloop; kill -CONT $pid
+wait $pid && fail "a commit over a folder succeeded"
+grep -q "cannot rename the temporary file into place: Is a directory (6 completed stage(s) kept in out.tinyloop.journal" run.err ||
+  fail "the failed commit's line: $(cat run.err)"
+ls -a | grep -q '\.tmp-' && fail "the failed commit left a temporary: $(ls -a)"
+rmdir out.tinyloop && cp ref.tinyloop out.tinyloop
+killed_state 6
+refused_without_resume "${ARGS[@]}"
+resume_matches_ref "a whole output beside the journal of all its stages" "$got" "${ARGS[@]}"
+# Killed inside the journal's removal, after journal.json was emptied and one stage file deleted:
+# a rerun, with or without --resume, clears the folder and writes the reference's bytes.
+for flag in "" --resume; do
+  rm -rf out.tinyloop out.tinyloop.journal
+  "$GQ" "${ARGS[@]}" -o out.tinyloop -q 2> run.err & pid=$!
+  for i in $(seq 3000); do [ "$(stages)" -ge 2 ] && break; sleep 0.005; done
+  kill -9 $pid; wait $pid 2> /dev/null
+  [ "$(stages)" -ge 2 ] || fail "could not interrupt a run after two stages"
+  python3 -c "
+import json; p = 'out.tinyloop.journal/journal.json'; j = json.load(open(p)); j['stages'] = []
+json.dump(j, open(p, 'w'))"
+  rm out.tinyloop.journal/stage-0.tinyloop
+  cp ref.tinyloop out.tinyloop
+  killed_state 6
+  [ "$got" = 0 ] || fail "the half-removed journal reads as $got stage(s)"
+  "$GQ" "${ARGS[@]}" $flag -o out.tinyloop -q 2> run.err || fail "a rerun ($flag) beside a half-removed journal: $(cat run.err)"
+  cmp -s out.tinyloop ref.tinyloop || fail "the rerun ($flag) beside a half-removed journal differs from the reference"
+  [ -e out.tinyloop.journal ] && fail "the rerun ($flag) left the half-removed journal"
+done
+
+# A kill at each file operation of the commit and of the journal's removal (strace's syscall
+# injection: SIGKILL on entering the N-th rename, unlink or rmdir of the run; the points found in
+# a traced run): whatever is left, --resume writes the reference's bytes and leaves no journal
+# and no temporary. Where ptrace is not allowed this part is skipped, said on stdout.
+if strace -qq -o /dev/null true 2> /dev/null; then
+  rm -rf out.tinyloop out.tinyloop.journal
+  strace -qq -o ops.txt -e trace=rename,unlink,unlinkat,rmdir "$GQ" "${ARGS[@]}" -o out.tinyloop -q || fail "the traced run"
+  cmp -s out.tinyloop ref.tinyloop || fail "the traced run differs from the reference"
+  n_out=$(grep '^rename(' ops.txt | grep -n ', "out.tinyloop")' | cut -d: -f1)
+  [ -n "$n_out" ] || fail "the traced run's output was not renamed into place: $(cat ops.txt)"
+  points=$(seq -f "rename:%g" "$n_out" "$(grep -c '^rename(' ops.txt)")
+  for op in unlink unlinkat rmdir; do points="$points $(seq -f "$op:%g" 1 "$(grep -c "^$op(" ops.txt)")"; done
+  [ "$(echo $points | wc -w)" -ge 8 ] || fail "fewer operations than six stage files need: $(cat ops.txt)"
+  for p in $points; do
+    rm -rf out.tinyloop out.tinyloop.journal
+    (strace -qq -o /dev/null -e inject="${p%:*}":signal=KILL:when="${p#*:}" "$GQ" "${ARGS[@]}" -o out.tinyloop -q; exit 0) 2> /dev/null
+    [ -e out.tinyloop ] || [ "$(stages)" -eq 6 ] || fail "killed at $p: no output and a journal of $(stages) stage(s)"
+    killed_state 6
+    resume_matches_ref "killed at $p" "$got" "${ARGS[@]}"
+  done
+  echo "gptq_resume: killed at each of $(echo $points | wc -w) commit and removal operations ($(echo $points)): all resumed to the reference"
+else
+  echo "gptq_resume: strace cannot trace here: the kills at the commit's operations are skipped"
+fi
 
 # Two runs of the same output at once: while the first runs (stopped here with SIGSTOP, so the
 # timing is the test's, not the machine's), a second is refused by name, with or without --resume,

@@ -17,6 +17,32 @@ bad() {
   if declare -F bad_hook > /dev/null; then bad_hook "$*"; fi
   return 0
 }
+# The resume tests' journal: its completed stages (0 where there is none).
+stages() { grep -o '"stage":' out.tinyloop.journal/journal.json 2> /dev/null | wc -l; }
+# What a run of out.tinyloop killed after its journal held some stages left, in `got`: "done"
+# (the output whole, the journal gone) or the journal's stage count. The commit renames the output
+# into place and then removes the journal (GptqJournal::remove: journal.json emptied first):
+# steps no file system makes one, so a kill between them leaves a whole output beside a journal
+# of all ALL stages (a rerun without --resume is refused, --resume rewrites the same bytes) or of
+# none (any rerun clears it) -- never anything else. Counted in `window`.
+window=0
+killed_state() {
+  local all="$1"; got=$(stages)
+  [ -e out.tinyloop ] || return 0
+  if [ -e out.tinyloop.journal ]; then
+    [ "$got" -eq "$all" ] || [ "$got" -eq 0 ] || fail "a whole output beside a journal of $got of $all stages"
+    window=$((window + 1))
+  else
+    got=done
+  fi
+}
+# After a kill: a rerun of the same command without --resume is refused and touches no output
+# (none, or the whole one of the commit window).
+refused_without_resume() {
+  local had; had=$(md5sum out.tinyloop 2> /dev/null)
+  bad "rerun the same command with --resume" "$GQ" "$@" -o out.tinyloop -q
+  [ "$had" = "$(md5sum out.tinyloop 2> /dev/null)" ] || fail "the refused run wrote the output"
+}
 # The resume tests: gptq-quantize "$@" -o out.tinyloop --resume after a run interrupted once its
 # journal held GOT stages (a number, or "done"): the run must say it resumes after at least GOT of
 # them, the resumed file must equal ref.tinyloop, and the journal and every temporary must be gone.
