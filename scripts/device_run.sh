@@ -199,7 +199,7 @@ PY
         start=$(date +%s)
         # gpu_faults runs the tools ~90 times (each paying CUDA's start): 540 s unless TEST_TIMEOUT says.
         limit=${TEST_TIMEOUT:-180}; [ $t = gpu_faults ] && limit=${TEST_TIMEOUT:-540}
-        TL_BIN=$bin TL_TMP=/tmp/cli-$t TL_SRC=$PWD timeout "$limit" bash tests/cli/$t.sh > "$OUT/cli-$t.log" 2>&1; rc=$?
+        TL_BIN=$(cd "$bin" && pwd) TL_TMP=/tmp/cli-$t TL_SRC=$PWD timeout "$limit" bash tests/cli/$t.sh > "$OUT/cli-$t.log" 2>&1; rc=$?
         note "cli $t: rc=$rc $(tail -1 "$OUT/cli-$t.log") ($(( $(date +%s) - start )) s)"
       done
       ;;
@@ -231,6 +231,8 @@ PY
         /usr/bin/time -v "$bin/$exe" $ck --calib-tokens /tmp/big_tokens.u32 --calib-seq 2048 --calib-samples 128 \
           --group-size 128 $flag --device cuda -o /tmp/big-q.tinyloop --json > "$OUT/gptq-$tag.json" 2> "$OUT/gptq-$tag.log"; rc=$?
         kill $smi $anon 2>/dev/null
+        # A refusal (exit 2: admission's numbers, say) prints no JSON: its one line is the result.
+        if [ $rc -ne 0 ]; then note "gptq $shape $exe act-order=$act: rc=$rc $(head -1 "$OUT/gptq-$tag.log")"; continue; fi
         line=$(python3 - "$OUT/gptq-$tag.json" "$OUT/gpumem-$act.txt" "$OUT/gptq-$tag.log" "$OUT/rssanon-$act.txt" <<'PY' 2>&1
 import json, re, sys
 s = json.load(open(sys.argv[1]))

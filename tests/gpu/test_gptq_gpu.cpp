@@ -518,6 +518,7 @@ TEST_CASE("gptq-quantize --device cuda --resume after a GPU fault, on a .tinyloo
   auto dev = tl::gpu::make_gptq_device();
   auto run = [&](const std::string& out, bool resume) {
     tl::GptqQuantizeOptions o = tm.options(out);
+    o.group_size = tl::GroupSize::rows(32);  // divides both K of small_config (64, 160)
     o.device = "cuda";
     o.gpu = dev.get();
     o.resume = resume;
