@@ -236,7 +236,9 @@ class CudaGptqDevice final : public GptqDevice {
     const uint64_t weights16 = blocks * block_params(c) * 2;
     const uint64_t weights32 = blocks * block_params(c) * 4;  // the selected weights' fp32 copies for GPTQ
     const uint64_t F = uint64_t(c.ffn), A = uint64_t(c.n_heads * c.d_head);
-    const uint64_t hess = blocks * 4 * (2 * D * D + A * A + F * F) + 4 * std::max({D, A, F}) * std::max({D, A, F});
+    // One accumulator per slot (qkv and gate / up: K = D; o: K = A; down: K = F), and the copy
+    // quantize_one makes of the one mlp_gate shares with mlp_up (K = D, reused block to block).
+    const uint64_t hess = blocks * 4 * (2 * D * D + A * A + F * F) + 4 * D * D;
     const auto [K, N] = largest_weight(c, selected);
     // GPTQ's buffers for the weight that needs the most (a block's linears run resident: their
     // fp32 copies are weights32; the head is uploaded into GPTQ's own W), and the fp32 staging of
