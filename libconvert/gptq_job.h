@@ -186,6 +186,9 @@ struct Job {
                           const std::function<void(size_t i, QuantWeight&& qw)>& take);
   // Every completed stage in order (a note first); returns their names.
   std::set<std::string> take_journal(Progress& progress, const std::function<void(size_t i, QuantWeight&& qw)>& take);
+  // --resume where the journal holds every linear's stage (a run killed at its commit, or whose
+  // commit failed): the weights come from the journal, with no model load and no calibration.
+  bool journal_complete() const;
   // The config and every entry that is not quantized here (with --drop-unselected: the config
   // only, what a reader needs to open the file). A long copy (a 7B model's embeddings and
   // unselected linears) shows its progress: a live bar on a terminal, a line every 10 s.

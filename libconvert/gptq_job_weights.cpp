@@ -206,9 +206,36 @@ std::set<std::string> Job::take_journal(Progress& progress, const std::function<
   return stages;
 }
 
+bool Job::journal_complete() const {
+  if (!journal || !journal->resumed()) return false;
+  const std::vector<std::string> stages = journal->done_stages();
+  const std::set<std::string> done(stages.begin(), stages.end());
+  for (const ImportEntry* e : linears)
+    if (!done.count(calibration_stage(e->name))) return false;
+  return true;
+}
+
 // --calib-tokens: GPTQ's sequential mode on the CPU forward (token_calibration.h); each
 // block's weights are quantized as soon as its Hessians are complete, written at the end.
 void Job::quantize_sequential(TinyloopWriter& out, Progress& progress) {
+  std::vector<std::optional<QuantWeight>> done(linears.size());
+  auto write_done = [&] {
+    const auto t_write = Clock::now();
+    progress.note("writing " + std::to_string(linears.size()) + " quantized weight(s) ...");
+    for (size_t i = 0; i < linears.size(); ++i) {
+      if (!done[i]) throw Error("internal: weight was not calibrated", opt.calib_source(), linears[i]->name);
+      out.write_quant(*done[i]);
+      done[i].reset();
+    }
+    phases.write = since(t_write);
+    progress.note("quantized weights written (" + format_duration(since(t_write)) + ")");
+  };
+  if (journal_complete()) {
+    take_journal(progress, [&](size_t i, QuantWeight&& qw) { done[i] = std::move(qw); });
+    progress.note("every stage is in the journal: no calibration to run");
+    write_done();
+    return;
+  }
   progress.note("loading the model as float32 for the CPU forward ...");
   const auto t_load = Clock::now();
   ModelWeights mw = load_model_weights_any(opt.input, false);
@@ -218,7 +245,6 @@ void Job::quantize_sequential(TinyloopWriter& out, Progress& progress) {
   double gptq_seconds = 0;
   std::unique_ptr<CalibWriter> save;
   if (!opt.save_calib.empty()) save = std::make_unique<CalibWriter>(opt.save_calib);
-  std::vector<std::optional<QuantWeight>> done(linears.size());
   // --resume: the completed stages' weights from the journal, their W_hat in place.
   const std::set<std::string> resumed = take_journal(progress, [&](size_t i, QuantWeight&& qw) {
     LinearWeight* l = mw.find_linear(qw.name);
@@ -257,15 +283,7 @@ void Job::quantize_sequential(TinyloopWriter& out, Progress& progress) {
   phases.forward = std::max(0.0, since(t_calib) - gptq_seconds);
   phases.hessian = phases.cholesky = -1;
   phases.sweep = gptq_seconds;
-  const auto t_write = Clock::now();
-  progress.note("writing " + std::to_string(linears.size()) + " quantized weight(s) ...");
-  for (size_t i = 0; i < linears.size(); ++i) {
-    if (!done[i]) throw Error("internal: weight was not calibrated", opt.calib_source(), linears[i]->name);
-    out.write_quant(*done[i]);
-    done[i].reset();
-  }
-  phases.write = since(t_write);
-  progress.note("quantized weights written (" + format_duration(since(t_write)) + ")");
+  write_done();
   if (save) save->commit();
 }
 
@@ -363,8 +381,11 @@ void Job::quantize_sequential_gpu(TinyloopWriter& out, Progress& progress) {
     };
   calls.hdf5_mutex = &h5_mu;
   calls.events = calibration_events(progress);
+  // Every stage journaled: the loop below writes them all, in the journal's (the run's) order.
+  const bool complete = journal_complete();
+  if (complete) progress.note("every stage is in the journal: no calibration to run");
   try {
-    opt.gpu->calibrate(opt.input, tokens, opt.calib_seq, calib_windows, selected, calls, &phases);
+    if (!complete) opt.gpu->calibrate(opt.input, tokens, opt.calib_seq, calib_windows, selected, calls, &phases);
   } catch (...) {
     // The GPU failed (or a read did): the writes already queued are finished weights and stages
     // -- they land, so the journal keeps every stage the GPU completed. A failure of the writer
@@ -377,7 +398,8 @@ void Job::quantize_sequential_gpu(TinyloopWriter& out, Progress& progress) {
   }
   const auto t_wait = Clock::now();
   writer.finish();
-  // A journaled stage the GPU never needed (the head, the last stage): written after the rest.
+  // A journaled stage the GPU never needed (the head, the last stage; every stage when the
+  // journal was complete): written after the rest, in the journal's order.
   for (const std::string& stage : journaled)
     if (!loaded.count(stage)) load_stage(stage);
   writer.finish();

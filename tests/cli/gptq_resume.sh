@@ -6,7 +6,8 @@
 #     file must equal the reference byte for byte and the journal must be gone. The stages the
 #     kills landed after are counted: at least one trial per stage count 1..5 resumed mid-run.
 #   - A commit that fails keeps all stages; a whole output beside them (a kill between the
-#     commit's rename and the journal's removal) is refused without --resume and finished by it.
+#     commit's rename and the journal's removal) is refused without --resume and finished by it,
+#     from the journal alone (no calibration forward).
 #   - A second run of the same output while the first runs is refused by name (the journal's
 #     lock), with or without --resume.
 #   - Without --resume an existing journal is refused by name (nothing touched); a --resume
@@ -57,6 +58,8 @@ rmdir out.tinyloop && cp ref.tinyloop out.tinyloop
 killed_state 6
 refused_without_resume "${ARGS[@]}"
 resume_matches_ref "a whole output beside the journal of all its stages" "$got" "${ARGS[@]}"
+grep -q "every stage is in the journal: no calibration to run" resume.err && ! grep -q "forward with the quantized weights" resume.err ||
+  fail "a journal of every stage ran the calibration again: $(cat resume.err)"
 # Killed inside the journal's removal, after journal.json was emptied and one stage file deleted:
 # a rerun, with or without --resume, clears the folder and writes the reference's bytes.
 for flag in "" --resume; do
