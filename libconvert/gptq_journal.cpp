@@ -45,25 +45,42 @@ std::string first_difference(const nlohmann::json& was, const nlohmann::json& no
   return "";
 }
 
-// True for a folder this tool made whose journal names no completed stage (or that never got
-// its first journal.json): removing it loses nothing.
+// A name this tool gives an entry of the folder (journal.json, the stage files, their temporaries).
+bool ours(const std::string& n) {
+  return n == kJournalFile || n.rfind(".journal.json.tmp-", 0) == 0 || n.rfind("stage-", 0) == 0 ||
+         n.rfind(".stage-", 0) == 0;
+}
+
+// True for a folder this tool made whose journal names no completed stage, or that has no
+// journal.json (never written: a first write cut short; or deleted: a clearing cut short): no
+// stage can be resumed from it, so removing it loses nothing. Anything not ours: false.
 bool holds_no_stage(const std::string& folder) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!is_directory(folder)) return false;
-  if (fs::is_empty(folder, ec)) return true;
+  for (const auto& e : fs::directory_iterator(folder, ec))
+    if (!ours(e.path().filename().string())) return false;
+  if (ec) return false;
   std::ifstream in(folder + "/" + kJournalFile);
-  if (!in) return false;
+  if (!in) return true;
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.is_object() || j.value("kind", std::string()) != kKind) return false;
-  if (!j.contains("stages") || !j["stages"].is_array() || !j["stages"].empty()) return false;
-  for (const auto& e : fs::directory_iterator(folder, ec)) {
-    const std::string n = e.path().filename().string();
-    if (n != kJournalFile && n.rfind(".journal.json.tmp-", 0) != 0 && n.rfind("stage-", 0) != 0 &&
-        n.rfind(".stage-", 0) != 0)
-      return false;  // something that is not ours
-  }
-  return true;
+  return j.contains("stages") && j["stages"].is_array() && j["stages"].empty();
+}
+
+// Everything in the folder, journal.json last, so that a kill in between leaves a folder
+// holds_no_stage() accepts (given a journal.json naming no stage, or none); the first error.
+std::error_code remove_entries(const std::string& folder) {
+  namespace fs = std::filesystem;
+  std::error_code ec, first;
+  std::vector<fs::path> rest;
+  for (const auto& e : fs::directory_iterator(folder, ec))
+    if (e.path().filename() != kJournalFile) rest.push_back(e.path());
+  if (ec) first = ec;
+  for (const fs::path& p : rest)
+    if (fs::remove_all(p, ec) == static_cast<std::uintmax_t>(-1) && !first) first = ec;
+  if (!fs::remove(folder + "/" + kJournalFile, ec) && ec && !first) first = ec;
+  return first;
 }
 
 }  // namespace
@@ -85,7 +102,8 @@ GptqJournal::GptqJournal(const std::string& output, const nlohmann::json& finger
   }
   if (holds_no_stage(folder_)) {
     // Ours, with no completed stage: nothing to lose or to resume; start it afresh.
-    for (const auto& e : fs::directory_iterator(folder_, ec)) fs::remove_all(e.path(), ec);
+    if (const std::error_code err = remove_entries(folder_))
+      throw Error("cannot clear the resume journal: " + err.message(), folder_);
     write_journal();
     return;
   }
@@ -197,22 +215,17 @@ void GptqJournal::write_journal() const {
 
 // Still locked: no other run is inside. A kill can land anywhere in here, so the folder passes
 // only through states a later run reads right: first journal.json names no stage (one atomic
-// rename; from then on holds_no_stage() clears the folder by itself), then the stage files go,
-// journal.json last, the empty folder at the end -- never a journal naming a stage file already
-// deleted, which --resume would refuse.
+// rename), then remove_entries (journal.json last), the empty folder at the end -- never a
+// journal naming a stage file already deleted, which --resume would refuse. The output is whole
+// by now: a journal.json that cannot be rewritten (a full disk) does not stop the removal.
 void GptqJournal::remove() {
-  namespace fs = std::filesystem;
   stages_.clear();
-  write_journal();
-  std::error_code ec, first;
-  std::vector<fs::path> rest;
-  for (const auto& e : fs::directory_iterator(folder_, ec))
-    if (e.path().filename() != kJournalFile) rest.push_back(e.path());
-  if (ec) first = ec;
-  for (const fs::path& p : rest)
-    if (fs::remove_all(p, ec) == static_cast<std::uintmax_t>(-1) && !first) first = ec;
-  if (!fs::remove(folder_ + "/" + kJournalFile, ec) && ec && !first) first = ec;
-  if (!fs::remove(folder_, ec) && ec && !first) first = ec;
+  try {
+    write_journal();
+  } catch (const std::exception&) {
+  }
+  std::error_code first = remove_entries(folder_), ec;
+  if (!std::filesystem::remove(folder_, ec) && ec && !first) first = ec;
   if (lock_fd_ >= 0) ::close(lock_fd_);
   lock_fd_ = -1;
   if (first) throw Error("cannot remove the resume journal: " + first.message(), folder_);

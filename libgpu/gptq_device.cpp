@@ -519,7 +519,9 @@ class Run {
     hess_.resize(slot_dim_.size());
     for (size_t s = 0; s < slot_dim_.size(); ++s) {
       const size_t KK = size_t(slot_dim_[s]) * size_t(slot_dim_[s]);
-      hess_[s].reserve(KK);
+      // Exactly K x K, never a larger slot's leftover: with an --only that selects other
+      // linears block to block, slot numbers move, and plan() counts each slot at its own K.
+      if (hess_[s].size() != KK) hess_[s].resize(KK);
       TL_CUDA_THROW(cudaMemset(hess_[s].get(), 0, KK * 4));
     }
     samples_ = samples;

@@ -220,7 +220,7 @@ PY
       for act in ${GPTQ_ACT:-0 1}; do
         flag=""; [ "$act" = 1 ] && flag=--act-order
         tag=$shape-$act; [ "$exe" != gptq-quantize ] && tag=$shape-$act-${exe#gptq-quantize}
-        rm -f /tmp/big-q.tinyloop
+        rm -rf /tmp/big-q.tinyloop /tmp/big-q.tinyloop.journal
         nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 > "$OUT/gpumem-$act.txt" 2>/dev/null &
         smi=$!
         # The tool's own memory: anonymous RSS (heap, pinned buffers), apart from the mmap'ed shards.
@@ -231,8 +231,12 @@ PY
         /usr/bin/time -v "$bin/$exe" $ck --calib-tokens /tmp/big_tokens.u32 --calib-seq 2048 --calib-samples 128 \
           --group-size 128 $flag --device cuda -o /tmp/big-q.tinyloop --json > "$OUT/gptq-$tag.json" 2> "$OUT/gptq-$tag.log"; rc=$?
         kill $smi $anon 2>/dev/null
-        # A refusal (exit 2: admission's numbers, say) prints no JSON: its one line is the result.
-        if [ $rc -ne 0 ]; then note "gptq $shape $exe act-order=$act: rc=$rc $(head -1 "$OUT/gptq-$tag.log")"; continue; fi
+        # A failure (exit 2: admission's numbers, say) prints no JSON: its error line is the result.
+        if [ $rc -ne 0 ]; then
+          note "gptq $shape $exe act-order=$act: rc=$rc $(grep '^gptq-quantize: ' "$OUT/gptq-$tag.log" | tail -1)"
+          rm -rf /tmp/big-q.tinyloop.journal  # a failure's kept stages: the next run starts afresh
+          continue
+        fi
         line=$(python3 - "$OUT/gptq-$tag.json" "$OUT/gpumem-$act.txt" "$OUT/gptq-$tag.log" "$OUT/rssanon-$act.txt" <<'PY' 2>&1
 import json, re, sys
 s = json.load(open(sys.argv[1]))

@@ -54,39 +54,47 @@ wait $pid && fail "a commit over a folder succeeded"
 grep -q "cannot rename the temporary file into place: Is a directory (6 completed stage(s) kept in out.tinyloop.journal" run.err ||
   fail "the failed commit's line: $(cat run.err)"
 ls -a | grep -q '\.tmp-' && fail "the failed commit left a temporary: $(ls -a)"
-rmdir out.tinyloop && cp ref.tinyloop out.tinyloop
+rmdir out.tinyloop && cp ref.tinyloop out.tinyloop || fail "could not put the reference beside the full journal"
 killed_state 6
 refused_without_resume "${ARGS[@]}"
 resume_matches_ref "a whole output beside the journal of all its stages" "$got" "${ARGS[@]}"
 grep -q "every stage is in the journal: no calibration to run" resume.err && ! grep -q "forward with the quantized weights" resume.err ||
   fail "a journal of every stage ran the calibration again: $(cat resume.err)"
-# Killed inside the journal's removal, after journal.json was emptied and one stage file deleted:
-# a rerun, with or without --resume, clears the folder and writes the reference's bytes.
-for flag in "" --resume; do
+# Killed inside a removal: after journal.json was emptied and a stage file deleted (the commit's
+# removal), or after journal.json was deleted with stage files and a temporary left (a clearing
+# cut short). Either way no stage can be resumed: a rerun, with or without --resume, clears the
+# folder and writes the reference's bytes.
+for state in emptied:"" none:--resume; do
+  flag=${state#*:}
   rm -rf out.tinyloop out.tinyloop.journal
   "$GQ" "${ARGS[@]}" -o out.tinyloop -q 2> run.err & pid=$!
   for i in $(seq 3000); do [ "$(stages)" -ge 2 ] && break; sleep 0.005; done
   kill -9 $pid; wait $pid 2> /dev/null
   [ "$(stages)" -ge 2 ] || fail "could not interrupt a run after two stages"
-  python3 -c "
+  if [ "${state%%:*}" = emptied ]; then
+    python3 -c "
 import json; p = 'out.tinyloop.journal/journal.json'; j = json.load(open(p)); j['stages'] = []
 json.dump(j, open(p, 'w'))"
-  rm out.tinyloop.journal/stage-0.tinyloop
+    rm out.tinyloop.journal/stage-0.tinyloop
+  else
+    rm out.tinyloop.journal/journal.json && touch out.tinyloop.journal/.journal.json.tmp-0-0-0
+  fi
   cp ref.tinyloop out.tinyloop
   killed_state 6
-  [ "$got" = 0 ] || fail "the half-removed journal reads as $got stage(s)"
-  "$GQ" "${ARGS[@]}" $flag -o out.tinyloop -q 2> run.err || fail "a rerun ($flag) beside a half-removed journal: $(cat run.err)"
-  cmp -s out.tinyloop ref.tinyloop || fail "the rerun ($flag) beside a half-removed journal differs from the reference"
-  [ -e out.tinyloop.journal ] && fail "the rerun ($flag) left the half-removed journal"
+  [ "$got" = 0 ] || fail "the half-removed journal ($state) reads as $got stage(s)"
+  "$GQ" "${ARGS[@]}" $flag -o out.tinyloop -q 2> run.err || fail "a rerun ($state) beside a half-removed journal: $(cat run.err)"
+  cmp -s out.tinyloop ref.tinyloop || fail "the rerun ($state) beside a half-removed journal differs from the reference"
+  [ -e out.tinyloop.journal ] && fail "the rerun ($state) left the half-removed journal"
 done
 
 # A kill at each file operation of the commit and of the journal's removal (strace's syscall
 # injection: SIGKILL on entering the N-th rename, unlink or rmdir of the run; the points found in
 # a traced run): whatever is left, --resume writes the reference's bytes and leaves no journal
 # and no temporary. Where ptrace is not allowed this part is skipped, said on stdout.
-if strace -qq -o /dev/null true 2> /dev/null; then
+OPS=rename,unlink,unlinkat,rmdir  # x86-64's calls (arm64 has only the *at forms: skipped there)
+if strace -qq -o /dev/null -e trace=$OPS true 2> /dev/null; then
   rm -rf out.tinyloop out.tinyloop.journal
-  strace -qq -o ops.txt -e trace=rename,unlink,unlinkat,rmdir "$GQ" "${ARGS[@]}" -o out.tinyloop -q || fail "the traced run"
+  strace -qq -o ops.txt -e trace=$OPS "$GQ" "${ARGS[@]}" -o out.tinyloop -q || fail "the traced run"
   cmp -s out.tinyloop ref.tinyloop || fail "the traced run differs from the reference"
   n_out=$(grep '^rename(' ops.txt | grep -n ', "out.tinyloop")' | cut -d: -f1)
   [ -n "$n_out" ] || fail "the traced run's output was not renamed into place: $(cat ops.txt)"
@@ -95,14 +103,16 @@ if strace -qq -o /dev/null true 2> /dev/null; then
   [ "$(echo $points | wc -w)" -ge 8 ] || fail "fewer operations than six stage files need: $(cat ops.txt)"
   for p in $points; do
     rm -rf out.tinyloop out.tinyloop.journal
-    (strace -qq -o /dev/null -e inject="${p%:*}":signal=KILL:when="${p#*:}" "$GQ" "${ARGS[@]}" -o out.tinyloop -q; exit 0) 2> /dev/null
+    (strace -qq -o /dev/null -e inject="${p%:*}":signal=KILL:when="${p#*:}" "$GQ" "${ARGS[@]}" -o out.tinyloop -q
+     echo $? > kill.rc) 2> /dev/null
+    [ "$(cat kill.rc)" = 137 ] || fail "killed at $p: the run was not killed there (exit $(cat kill.rc))"
     [ -e out.tinyloop ] || [ "$(stages)" -eq 6 ] || fail "killed at $p: no output and a journal of $(stages) stage(s)"
     killed_state 6
     resume_matches_ref "killed at $p" "$got" "${ARGS[@]}"
   done
   echo "gptq_resume: killed at each of $(echo $points | wc -w) commit and removal operations ($(echo $points)): all resumed to the reference"
 else
-  echo "gptq_resume: strace cannot trace here: the kills at the commit's operations are skipped"
+  echo "gptq_resume: strace cannot trace $OPS here: the kills at the commit's operations are skipped"
 fi
 
 # Two runs of the same output at once: while the first runs (stopped here with SIGSTOP, so the

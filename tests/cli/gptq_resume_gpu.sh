@@ -11,6 +11,7 @@
 #     whole output beside a full journal: tools_common.bash's killed_state accepts exactly that.
 #   - The shipped TinyLoop model (an HF folder whose shared loop block is one stage, "loop")
 #     killed after its first stage, then resumed: the same bytes as its reference.
+#   - A commit that fails keeps all six stages, and --resume writes them without calibrating.
 #   - A journal begun on the GPU is refused by --device cpu --resume, naming the device.
 # Skipped (77) where --device cuda cannot run (no GPU, or a build without CUDA).
 source "$TL_SRC/tests/cli/tools_common.bash"
@@ -42,6 +43,18 @@ for t in $(seq 0 7); do
 done
 [ $mid -ge 2 ] || fail "only $mid of 8 trials were interrupted mid-run"
 echo "gptq_resume_gpu: 8 trials identical to the reference ($mid resumed mid-run, $window killed in the commit window)"
+
+# A commit that fails (the output's path made a folder mid-run) keeps all six stages; --resume
+# then writes the reference's bytes from the journal alone, without the GPU's calibration.
+rm -rf out.tinyloop out.tinyloop.journal
+"$GQ" "${ARGS[@]}" -o out.tinyloop -q 2> run.err & pid=$!
+for i in $(seq 6000); do [ "$(stages)" -ge 1 ] && break; sleep 0.002; done
+kill -STOP $pid; mkdir out.tinyloop; kill -CONT $pid
+wait $pid && fail "a commit over a folder succeeded"
+grep -q "(6 completed stage(s) kept in out.tinyloop.journal" run.err || fail "the failed commit's line: $(cat run.err)"
+rmdir out.tinyloop || fail "the failed commit removed the folder in its way"
+resume_matches_ref "the journal of a failed commit" 6 "${ARGS[@]}"
+grep -q "every stage is in the journal: no calibration to run" resume.err || fail "a complete journal ran the calibration: $(cat resume.err)"
 
 # A journal begun on the GPU: the CPU does not continue it.
 rm -rf out.tinyloop out.tinyloop.journal
