@@ -6,6 +6,7 @@
 //   TL_MARLIN_SMALL_M=tile          M <= 16 on the tiled kernel instead of the decode kernel
 //   TL_MARLIN_SMALL_M_OCC=1|2       the tiled kernel's blocks per SM at M <= 16
 //   TL_MARLIN_CLUSTER=0             the decode kernel without thread-block clusters
+//   TL_MARLIN_PDL=1                 the decode kernel as a programmatic dependent launch (sm_90)
 //   TL_MARLIN_HOPPER=0              no Hopper prefill kernel
 //   TL_MARLIN_HOPPER_MAX_M=M        the floor from M on where the Hopper kernel runs (0: never)
 //   TL_MARLIN_DEQUANT_MIN_M=M       the floor from M on where it does not (0: never)
@@ -55,6 +56,7 @@ inline cuda::KernelOptions kernel_options_from_env(cuda::KernelOptions o = cuda:
   if (is("TL_MARLIN_SMALL_M_OCC", "1")) o.tiled_small_m_blocks_per_sm = 1;
   if (is("TL_MARLIN_SMALL_M_OCC", "2")) o.tiled_small_m_blocks_per_sm = 2;
   if (is("TL_MARLIN_CLUSTER", "0")) o.clusters = false;
+  if (is("TL_MARLIN_PDL", "1")) o.dependent_launch = true;
   if (is("TL_MARLIN_HOPPER", "0")) o.hopper_kernel = false;
   integer("TL_MARLIN_HOPPER_MAX_M", 0, INT_MAX, &o.hopper_max_m);
   integer("TL_MARLIN_DEQUANT_MIN_M", 0, INT_MAX, &o.dequant_min_m);

@@ -21,6 +21,11 @@ struct KernelOptions {
                                         // size (TL_MARLIN_SMALL_M_OCC)
   bool clusters = true;       // decode kernel on sm_90: combine in thread-block clusters where that
                               // shortens the stripes (TL_MARLIN_CLUSTER=0: never)
+  // Decode kernel on sm_90: launched as a programmatic dependent of the kernel before it on the
+  // stream (PDL), so that its first weight rows stream during that kernel's tail; its reads of
+  // activations and every write wait for that kernel to complete. Off until measured
+  // (TL_MARLIN_PDL=1: on; docs/kernels.md).
+  bool dependent_launch = false;
   // The prefill floor (cuda/marlin_dequant.cu): at M >= dequant_min_m (and M > 16) the Marlin
   // launchers dequantize the weight into fp16 tiles and run cuBLAS on them instead of the tiled
   // kernel. 0: never (the launchers' default, so the tiers test the tiled kernel as before);

@@ -195,4 +195,20 @@ __device__ __forceinline__ uint32_t ldg_u32(const void* p) {
   return v;
 }
 
+// Programmatic dependent launch (sm_90; a no-op elsewhere, and where the kernel was not launched
+// as a dependent). griddep_wait: returns once the grids this one depends on have completed and
+// their writes are visible -- every read of what they wrote, and every write they might read,
+// comes after it. griddep_launch_dependents: this block no longer holds the next grid back
+// (it may be scheduled as blocks leave; it still waits for this grid to complete).
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 }  // namespace tl::cuda::marlin_dev

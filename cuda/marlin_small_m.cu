@@ -127,18 +127,24 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   for (int b8 = 0; b8 < MB8; ++b8) x_row[b8] = size_t(min(8 * b8 + gid, M - 1)) * p.K;
   int4 bq[R][2];           // codes of one k16 row of the unit: two 64-column halves
   uint32_t xa[R][MB8][2];  // A^T fragments of the same row (k and k + 8 pairs)
-  // A first: its loads hit L2 and are issued ahead of the row's weight loads (DRAM) so that
-  // they do not queue behind them (H200: 7B layers ~0.1 us faster, 70B unchanged).
-  auto load_row = [&](const Src& src, int j, int slot) {
+  auto load_row_b = [&](const Src& src, int j, int slot) {
+    const int4* b = src.b + size_t(j) * b_row;
+    bq[slot][0] = ldg_stream16(b);
+    bq[slot][1] = ldg_stream16(kPair ? p.B_up + (b - p.B) : b + 32);
+  };
+  auto load_row_a = [&](const Src& src, int j, int slot) {
 #pragma unroll
     for (int b8 = 0; b8 < MB8; ++b8) {
       const __half* x = src.a + x_row[b8] + 16 * j;
       xa[slot][b8][0] = ldg_u32(x);
       xa[slot][b8][1] = ldg_u32(x + 8);
     }
-    const int4* b = src.b + size_t(j) * b_row;
-    bq[slot][0] = ldg_stream16(b);
-    bq[slot][1] = ldg_stream16(kPair ? p.B_up + (b - p.B) : b + 32);
+  };
+  // A first: its loads hit L2 and are issued ahead of the row's weight loads (DRAM) so that
+  // they do not queue behind them (H200: 7B layers ~0.1 us faster, 70B unchanged).
+  auto load_row = [&](const Src& src, int j, int slot) {
+    load_row_a(src, j, slot);
+    load_row_b(src, j, slot);
   };
 
   // ---- Scales and deltas of this lane's 16 columns 64 h + 8 f + gid, factor f' = 8 h + f.
@@ -336,7 +342,23 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   // (slice c, k-tile kt), u = c * k_tiles + kt, advanced without a division. ----
   int c = u_begin / k_tiles, kt = u_begin % k_tiles;
   Src cs{};
-  if (u_begin < u_end) {
+  if (p.dependent) {
+    // A programmatic dependent: the ring's weight rows and the first unit's factors depend on
+    // nothing the kernel before this one writes, so they stream during its tail; A (its
+    // output, perhaps), C, the slots and the counters wait for it to complete.
+    if (u_begin < u_end) {
+      cs = src_of(c, kt);
+#pragma unroll
+      for (int j = 0; j < R; ++j) load_row_b(cs, j, j);
+      if constexpr (kGrouped) fetch_group_factors(cs, s_grp);
+      if constexpr (kGrouped && asym) fetch_group_deltas(cs, d_share);
+    }
+    griddep_wait();
+    if (u_begin < u_end) {
+#pragma unroll
+      for (int j = 0; j < R; ++j) load_row_a(cs, j, j);
+    }
+  } else if (u_begin < u_end) {
     cs = src_of(c, kt);
 #pragma unroll
     for (int j = 0; j < R; ++j) load_row(cs, j, j);
@@ -411,6 +433,9 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
     c = next_c;
     kt = next_kt;
   }
+  // This block's weights are read: the next grid (a programmatic dependent) may be scheduled
+  // as blocks leave. No-op unless that grid was launched as one.
+  griddep_launch_dependents();
   __syncthreads();  // every warp's partials are parked; nothing is in flight any more
 
   // ---- The epilogue. It runs once, after the stream, on the kernel's critical path (the

@@ -37,6 +37,8 @@ struct SmallParams {
   int per_warp;        // units per warp stripe
   int cluster;         // blocks per cluster (sm_90): they share slices through DSMEM; 0: slots
   int cluster_slices;  // slices per cluster (the last cluster may have fewer)
+  int dependent;       // launched as a programmatic dependent (PDL): the weights' first rows and
+                       // factors are read before griddep_wait, everything else after it
 };
 
 // The cluster sizes the launcher tries (sm_90). The kernel's cluster combine reads up to

@@ -182,17 +182,31 @@ int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __h
   p.per_warp = grid.per_warp;
   p.cluster = grid.cluster;
   p.cluster_slices = grid.cluster_slices;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = unsigned(std::max(grid.cluster, 1));
-  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  // PDL exists from sm_90: elsewhere the option is ignored (the kernel's waits compile to nothing).
+  int major = 0;
+  if (options.dependent_launch)
+    TL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, plan.device));
+  p.dependent = major >= 9 ? 1 : 0;
+  cudaLaunchAttribute attrs[2]{};
+  unsigned n_attrs = 0;
+  if (grid.cluster) {
+    attrs[n_attrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[n_attrs].val.clusterDim.x = unsigned(grid.cluster);
+    attrs[n_attrs].val.clusterDim.y = attrs[n_attrs].val.clusterDim.z = 1;
+    ++n_attrs;
+  }
+  if (p.dependent) {
+    attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n_attrs].val.programmaticStreamSerializationAllowed = 1;
+    ++n_attrs;
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(unsigned(grid.blocks));
   config.blockDim = dim3(unsigned(l.warps * 32));
   config.dynamicSmemBytes = size_t(smem_bytes(l.warps, M));
   config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = grid.cluster ? 1 : 0;
+  config.attrs = attrs;
+  config.numAttrs = n_attrs;
   TL_CUDA_CHECK(cudaLaunchKernelEx(&config, l.kernel, p));
   TL_CHECK_LAUNCH("marlin_small_m_kernel");
   return kOk;

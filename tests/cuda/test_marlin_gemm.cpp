@@ -480,6 +480,56 @@ TEST_CASE("marlin: decode kernel, cluster and flat cross-block reductions") {
   }
 }
 
+TEST_CASE("marlin: decode kernel as a programmatic dependent (PDL): a ping-pong chain, bitwise the plain launches") {
+  // KernelOptions::dependent_launch: each decode GEMM may start while the one before it on the
+  // stream finishes, reading only weights until griddep_wait. A ping-pong chain -- layer a:
+  // x [M, 4096] -> y [M, 1024], layer b: y -> x -- makes every boundary both a read after write
+  // (b reads the y a just wrote) and a write after read (b overwrites the x a read), with one
+  // workspace (counters zero on entry) and the stream's slots shared by both layers: a read or
+  // write before the wait races, and the result differs or varies. Six chains of three round
+  // trips from perturbed inputs (magnitudes grow ~5x a round trip: three stay well inside
+  // fp16), each compared bit for bit with plain launches; clusters on and off (DSMEM and slot
+  // combines). Without sm_90 the option is ignored and both runs are plain.
+  const int M = quick_mode() ? 5 : 13;
+  const QuantCase la = make_quant_case(M, 4096, 1024, 128, 6101), lb = make_quant_case(M, 1024, 4096, 128, 6102);
+  Gpu ga(la), gb(lb);
+  DeviceBuffer<half_bits> x(size_t(M) * 4096), y(size_t(M) * 1024);
+  cudaStream_t stream = nullptr;
+  TL_CUDA_THROW(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  struct StreamOff {
+    cudaStream_t s;
+    ~StreamOff() { cudaStreamDestroy(s); }
+  } off{stream};
+  for (const bool clusters : {true, false})
+    for (int chain = 0; chain < 6; ++chain) {
+      CAPTURE(clusters);
+      CAPTURE(chain);
+      std::vector<half_bits> a = la.A;
+      a[size_t(chain) * 977 % a.size()] = half_bits(a[size_t(chain) * 977 % a.size()] ^ 0x0400u);  // one input per chain
+      std::vector<half_bits> want_x, want_y;
+      for (const bool dependent : {false, true}) {
+        tl::cuda::KernelOptions options;
+        options.clusters = clusters;
+        options.dependent_launch = dependent;
+        TL_CUDA_THROW(cudaMemcpyAsync(x.get(), a.data(), a.size() * sizeof(half_bits), cudaMemcpyHostToDevice, stream));
+        for (int trip = 0; trip < 3; ++trip) {
+          TL_REQUIRE_LAUNCH(tl::cuda::marlin_mm_asymmetric(x.half(), ga.B.get(), ga.s.half(), ga.delta.half(), y.half(),
+                                                           gb.workspace.get(), M, 1024, 4096, 128, stream, options));
+          TL_REQUIRE_LAUNCH(tl::cuda::marlin_mm_asymmetric(y.half(), gb.B.get(), gb.s.half(), gb.delta.half(), x.half(),
+                                                           gb.workspace.get(), M, 4096, 1024, 128, stream, options));
+        }
+        TL_CUDA_THROW(cudaStreamSynchronize(stream));
+        if (!dependent) {
+          want_x = x.download();
+          want_y = y.download();
+        } else {
+          CHECK_MESSAGE(x.download() == want_x, "x differs from the plain launches");
+          CHECK_MESSAGE(y.download() == want_y, "y differs from the plain launches");
+        }
+      }
+    }
+}
+
 TEST_CASE("marlin: shape and configuration return codes") {
   const QuantCase c = make_quant_case(4, 256, 256, 128, 79);
   Gpu g(c);
