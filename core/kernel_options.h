@@ -93,6 +93,7 @@ inline KernelOptions runtime_kernel_options() {
 inline std::string kernel_options_line(const KernelOptions& o) {
   std::string s = std::string("use_marlin=") + (o.use_marlin ? "1" : "0") + " decode_kernel=" +
                   (o.decode_kernel ? "1" : "0") + " clusters=" + (o.clusters ? "1" : "0") +
+                  " dependent_launch=" + (o.dependent_launch ? "1" : "0") +
                   " tiled_small_m_blocks_per_sm=" + std::to_string(o.tiled_small_m_blocks_per_sm) +
                   " hopper_kernel=" + (o.hopper_kernel ? "1" : "0") + " hopper_max_m=" + std::to_string(o.hopper_max_m) +
                   " dequant_min_m=" + std::to_string(o.dequant_min_m) +

@@ -433,8 +433,9 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
     c = next_c;
     kt = next_kt;
   }
-  // This block's weights are read: the next grid (a programmatic dependent) may be scheduled
-  // as blocks leave. No-op unless that grid was launched as one.
+  // This warp's weights are read (the first warp of a block to get here lets its block count as
+  // done): the next grid, if launched as a programmatic dependent, may be scheduled as blocks
+  // leave; it still waits for this grid to complete before it reads or writes anything of it.
   griddep_launch_dependents();
   __syncthreads();  // every warp's partials are parked; nothing is in flight any more
 

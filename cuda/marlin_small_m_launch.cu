@@ -89,6 +89,9 @@ struct SmallPlan {
   SmallLaunch launch;
   SmallGrid grid;
   int device = 0;
+  // The kernel's code on this device is sm_90 machine code (not sm_8x PTX JIT-compiled, whose
+  // griddep_wait is empty): only then may it be launched as a programmatic dependent.
+  bool dependent_ok = false;
 };
 // The grid is worked out once per (kernel, device, N, K, clusters on/off) and cached: a
 // decode step launches the same few shapes over and over, and this is on its host path.
@@ -98,17 +101,26 @@ int plan_small_m(int M, int N, int K, bool grouped, bool asym, bool pair, bool c
   plan->launch = pick_small_launch(M, grouped, asym, pair);
   const SmallLaunch& l = plan->launch;
   using Key = std::tuple<const void*, int, int, int, bool>;
+  struct Planned {
+    int rc;
+    SmallGrid grid;
+    bool dependent_ok;
+  };
   static std::mutex mutex;
-  static std::map<Key, std::pair<int, SmallGrid>> planned;  // rc, grid
+  static std::map<Key, Planned> planned;
   const Key key{reinterpret_cast<const void*>(l.kernel), plan->device, N, K, clusters};
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = planned.find(key);
     if (it != planned.end()) {
-      plan->grid = it->second.second;
-      return it->second.first;
+      plan->grid = it->second.grid;
+      plan->dependent_ok = it->second.dependent_ok;
+      return it->second.rc;
     }
   }
+  cudaFuncAttributes fa{};
+  TL_CUDA_CHECK(cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(l.kernel)));
+  const bool dependent_ok = fa.binaryVersion >= 90;
   int smem_optin = 0;
   TL_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                        plan->device));
@@ -129,8 +141,9 @@ int plan_small_m(int M, int N, int K, bool grouped, bool asym, bool pair, bool c
     }
   }
   std::lock_guard<std::mutex> lock(mutex);
-  planned.emplace(key, std::make_pair(rc, grid));
+  planned.emplace(key, Planned{rc, grid, dependent_ok});
   plan->grid = grid;
+  plan->dependent_ok = dependent_ok;
   return rc;
 }
 
@@ -182,11 +195,9 @@ int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __h
   p.per_warp = grid.per_warp;
   p.cluster = grid.cluster;
   p.cluster_slices = grid.cluster_slices;
-  // PDL exists from sm_90: elsewhere the option is ignored (the kernel's waits compile to nothing).
-  int major = 0;
-  if (options.dependent_launch)
-    TL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, plan.device));
-  p.dependent = major >= 9 ? 1 : 0;
+  // PDL exists from sm_90 and needs the kernel's sm_90 code (its waits are empty in older
+  // code): elsewhere the option is ignored.
+  p.dependent = options.dependent_launch && plan.dependent_ok ? 1 : 0;
   cudaLaunchAttribute attrs[2]{};
   unsigned n_attrs = 0;
   if (grid.cluster) {

@@ -10,7 +10,8 @@
 
 namespace {
 const char* const kVars[] = {"TL_USE_MARLIN",          "TL_MARLIN_SMALL_M",         "TL_MARLIN_SMALL_M_OCC",
-                             "TL_MARLIN_CLUSTER",      "TL_MARLIN_HOPPER",          "TL_MARLIN_HOPPER_MAX_M",
+                             "TL_MARLIN_CLUSTER",      "TL_MARLIN_PDL",             "TL_MARLIN_HOPPER",
+                             "TL_MARLIN_HOPPER_MAX_M",
                              "TL_MARLIN_DEQUANT_MIN_M", "TL_MARLIN_HOPPER_SPLIT",   "TL_MARLIN_HOPPER_STREAM_K",
                              "TL_MARLIN_HOPPER_SK_HANDOVER", "TL_MARLIN_CROSSOVERS"};
 void clear_env() {
@@ -22,7 +23,7 @@ TEST_CASE("kernel_env: unset variables give the runtime's options; each variable
   clear_env();
   const tl::cuda::KernelOptions d = tl::kernel_options_from_env(), r = tl::cuda::runtime_kernel_options();
   CHECK(tl::cuda::kernel_options_line(d) == tl::cuda::kernel_options_line(r));
-  CHECK((r.hopper_kernel && r.decode_kernel && r.clusters && !r.use_marlin));
+  CHECK((r.hopper_kernel && r.decode_kernel && r.clusters && !r.use_marlin && !r.dependent_launch));
   CHECK(r.dequant_min_m == tl::cuda::kDefaultDequantMinM);
   CHECK(r.hopper_max_m == tl::cuda::kDefaultHopperMaxM);
   CHECK(!tl::crossovers_from_env());
@@ -31,6 +32,7 @@ TEST_CASE("kernel_env: unset variables give the runtime's options; each variable
   setenv("TL_MARLIN_SMALL_M", "tile", 1);
   setenv("TL_MARLIN_SMALL_M_OCC", "2", 1);
   setenv("TL_MARLIN_CLUSTER", "0", 1);
+  setenv("TL_MARLIN_PDL", "1", 1);
   setenv("TL_MARLIN_HOPPER", "0", 1);
   setenv("TL_MARLIN_HOPPER_MAX_M", "4096", 1);
   setenv("TL_MARLIN_DEQUANT_MIN_M", "0", 1);
@@ -38,7 +40,8 @@ TEST_CASE("kernel_env: unset variables give the runtime's options; each variable
   setenv("TL_MARLIN_HOPPER_STREAM_K", "-5", 1);    // clamped to -1 (ruled out)
   setenv("TL_MARLIN_HOPPER_SK_HANDOVER", "7", 1);
   const tl::cuda::KernelOptions o = tl::kernel_options_from_env();
-  CHECK((o.use_marlin && !o.decode_kernel && !o.clusters && !o.hopper_kernel));
+  CHECK((o.use_marlin && !o.decode_kernel && !o.clusters && !o.hopper_kernel && o.dependent_launch));
+  CHECK(tl::cuda::kernel_options_line(o).find("dependent_launch=1") != std::string::npos);
   CHECK(o.tiled_small_m_blocks_per_sm == 2);
   CHECK(o.hopper_max_m == 4096);
   CHECK(o.dequant_min_m == 0);
