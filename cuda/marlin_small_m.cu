@@ -342,28 +342,27 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   // (slice c, k-tile kt), u = c * k_tiles + kt, advanced without a division. ----
   int c = u_begin / k_tiles, kt = u_begin % k_tiles;
   Src cs{};
-  if (p.dependent) {
-    // A programmatic dependent: the ring's weight rows and the first unit's factors depend on
-    // nothing the kernel before this one writes, so they stream during its tail; A (its
-    // output, perhaps), C, the slots and the counters wait for it to complete.
-    if (u_begin < u_end) {
-      cs = src_of(c, kt);
+  // A programmatic dependent (p.dependent) loads the ring's weight rows and the first unit's
+  // factors, which nothing the kernel before it writes, during that kernel's tail; A (its
+  // output, perhaps), C, the slots and the counters wait for it to complete.
+  if (u_begin < u_end) {
+    cs = src_of(c, kt);
 #pragma unroll
-      for (int j = 0; j < R; ++j) load_row_b(cs, j, j);
-      if constexpr (kGrouped) fetch_group_factors(cs, s_grp);
-      if constexpr (kGrouped && asym) fetch_group_deltas(cs, d_share);
+    for (int j = 0; j < R; ++j) {
+      if (p.dependent)
+        load_row_b(cs, j, j);
+      else
+        load_row(cs, j, j);
     }
+    if constexpr (kGrouped) fetch_group_factors(cs, s_grp);
+    if constexpr (kGrouped && asym) fetch_group_deltas(cs, d_share);
+  }
+  if (p.dependent) {
     griddep_wait();
     if (u_begin < u_end) {
 #pragma unroll
       for (int j = 0; j < R; ++j) load_row_a(cs, j, j);
     }
-  } else if (u_begin < u_end) {
-    cs = src_of(c, kt);
-#pragma unroll
-    for (int j = 0; j < R; ++j) load_row(cs, j, j);
-    if constexpr (kGrouped) fetch_group_factors(cs, s_grp);
-    if constexpr (kGrouped && asym) fetch_group_deltas(cs, d_share);
   }
   clear(acc);
   clear_unit();

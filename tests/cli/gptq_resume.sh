@@ -46,15 +46,10 @@ for k in 1 2 3 4 5; do [ -n "${resumed_at[$k]:-}" ] || fail "no trial resumed af
 # a kill between the commit's rename and the journal's removal (made here from that journal and
 # the reference's bytes, since no kill lands in that window on purpose): a rerun without --resume
 # is refused and leaves the output alone; --resume finishes with the reference's bytes.
-rm -rf out.tinyloop out.tinyloop.journal
-"$GQ" "${ARGS[@]}" -o out.tinyloop -q 2> run.err & pid=$!
-for i in $(seq 3000); do [ "$(stages)" -ge 1 ] && break; sleep 0.005; done
-kill -STOP $pid; mkdir out.tinyloop; kill -CONT $pid
-wait $pid && fail "a commit over a folder succeeded"
-grep -q "cannot rename the temporary file into place: Is a directory (6 completed stage(s) kept in out.tinyloop.journal" run.err ||
-  fail "the failed commit's line: $(cat run.err)"
+failed_commit "cannot rename the temporary file into place: Is a directory (6 completed stage(s) kept in out.tinyloop.journal" \
+  "${ARGS[@]}"
 ls -a | grep -q '\.tmp-' && fail "the failed commit left a temporary: $(ls -a)"
-rmdir out.tinyloop && cp ref.tinyloop out.tinyloop || fail "could not put the reference beside the full journal"
+cp ref.tinyloop out.tinyloop || fail "could not put the reference beside the full journal"
 killed_state 6
 refused_without_resume "${ARGS[@]}"
 resume_matches_ref "a whole output beside the journal of all its stages" "$got" "${ARGS[@]}"

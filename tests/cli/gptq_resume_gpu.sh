@@ -46,13 +46,7 @@ echo "gptq_resume_gpu: 8 trials identical to the reference ($mid resumed mid-run
 
 # A commit that fails (the output's path made a folder mid-run) keeps all six stages; --resume
 # then writes the reference's bytes from the journal alone, without the GPU's calibration.
-rm -rf out.tinyloop out.tinyloop.journal
-"$GQ" "${ARGS[@]}" -o out.tinyloop -q 2> run.err & pid=$!
-for i in $(seq 6000); do [ "$(stages)" -ge 1 ] && break; sleep 0.002; done
-kill -STOP $pid; mkdir out.tinyloop; kill -CONT $pid
-wait $pid && fail "a commit over a folder succeeded"
-grep -q "(6 completed stage(s) kept in out.tinyloop.journal" run.err || fail "the failed commit's line: $(cat run.err)"
-rmdir out.tinyloop || fail "the failed commit removed the folder in its way"
+failed_commit "(6 completed stage(s) kept in out.tinyloop.journal" "${ARGS[@]}"
 resume_matches_ref "the journal of a failed commit" 6 "${ARGS[@]}"
 grep -q "every stage is in the journal: no calibration to run" resume.err || fail "a complete journal ran the calibration: $(cat resume.err)"
 

@@ -36,6 +36,19 @@ killed_state() {
     got=done
   fi
 }
+# A commit that fails: gptq-quantize "$@" -o out.tinyloop, stopped once its journal holds a stage
+# while the output's path is made a folder, must fail with a line matching PATTERN (first
+# argument); the folder is removed again, the journal left as the failure kept it.
+failed_commit() {
+  local pat="$1"; shift
+  rm -rf out.tinyloop out.tinyloop.journal
+  "$GQ" "$@" -o out.tinyloop -q 2> run.err & local pid=$!
+  for i in $(seq 6000); do [ "$(stages)" -ge 1 ] && break; sleep 0.002; done
+  kill -STOP $pid; mkdir out.tinyloop; kill -CONT $pid
+  wait $pid && fail "a commit over a folder succeeded"
+  grep -q -- "$pat" run.err || fail "the failed commit's line: $(cat run.err)"
+  rmdir out.tinyloop || fail "the failed commit removed the folder in its way"
+}
 # After a kill: a rerun of the same command without --resume is refused and touches no output
 # (none, or the whole one of the commit window).
 refused_without_resume() {
