@@ -45,8 +45,13 @@ struct GpuGptq::Impl {
   DeviceBuffer<__half> scale16, zero16;
   DeviceBuffer<float> H_host_copy;  // quantize_host's upload
   DeviceBuffer<int> info, bad;
+  cusolverDnParams_t params = nullptr;  // the 64-bit potrf's (default algorithm)
+  // The largest matrix (elements) the factor gives cuSOLVER whole: its 32-bit potrf and its
+  // trtri take up to 2^31 - 1 (set_max_whole_elements lowers it for tests).
+  int64_t max_whole = kMaxWholeElements;
 
   ~Impl() {
+    if (params) cusolverDnDestroyParams(params);
     if (solver) cusolverDnDestroy(solver);
     if (blas) cublasDestroy(blas);
   }
@@ -84,43 +89,91 @@ struct GpuGptq::Impl {
   //   R = J (H + damp I) J   flat reversal;
   //   R = L L^T              potrf, upper in the column-major view = L lower in row-major;
   //   V = J L J              flat reversal: upper, and H + damp I = V V^T;
-  //   U = V^-1               trtri, lower in the column-major view (V^T) = U upper in row-major;
+  //   U = V^-1               lower_inverse (trtri), lower in the column-major view (V^T) = U upper
+  //                          in row-major;
   // so (H + damp I)^-1 = V^-T V^-1 = U^T U. Two factorizations of K^3 / 3 flops each where
   // upstream's sequence takes four (potri is a triangular inverse and a triangular product).
   // potrf reads R's upper triangle in the column-major view (the row-major lower), the CPU's
   // LLT the other one: they agree because the Hessians are symmetric bit for bit (the calibration
   // symmetrizes them). The triangle below U holds the reversed input; nothing reads it.
-  bool reversed_factor(int K) {
+  // A matrix of more than max_whole elements (mlp_down of the 405B shape: K = 53248) takes the
+  // 64-bit potrf and the split inverse.
+  bool reversed_factor(int64_t K) {
     float* A = Hw.get();
-    check_launch(cuda::gptq_reverse(A, K, nullptr), "gptq_reverse");
-    int lwork = 0;
-    check_solver(cusolverDnSpotrf_bufferSize(solver, CUBLAS_FILL_MODE_UPPER, K, A, K, &lwork), "potrf_bufferSize");
-    float* w = workspace_bytes(size_t(std::max(lwork, 1)) * sizeof(float));
-    check_solver(cusolverDnSpotrf(solver, CUBLAS_FILL_MODE_UPPER, K, A, K, w, lwork, info.get()), "potrf");
+    check_launch(cuda::gptq_reverse(A, int(K), nullptr), "gptq_reverse");
+    if (K * K <= max_whole) {
+      int lwork = 0;
+      check_solver(cusolverDnSpotrf_bufferSize(solver, CUBLAS_FILL_MODE_UPPER, int(K), A, int(K), &lwork), "potrf_bufferSize");
+      float* w = workspace_bytes(size_t(std::max(lwork, 1)) * sizeof(float));
+      check_solver(cusolverDnSpotrf(solver, CUBLAS_FILL_MODE_UPPER, int(K), A, int(K), w, lwork, info.get()), "potrf");
+    } else {
+      size_t dev_bytes = 0, host_bytes = 0;
+      check_solver(cusolverDnXpotrf_bufferSize(solver, params, CUBLAS_FILL_MODE_UPPER, K, CUDA_R_32F, A, K, CUDA_R_32F,
+                                               &dev_bytes, &host_bytes),
+                   "potrf_bufferSize (64-bit)");
+      std::vector<char> host_work(std::max<size_t>(host_bytes, 1));
+      float* w = workspace_bytes(std::max<size_t>(dev_bytes, 1));
+      check_solver(cusolverDnXpotrf(solver, params, CUBLAS_FILL_MODE_UPPER, K, CUDA_R_32F, A, K, CUDA_R_32F, w, dev_bytes,
+                                    host_work.data(), host_bytes, info.get()),
+                   "potrf (64-bit)");
+    }
     if (info_value("potrf") != 0) return false;
-    check_launch(cuda::gptq_reverse(A, K, nullptr), "gptq_reverse");
-    size_t dev_bytes = 0, host_bytes = 0;
-    check_solver(cusolverDnXtrtri_bufferSize(solver, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_NON_UNIT, K, CUDA_R_32F, A, K,
-                                             &dev_bytes, &host_bytes),
-                 "trtri_bufferSize");
-    std::vector<char> host_work(std::max<size_t>(host_bytes, 1));
-    w = workspace_bytes(std::max<size_t>(dev_bytes, 1));
-    check_solver(cusolverDnXtrtri(solver, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_NON_UNIT, K, CUDA_R_32F, A, K, w, dev_bytes,
-                                  host_work.data(), host_bytes, info.get()),
-                 "trtri");
-    return info_value("trtri") == 0;
+    check_launch(cuda::gptq_reverse(A, int(K), nullptr), "gptq_reverse");
+    return lower_inverse(A, K, K);
+  }
+
+  // The lower triangle L of the n x n column-major matrix at A (leading dimension lda) replaced by
+  // L^-1, the strict upper triangle untouched; false when a diagonal entry is zero. cuSOLVER's
+  // trtri takes it whole up to max_whole elements (n * lda): past 2^31 it refuses the call
+  // (CUSOLVER_STATUS_INVALID_VALUE for n = lda = 53248 on the H200, cuSOLVER of CUDA 13.0).
+  // Larger, it is split:
+  //     [ A  0 ]^-1   [      A^-1        0   ]
+  //     [ B  C ]    = [ -C^-1 B A^-1   C^-1  ]
+  // the diagonal blocks inverted in place (recursively), then the corner by two in-place trmm
+  // (B <- B A^-1, B <- -C^-1 B): K^3 / 3 flops in all, as trtri's.
+  bool lower_inverse(float* A, int64_t n, int64_t lda) {
+    if (n == 1 || n * lda <= max_whole) {
+      size_t dev_bytes = 0, host_bytes = 0;
+      check_solver(cusolverDnXtrtri_bufferSize(solver, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_NON_UNIT, n, CUDA_R_32F, A, lda,
+                                               &dev_bytes, &host_bytes),
+                   "trtri_bufferSize");
+      std::vector<char> host_work(std::max<size_t>(host_bytes, 1));
+      float* w = workspace_bytes(std::max<size_t>(dev_bytes, 1));
+      check_solver(cusolverDnXtrtri(solver, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_NON_UNIT, n, CUDA_R_32F, A, lda, w, dev_bytes,
+                                    host_work.data(), host_bytes, info.get()),
+                   "trtri");
+      return info_value("trtri") == 0;
+    }
+    int64_t n1 = n / 2;
+    if (n1 >= 512) n1 -= n1 % 256;  // the blocks' edges on the GEMM tiles
+    const int64_t n2 = n - n1;
+    float* A11 = A;
+    float* B = A + n1;
+    float* C = A + n1 + n1 * lda;
+    if (!lower_inverse(A11, n1, lda) || !lower_inverse(C, n2, lda)) return false;
+    const float one = 1.0f, minus_one = -1.0f;
+    check_blas(cublasStrmm_64(blas, CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, n2, n1, &one,
+                              A11, lda, B, lda, B, lda),
+               "cublasStrmm (B A^-1)");
+    check_blas(cublasStrmm_64(blas, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, n2, n1,
+                              &minus_one, C, lda, B, lda, B, lda),
+               "cublasStrmm (-C^-1 B)");
+    return true;
   }
 
   // U (row-major upper) with (Hp + damp I)^-1 = U^T U into Hw, by `method`. kPotri: potrf ->
   // potri -> potrf on the column-major view (lower), whose last factor L gives H^-1 = L L^T;
   // read row-major, L's storage is U = L^T. False when some step finds the matrix not positive
   // definite or the factor is not finite with a positive diagonal.
-  bool factor(int K, float damp) {
+  bool factor(int64_t K, float damp) {
     TL_CUDA_THROW(cudaMemcpy(Hw.get(), Hp.get(), size_t(K) * K * sizeof(float), cudaMemcpyDeviceToDevice));
     check_launch(cuda::gptq_add_diagonal(Hw.get(), K, damp, nullptr), "gptq_add_diagonal");
     if (method == Factor::kReversed) {
       if (!reversed_factor(K)) return false;
-    } else if (!solver_step(false, K) || !solver_step(true, K) || !solver_step(false, K)) {
+    } else if (K * K > max_whole) {
+      throw Error("upstream's potri factor takes matrices of at most " + std::to_string(max_whole) + " elements (K = " +
+                  std::to_string(K) + ")");
+    } else if (!solver_step(false, int(K)) || !solver_step(true, int(K)) || !solver_step(false, int(K))) {
       return false;
     }
     check_launch(cuda::gptq_check_factor(Hw.get(), K, bad.get(), nullptr), "gptq_check_factor");
@@ -137,6 +190,7 @@ GpuGptq::GpuGptq() : impl_(std::make_unique<Impl>()) {
   // FP32 everywhere: no TF32 for the lazy-update GEMMs (they must round like the CPU's float32).
   check_blas(cublasSetMathMode(impl_->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
   check_solver(cusolverDnCreate(&impl_->solver), "cusolverDnCreate");
+  check_solver(cusolverDnCreateParams(&impl_->params), "cusolverDnCreateParams");
   impl_->info.reserve(1);
   impl_->bad.reserve(1);
 }
@@ -144,6 +198,13 @@ GpuGptq::GpuGptq() : impl_(std::make_unique<Impl>()) {
 GpuGptq::~GpuGptq() = default;
 
 void GpuGptq::set_factor(Factor f) { impl_->method = f; }
+
+void GpuGptq::set_max_whole_elements(int64_t elements) { impl_->max_whole = std::max<int64_t>(1, elements); }
+
+bool GpuGptq::invert_lower(float* A, int64_t n, int64_t lda) {
+  if (n <= 0 || lda < n) throw Error("invert_lower: n " + std::to_string(n) + ", lda " + std::to_string(lda));
+  return impl_->lower_inverse(A, n, lda);
+}
 
 uint64_t GpuGptq::device_bytes(int64_t K, int64_t N, bool resident) {
   const uint64_t k = uint64_t(K), n = uint64_t(N);

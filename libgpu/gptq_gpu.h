@@ -4,7 +4,9 @@
 //     back to sort it and to take its mean in double, in the CPU's order);
 //   - the inverse-Hessian factor as the CPU computes it: the Cholesky factor of the reversed
 //     matrix (cuSOLVER potrf) and its triangular inverse (trtri), retried with growing damping
-//     like the CPU (upstream's potrf -> potri -> potrf stays selectable: set_factor);
+//     like the CPU (upstream's potrf -> potri -> potrf stays selectable: set_factor); a Hessian
+//     of more than 2^31 - 1 elements (K > 46340) takes the 64-bit potrf and a triangular inverse
+//     split in blocks that trtri takes;
 //   - the blocked lazy sweep: one kernel per block of rows (cuda/gptq_ops.h: 4 lanes per
 //     output column, the in-block error feedback in shared memory) and one fp32 cuBLAS SGEMM
 //     per block for the lazy update of the rows below (no TF32: CUBLAS_DEFAULT_MATH);
@@ -54,6 +56,16 @@ class GpuGptq {
   // or kPotri, upstream's (potrf -> potri -> potrf: four such steps). bench_gptq_gpu times both.
   enum class Factor { kReversed, kPotri };
   void set_factor(Factor f);
+
+  // cuSOLVER's 32-bit potrf and its trtri take a matrix of at most this many elements whole
+  // (n * lda); the factor splits larger ones (gptq_gpu.cpp, lower_inverse). Tests lower the limit
+  // to run the split path on small matrices.
+  static constexpr int64_t kMaxWholeElements = (int64_t(1) << 31) - 1;
+  void set_max_whole_elements(int64_t elements);
+  // The factor's triangular inverse, for its tests: the lower triangle L of the n x n
+  // column-major device matrix A (leading dimension lda) replaced by L^-1, the strict upper
+  // triangle untouched; false when a diagonal entry is zero.
+  bool invert_lower(float* A_dev, int64_t n, int64_t lda);
 
   // Device bytes quantize() needs for a [K, N] weight (besides the caller's H and w_hat);
   // resident: quantize_resident(), whose W is the caller's.

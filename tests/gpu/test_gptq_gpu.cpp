@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -147,7 +148,11 @@ std::vector<float> random_hessian(int64_t K, int dead, std::mt19937_64& rng) {
 
 TEST_CASE("gptq gpu vs cpu: random layers, codes differ only after near-ties") {
   std::mt19937_64 rng(tl::test::test_seed());
-  tl::gpu::GpuGptq gpu;
+  tl::gpu::GpuGptq gpu, split;
+  // The 64-bit potrf and the split triangular inverse, which production takes past 2^31
+  // elements (K > 46340), here on every case: at most 4096 elements whole (K = 256: blocks of
+  // <= 16 rows, five levels of splits).
+  split.set_max_whole_elements(4096);
   float worst_margin = 0;
   for (const LayerCase& lc : kLayers) {
     CAPTURE(lc.what);
@@ -161,57 +166,163 @@ TEST_CASE("gptq gpu vs cpu: random layers, codes differ only after near-ties") {
     o.want_tie_margin = true;
     const tl::GptqResult c = tl::gptq_quantize(W.data(), K, N, H.data(), o);
     o.want_tie_margin = false;
-    const tl::GptqResult g = gpu.quantize_host(W.data(), K, N, H.data(), o);
+    for (tl::gpu::GpuGptq* gp : {&gpu, &split}) {
+      CAPTURE(gp == &split);
+      const tl::GptqResult g = gp->quantize_host(W.data(), K, N, H.data(), o);
 
-    CHECK(g.dead == c.dead);
-    CHECK(int(g.dead.size()) == lc.dead);
-    CHECK(g.perm == c.perm);
-    CHECK(g.g_idx == c.g_idx);
-    CHECK(g.damp == c.damp);  // the same float32 product of the same double mean
-    int64_t cols = 0, codes = 0, unexplained = 0;
-    std::vector<bool> col_differs(static_cast<size_t>(N), false);
-    for (int64_t n = 0; n < N; ++n) {
-      int64_t first = -1;
-      for (int64_t j = 0; j < K; ++j) {
-        const int64_t k = c.perm.empty() ? j : c.perm[size_t(j)];
-        if (g.q[size_t(k * N + n)] != c.q[size_t(k * N + n)]) {
-          if (first < 0) first = k;
-          ++codes;
+      CHECK(g.dead == c.dead);
+      CHECK(int(g.dead.size()) == lc.dead);
+      CHECK(g.perm == c.perm);
+      CHECK(g.g_idx == c.g_idx);
+      CHECK(g.damp == c.damp);  // the same float32 product of the same double mean
+      int64_t cols = 0, codes = 0, unexplained = 0;
+      std::vector<bool> col_differs(static_cast<size_t>(N), false);
+      for (int64_t n = 0; n < N; ++n) {
+        int64_t first = -1;
+        for (int64_t j = 0; j < K; ++j) {
+          const int64_t k = c.perm.empty() ? j : c.perm[size_t(j)];
+          if (g.q[size_t(k * N + n)] != c.q[size_t(k * N + n)]) {
+            if (first < 0) first = k;
+            ++codes;
+          }
+        }
+        if (first < 0) continue;
+        ++cols;
+        col_differs[size_t(n)] = true;
+        const float m = c.tie_margin[size_t(first * N + n)];
+        worst_margin = std::max(worst_margin, m);
+        if (!(m < kGpuNearTie)) {
+          ++unexplained;
+          MESSAGE("column " << n << ": first difference at row " << first << " has tie margin " << m);
         }
       }
-      if (first < 0) continue;
-      ++cols;
-      col_differs[size_t(n)] = true;
-      const float m = c.tie_margin[size_t(first * N + n)];
-      worst_margin = std::max(worst_margin, m);
-      if (!(m < kGpuNearTie)) {
-        ++unexplained;
-        MESSAGE("column " << n << ": first difference at row " << first << " has tie margin " << m);
-      }
+      MESSAGE(lc.what << (gp == &split ? " (split factor)" : "") << ": " << codes << " codes in " << cols << " of " << N
+                      << " columns differ");
+      CHECK(unexplained == 0);
+      CHECK(cols <= std::max<int64_t>(1, N / 50));
+      // Parameters that are a function of W alone (per row, static groups) are bit-exact; those
+      // of dynamic groups in columns whose codes all match differ by at most one float16 step.
+      const bool dynamic = lc.group < K && !lc.act_order;
+      int64_t bad = 0;
+      for (int64_t gi = 0; gi < c.G; ++gi)
+        for (int64_t n = 0; n < N; ++n) {
+          if (col_differs[size_t(n)]) continue;
+          const size_t i = size_t(gi * N + n);
+          const int64_t steps = dynamic && gi > 0 ? 1 : 0;
+          if (tl_test::half_steps(g.scale16[i], c.scale16[i]) > steps || tl_test::half_steps(g.zero16[i], c.zero16[i]) > steps)
+            ++bad;
+        }
+      CHECK(bad == 0);
+      // The loss (a double sum either way) moves with the factor only (no flips: ~1e-5).
+      CHECK(std::fabs(g.loss - c.loss) <= (cols ? 1e-3 : 1e-4) * c.loss);
+      // RTN's loss: the same E, a float32 GEMM on each side.
+      CHECK(std::fabs(g.rtn_loss - c.rtn_loss) <= 1e-4 * c.rtn_loss);
+      CHECK(g.loss < g.rtn_loss);
     }
-    MESSAGE(lc.what << ": " << codes << " codes in " << cols << " of " << N << " columns differ");
-    CHECK(unexplained == 0);
-    CHECK(cols <= std::max<int64_t>(1, N / 50));
-    // Parameters that are a function of W alone (per row, static groups) are bit-exact; those
-    // of dynamic groups in columns whose codes all match differ by at most one float16 step.
-    const bool dynamic = lc.group < K && !lc.act_order;
-    int64_t bad = 0;
-    for (int64_t gi = 0; gi < c.G; ++gi)
-      for (int64_t n = 0; n < N; ++n) {
-        if (col_differs[size_t(n)]) continue;
-        const size_t i = size_t(gi * N + n);
-        const int64_t steps = dynamic && gi > 0 ? 1 : 0;
-        if (tl_test::half_steps(g.scale16[i], c.scale16[i]) > steps || tl_test::half_steps(g.zero16[i], c.zero16[i]) > steps)
-          ++bad;
-      }
-    CHECK(bad == 0);
-    // The loss (a double sum either way) moves with the factor only (no flips: ~1e-5).
-    CHECK(std::fabs(g.loss - c.loss) <= (cols ? 1e-3 : 1e-4) * c.loss);
-    // RTN's loss: the same E, a float32 GEMM on each side.
-    CHECK(std::fabs(g.rtn_loss - c.rtn_loss) <= 1e-4 * c.rtn_loss);
-    CHECK(g.loss < g.rtn_loss);
   }
   MESSAGE("largest tie margin at a first difference: " << worst_margin << " (bound " << kGpuNearTie << ")");
+}
+
+// ---- The factor's triangular inverse: whole (cuSOLVER's trtri) or split in blocks ----
+
+// A random lower-triangular L (diagonal in [1, 2], strict lower in [-1/2, 1/2] / n): ||D^-1 N||_inf
+// <= 1/2, so ||L||_inf <= 1.5 and ||L^-1||_inf <= 2. A float32 triangular inverse X has a residual
+// and a forward error of at most c n u times ||L|| ||X|| and ||X|| ||L|| ||X|| elementwise (Higham,
+// Accuracy and Stability of Numerical Algorithms, ch. 14; c = 2 here): 6 n u and 12 n u. Both the
+// whole (trtri) and the split inverse must meet the residual bound and agree within twice the
+// forward one; the strict upper triangle and the rows past n of the leading dimension hold 7.0,
+// which neither may touch.
+TEST_CASE("gptq gpu factor: the split triangular inverse passes trtri's error bound and leaves the rest alone") {
+  tl::test::Rng rng(77);
+  for (const int64_t n : {int64_t(1), int64_t(17), int64_t(300), int64_t(700)}) {
+    CAPTURE(n);
+    const int64_t lda = n + 19;
+    std::vector<float> L(static_cast<size_t>(lda * n), 7.0f);  // column-major, L[i + j * lda]
+    for (int64_t j = 0; j < n; ++j) {
+      L[size_t(j + j * lda)] = float(rng.uniform(1.0, 2.0));
+      for (int64_t i = j + 1; i < n; ++i) L[size_t(i + j * lda)] = float(rng.uniform(-0.5, 0.5) / double(n));
+    }
+    const double nu = double(n) * tl::test::kU32, residual_bound = 2.0 * nu * 1.5 * 2.0,
+                 forward_bound = 2.0 * nu * 2.0 * 1.5 * 2.0;
+    std::vector<float> X[2];
+    for (int split = 0; split < 2; ++split) {
+      tl::gpu::GpuGptq gpu;
+      if (split) gpu.set_max_whole_elements(64 * lda);  // blocks of <= 64 columns: up to 4 levels
+      tl::test::DeviceBuffer<float> A(L);
+      REQUIRE(gpu.invert_lower(A.get(), n, lda));
+      X[split] = A.download();
+      const std::vector<float>& x = X[split];
+      int64_t touched = 0, over = 0;
+      double worst = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t i = 0; i < lda; ++i)
+          if ((i < j || i >= n) && x[size_t(i + j * lda)] != 7.0f) ++touched;
+        for (int64_t i = j; i < n; ++i) {  // (L X)_ij, X lower too: k in [j, i]
+          double lx = 0;
+          for (int64_t k = j; k <= i; ++k) lx += double(L[size_t(i + k * lda)]) * double(x[size_t(k + j * lda)]);
+          const double r = std::fabs(lx - (i == j ? 1.0 : 0.0));
+          worst = std::max(worst, r / residual_bound);
+          if (r > residual_bound) ++over;
+        }
+      }
+      MESSAGE("n " << n << (split ? " split" : " whole") << ": worst residual " << worst << " of its bound");
+      CHECK(touched == 0);
+      CHECK(over == 0);
+    }
+    int64_t apart = 0;
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = j; i < n; ++i) {
+        const double a = X[0][size_t(i + j * lda)], b = X[1][size_t(i + j * lda)];
+        if (std::fabs(a - b) > 2.0 * forward_bound) ++apart;
+      }
+    CHECK(apart == 0);
+  }
+}
+
+// The size that failed: trtri refused a whole 53248 x 53248 factor (405B's mlp_down). Past 2^31
+// elements (n = 46341) the default factor splits; a bidiagonal L (1 on the diagonal, -1/2 below)
+// has L^-1_ij = 2^-(i - j), every product and sum of which is exact in float32 (only zeros are
+// added), so the columns read back, around the split too, must hold exactly those powers (or
+// zero where 2^-(i-j) is below float32's normal range, if the library flushes subnormals). 8.6 GB;
+// skipped with a message where the device has less free.
+TEST_CASE("gptq gpu factor: a triangular inverse past 2^31 elements, exact on a bidiagonal matrix") {
+  const int64_t n = 46341;
+  static_assert(46341ll * 46341ll > tl::gpu::GpuGptq::kMaxWholeElements, "past the whole limit");
+  size_t free_bytes = 0, total = 0;
+  TL_CUDA_THROW(cudaMemGetInfo(&free_bytes, &total));
+  const size_t bytes = size_t(n) * size_t(n) * sizeof(float);
+  if (free_bytes < bytes + (size_t(1) << 30)) {
+    MESSAGE("skipped: needs " << bytes / 1e9 << " GB, " << free_bytes / 1e9 << " GB free");
+    return;
+  }
+  tl::test::DeviceBuffer<float> A(size_t(n) * size_t(n));
+  A.zero();
+  const std::vector<float> ones(static_cast<size_t>(n), 1.0f), halves(static_cast<size_t>(n), -0.5f);
+  const float seven = 7.0f;
+  // The diagonal and the subdiagonal, strided writes of a column each.
+  TL_CUDA_THROW(cudaMemcpy2D(A.get(), size_t(n + 1) * sizeof(float), ones.data(), sizeof(float), sizeof(float), size_t(n),
+                             cudaMemcpyHostToDevice));
+  TL_CUDA_THROW(cudaMemcpy2D(A.get() + 1, size_t(n + 1) * sizeof(float), halves.data(), sizeof(float), sizeof(float),
+                             size_t(n - 1), cudaMemcpyHostToDevice));
+  const int64_t half = n / 2 - (n / 2) % 256;  // where the first split falls (gptq_gpu.cpp)
+  const int64_t cols[] = {0, 1, half - 2, half - 1, half, half + 1, n / 3, n - 2, n - 1};
+  for (const int64_t j : cols)  // a marker above the diagonal, which must stay
+    if (j > 0) TL_CUDA_THROW(cudaMemcpy(A.get() + j * n + (j - 1), &seven, sizeof(float), cudaMemcpyHostToDevice));
+  tl::gpu::GpuGptq gpu;
+  REQUIRE(gpu.invert_lower(A.get(), n, n));
+  int64_t wrong = 0;
+  for (const int64_t j : cols) {
+    std::vector<float> col(static_cast<size_t>(n));
+    TL_CUDA_THROW(cudaMemcpy(col.data(), A.get() + j * n, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost));
+    if (j > 0 && col[size_t(j - 1)] != 7.0f) ++wrong;
+    for (int64_t i = j; i < n; ++i) {
+      const float want = std::ldexp(1.0f, -int(std::min<int64_t>(i - j, 200)));
+      const float got = col[size_t(i)];
+      const bool ok = got == want || (want < std::numeric_limits<float>::min() && got == 0.0f);
+      if (!ok && wrong++ < 5) MESSAGE("column " << j << " row " << i << ": " << got << ", want 2^-" << (i - j));
+    }
+  }
+  CHECK(wrong == 0);
 }
 
 // The range search (minmax_quantizer.h) on the GPU: the grid's steps shared by a column's four
