@@ -55,8 +55,11 @@ using namespace detail::small_m;
 // MB8: n8 blocks of A rows (1: M <= 8, 2: M <= 16). R: k16 rows in flight per warp (divides 8).
 // kWarps: warps per block (8 / kWarps blocks per SM). kGrouped: scales per 128-row group, i.e.
 // per unit (else one per column). kAsym: with deltas (the asymmetric wrapper). kPair: the fused
-// SwiGLU pair (see "The SwiGLU pair" below; asymmetric only).
-template <int MB8, int R, int kWarps, bool kGrouped, bool kAsym, bool kPair = false>
+// SwiGLU pair (see "The SwiGLU pair" below; asymmetric only). kDependent: the variant launched as
+// a programmatic dependent (PDL, sm_90 code only; see "The stream" below). A variant of its own,
+// not a runtime flag, so that the plain kernels stay the code they were before PDL (the runtime
+// flag's build, the flag off, measured 3-5 % slower at 9..16 rows on the H200, 2026-12-05).
+template <int MB8, int R, int kWarps, bool kGrouped, bool kAsym, bool kPair = false, bool kDependent = false>
 __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
     marlin_small_m_kernel(const SmallParams p) {
   constexpr int kThreads = kWarps * 32;
@@ -342,14 +345,14 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   // (slice c, k-tile kt), u = c * k_tiles + kt, advanced without a division. ----
   int c = u_begin / k_tiles, kt = u_begin % k_tiles;
   Src cs{};
-  // A programmatic dependent (p.dependent) loads the ring's weight rows and the first unit's
-  // factors, which nothing the kernel before it writes, during that kernel's tail; A (its
-  // output, perhaps), C, the slots and the counters wait for it to complete.
+  // The dependent variant loads the ring's weight rows and the first unit's factors, which
+  // nothing the kernel before it writes, during that kernel's tail; A (its output, perhaps), C,
+  // the slots and the counters wait for it to complete.
   if (u_begin < u_end) {
     cs = src_of(c, kt);
 #pragma unroll
     for (int j = 0; j < R; ++j) {
-      if (p.dependent)
+      if constexpr (kDependent)
         load_row_b(cs, j, j);
       else
         load_row(cs, j, j);
@@ -357,7 +360,7 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
     if constexpr (kGrouped) fetch_group_factors(cs, s_grp);
     if constexpr (kGrouped && asym) fetch_group_deltas(cs, d_share);
   }
-  if (p.dependent) {
+  if constexpr (kDependent) {
     griddep_wait();
     if (u_begin < u_end) {
 #pragma unroll
@@ -435,7 +438,7 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
   // This warp's weights are read (the first warp of a block to get here lets its block count as
   // done): the next grid, if launched as a programmatic dependent, may be scheduled as blocks
   // leave; it still waits for this grid to complete before it reads or writes anything of it.
-  griddep_launch_dependents();
+  if constexpr (kDependent) griddep_launch_dependents();
   __syncthreads();  // every warp's partials are parked; nothing is in flight any more
 
   // ---- The epilogue. It runs once, after the stream, on the kernel's critical path (the
@@ -639,20 +642,28 @@ int smem_bytes(int warps, int M) {
   return (warps * 2 * M * kRedStride + 2 * M * kSliceN) * int(sizeof(float));
 }
 
-template <int MB8, int R, int kWarps>
+template <int MB8, int R, int kWarps, bool kDependent>
 SmallLaunch make_small_launch(bool grouped, bool asym) {
-  auto kernel = grouped ? (asym ? marlin_small_m_kernel<MB8, R, kWarps, true, true>
-                                : marlin_small_m_kernel<MB8, R, kWarps, true, false>)
-                        : (asym ? marlin_small_m_kernel<MB8, R, kWarps, false, true>
-                                : marlin_small_m_kernel<MB8, R, kWarps, false, false>);
+  auto kernel = grouped ? (asym ? marlin_small_m_kernel<MB8, R, kWarps, true, true, false, kDependent>
+                                : marlin_small_m_kernel<MB8, R, kWarps, true, false, false, kDependent>)
+                        : (asym ? marlin_small_m_kernel<MB8, R, kWarps, false, true, false, kDependent>
+                                : marlin_small_m_kernel<MB8, R, kWarps, false, false, false, kDependent>);
   return SmallLaunch{kernel, kWarps, smem_bytes(kWarps, 8 * MB8)};
 }
 
-template <int MB8, int R, int kWarps>
+template <int MB8, int R, int kWarps, bool kDependent>
 SmallLaunch make_pair_launch(bool grouped) {
-  return SmallLaunch{grouped ? marlin_small_m_kernel<MB8, R, kWarps, true, true, true>
-                             : marlin_small_m_kernel<MB8, R, kWarps, false, true, true>,
+  return SmallLaunch{grouped ? marlin_small_m_kernel<MB8, R, kWarps, true, true, true, kDependent>
+                             : marlin_small_m_kernel<MB8, R, kWarps, false, true, true, kDependent>,
                      kWarps, smem_bytes(kWarps, 8 * MB8)};
+}
+
+template <bool kDependent>
+SmallLaunch pick_variant(int M, bool grouped, bool asym, bool pair) {
+  if (pair)
+    return M <= 8 ? make_pair_launch<1, 8, 4, kDependent>(grouped) : make_pair_launch<2, 4, 8, kDependent>(grouped);
+  return M <= 8 ? make_small_launch<1, 8, 4, kDependent>(grouped, asym)
+                : make_small_launch<2, 4, 8, kDependent>(grouped, asym);
 }
 
 // 8 warps per SM with up to 255 registers each: at M <= 8 a whole unit (8 KB) in flight per
@@ -662,9 +673,8 @@ SmallLaunch make_pair_launch(bool grouped) {
 // sets; at 9..16 rows blocks of 8 measured 1-3 % faster, see docs/perf.md).
 // The SwiGLU pair takes the same shapes (H200, 2026-12-05: at 9..16 rows 2 k16 rows in flight
 // instead of 4 measured 4-10 % slower, blocks of 4 warps the same).
-SmallLaunch pick_small_launch(int M, bool grouped, bool asym, bool pair) {
-  if (pair) return M <= 8 ? make_pair_launch<1, 8, 4>(grouped) : make_pair_launch<2, 4, 8>(grouped);
-  return M <= 8 ? make_small_launch<1, 8, 4>(grouped, asym) : make_small_launch<2, 4, 8>(grouped, asym);
+SmallLaunch pick_small_launch(int M, bool grouped, bool asym, bool pair, bool dependent) {
+  return dependent ? pick_variant<true>(M, grouped, asym, pair) : pick_variant<false>(M, grouped, asym, pair);
 }
 
 }  // namespace detail::small_m

@@ -37,8 +37,6 @@ struct SmallParams {
   int per_warp;        // units per warp stripe
   int cluster;         // blocks per cluster (sm_90): they share slices through DSMEM; 0: slots
   int cluster_slices;  // slices per cluster (the last cluster may have fewer)
-  int dependent;       // launched as a programmatic dependent (PDL): the weights' first rows and
-                       // factors are read before griddep_wait, everything else after it
 };
 
 // The cluster sizes the launcher tries (sm_90). The kernel's cluster combine reads up to
@@ -61,7 +59,9 @@ struct SmallLaunch {
 // Dynamic shared memory of a launch of `warps` warps for M rows.
 int smem_bytes(int warps, int M);
 // The instantiated kernel for M rows (defined next to the kernels, marlin_small_m.cu); pair:
-// the fused SwiGLU pair (asymmetric only).
-SmallLaunch pick_small_launch(int M, bool grouped, bool asym, bool pair = false);
+// the fused SwiGLU pair (asymmetric only); dependent: the variant launched as a programmatic
+// dependent (PDL), which reads the weights' first rows and factors before griddep_wait and
+// everything else after it.
+SmallLaunch pick_small_launch(int M, bool grouped, bool asym, bool pair = false, bool dependent = false);
 
 }  // namespace tl::cuda::detail::small_m

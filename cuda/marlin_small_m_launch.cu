@@ -89,16 +89,17 @@ struct SmallPlan {
   SmallLaunch launch;
   SmallGrid grid;
   int device = 0;
-  // The kernel's code on this device is sm_90 machine code (not sm_8x PTX JIT-compiled, whose
-  // griddep_wait is empty): only then may it be launched as a programmatic dependent.
+  // The kernel's code on this device was compiled for sm_90 or later (not sm_8x PTX compiled
+  // just in time, whose griddep_wait is empty): only then may its dependent variant run.
   bool dependent_ok = false;
 };
 // The grid is worked out once per (kernel, device, N, K, clusters on/off) and cached: a
 // decode step launches the same few shapes over and over, and this is on its host path.
-int plan_small_m(int M, int N, int K, bool grouped, bool asym, bool pair, bool clusters, SmallPlan* plan) {
+int plan_variant(int M, int N, int K, bool grouped, bool asym, bool pair, bool clusters, bool dependent,
+                 SmallPlan* plan) {
   int sms = 0;
   if (int rc = current_device_sms(&plan->device, &sms)) return rc;
-  plan->launch = pick_small_launch(M, grouped, asym, pair);
+  plan->launch = pick_small_launch(M, grouped, asym, pair, dependent);
   const SmallLaunch& l = plan->launch;
   using Key = std::tuple<const void*, int, int, int, bool>;
   struct Planned {
@@ -120,7 +121,7 @@ int plan_small_m(int M, int N, int K, bool grouped, bool asym, bool pair, bool c
   }
   cudaFuncAttributes fa{};
   TL_CUDA_CHECK(cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(l.kernel)));
-  const bool dependent_ok = fa.binaryVersion >= 90;
+  const bool dependent_ok = fa.ptxVersion >= 90 && fa.binaryVersion >= 90;
   int smem_optin = 0;
   TL_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                        plan->device));
@@ -147,6 +148,16 @@ int plan_small_m(int M, int N, int K, bool grouped, bool asym, bool pair, bool c
   return rc;
 }
 
+// The plan of the variant the options ask for: the dependent one (KernelOptions::
+// dependent_launch) where its code is sm_90's, else the plain kernel.
+int plan_small_m(int M, int N, int K, bool grouped, bool asym, bool pair, const KernelOptions& options, SmallPlan* plan) {
+  if (options.dependent_launch) {
+    if (int rc = plan_variant(M, N, K, grouped, asym, pair, options.clusters, true, plan)) return rc;
+    if (plan->dependent_ok) return kOk;
+  }
+  return plan_variant(M, N, K, grouped, asym, pair, options.clusters, false, plan);
+}
+
 }  // namespace
 
 int marlin_small_m_grid(int M, int N, int K, int group_size, bool asym, const KernelOptions& options,
@@ -154,7 +165,7 @@ int marlin_small_m_grid(int M, int N, int K, int group_size, bool asym, const Ke
   if (M < 1 || M > kSmallMMaxRows || N % kSliceN || K % kTileK) return kShapeUnsupported;
   if (!marlin_group_size_ok(K, group_size)) return kNoConfig;
   SmallPlan plan;
-  if (int rc = plan_small_m(M, N, K, group_size != K, asym || pair, pair, options.clusters, &plan)) return rc;
+  if (int rc = plan_small_m(M, N, K, group_size != K, asym || pair, pair, options, &plan)) return rc;
   *out = SmallMGrid{plan.grid.blocks, plan.launch.warps, plan.grid.per_warp, plan.grid.cluster};
   return kOk;
 }
@@ -165,8 +176,7 @@ int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __h
   if (M < 1 || M > kSmallMMaxRows || N % kSliceN || K % kTileK || n_out > N || n_out < 0) return kShapeUnsupported;
   if (pair && (!delta || !pair->B_up || !pair->s_up || !pair->delta_up)) return kShapeUnsupported;
   SmallPlan plan;
-  if (int rc = plan_small_m(M, N, K, grouped, delta != nullptr, pair != nullptr, options.clusters, &plan))
-    return rc;
+  if (int rc = plan_small_m(M, N, K, grouped, delta != nullptr, pair != nullptr, options, &plan)) return rc;
   const SmallLaunch& l = plan.launch;
   const SmallGrid& grid = plan.grid;
   void* slots = nullptr;
@@ -196,17 +206,14 @@ int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __h
   p.cluster = grid.cluster;
   p.cluster_slices = grid.cluster_slices;
   // PDL exists from sm_90 and needs the kernel's sm_90 code (its waits are empty in older
-  // code): elsewhere the option is ignored.
-  p.dependent = options.dependent_launch && plan.dependent_ok ? 1 : 0;
+  // code): elsewhere plan_small_m took the plain kernel.
+  const bool dependent = options.dependent_launch && plan.dependent_ok;
   cudaLaunchAttribute attrs[2]{};
-  unsigned n_attrs = 0;
-  if (grid.cluster) {
-    attrs[n_attrs].id = cudaLaunchAttributeClusterDimension;
-    attrs[n_attrs].val.clusterDim.x = unsigned(grid.cluster);
-    attrs[n_attrs].val.clusterDim.y = attrs[n_attrs].val.clusterDim.z = 1;
-    ++n_attrs;
-  }
-  if (p.dependent) {
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = unsigned(std::max(grid.cluster, 1));
+  attrs[0].val.clusterDim.y = attrs[0].val.clusterDim.z = 1;
+  unsigned n_attrs = 1;
+  if (dependent) {
     attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[n_attrs].val.programmaticStreamSerializationAllowed = 1;
     ++n_attrs;
