@@ -58,7 +58,7 @@ using namespace detail::small_m;
 // SwiGLU pair (see "The SwiGLU pair" below; asymmetric only). kDependent: the variant launched as
 // a programmatic dependent (PDL, sm_90 code only; see "The stream" below). A variant of its own,
 // not a runtime flag, so that the plain kernels stay the code they were before PDL (the runtime
-// flag's build, the flag off, measured 3-5 % slower at 9..16 rows on the H200, 2026-12-05).
+// flag's build, the flag off, measured 3-6 % slower at 9..16 rows on the H200, 2026-12-05).
 template <int MB8, int R, int kWarps, bool kGrouped, bool kAsym, bool kPair = false, bool kDependent = false>
 __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps)
     marlin_small_m_kernel(const SmallParams p) {

@@ -92,6 +92,7 @@ struct SmallPlan {
   // The kernel's code on this device was compiled for sm_90 or later (not sm_8x PTX compiled
   // just in time, whose griddep_wait is empty): only then may its dependent variant run.
   bool dependent_ok = false;
+  bool dependent = false;  // launch is the dependent variant (plan_small_m chose it)
 };
 // The grid is worked out once per (kernel, device, N, K, clusters on/off) and cached: a
 // decode step launches the same few shapes over and over, and this is on its host path.
@@ -151,10 +152,12 @@ int plan_variant(int M, int N, int K, bool grouped, bool asym, bool pair, bool c
 // The plan of the variant the options ask for: the dependent one (KernelOptions::
 // dependent_launch) where its code is sm_90's, else the plain kernel.
 int plan_small_m(int M, int N, int K, bool grouped, bool asym, bool pair, const KernelOptions& options, SmallPlan* plan) {
-  if (options.dependent_launch) {
-    if (int rc = plan_variant(M, N, K, grouped, asym, pair, options.clusters, true, plan)) return rc;
-    if (plan->dependent_ok) return kOk;
+  if (options.dependent_launch &&
+      plan_variant(M, N, K, grouped, asym, pair, options.clusters, true, plan) == kOk && plan->dependent_ok) {
+    plan->dependent = true;
+    return kOk;
   }
+  plan->dependent = false;
   return plan_variant(M, N, K, grouped, asym, pair, options.clusters, false, plan);
 }
 
@@ -206,14 +209,16 @@ int marlin_small_m(const __half* A, const int32_t* B, const __half* s, const __h
   p.cluster = grid.cluster;
   p.cluster_slices = grid.cluster_slices;
   // PDL exists from sm_90 and needs the kernel's sm_90 code (its waits are empty in older
-  // code): elsewhere plan_small_m took the plain kernel.
-  const bool dependent = options.dependent_launch && plan.dependent_ok;
+  // code): elsewhere plan_small_m took the plain kernel, launched as before the option.
   cudaLaunchAttribute attrs[2]{};
-  attrs[0].id = cudaLaunchAttributeClusterDimension;
-  attrs[0].val.clusterDim.x = unsigned(std::max(grid.cluster, 1));
-  attrs[0].val.clusterDim.y = attrs[0].val.clusterDim.z = 1;
-  unsigned n_attrs = 1;
-  if (dependent) {
+  unsigned n_attrs = 0;
+  if (grid.cluster) {
+    attrs[n_attrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[n_attrs].val.clusterDim.x = unsigned(grid.cluster);
+    attrs[n_attrs].val.clusterDim.y = attrs[n_attrs].val.clusterDim.z = 1;
+    ++n_attrs;
+  }
+  if (plan.dependent) {
     attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[n_attrs].val.programmaticStreamSerializationAllowed = 1;
     ++n_attrs;

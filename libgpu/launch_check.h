@@ -31,10 +31,13 @@ inline const char* solver_status_text(cusolverStatus_t s) {
     case CUSOLVER_STATUS_ALLOC_FAILED: return "allocation failed";
     case CUSOLVER_STATUS_INVALID_VALUE: return "invalid value";
     case CUSOLVER_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+    case CUSOLVER_STATUS_MAPPING_ERROR: return "mapping error";
     case CUSOLVER_STATUS_EXECUTION_FAILED: return "execution failed";
     case CUSOLVER_STATUS_INTERNAL_ERROR: return "internal error";
     case CUSOLVER_STATUS_MATRIX_TYPE_NOT_SUPPORTED: return "matrix type not supported";
     case CUSOLVER_STATUS_NOT_SUPPORTED: return "not supported";
+    case CUSOLVER_STATUS_ZERO_PIVOT: return "zero pivot";
+    case CUSOLVER_STATUS_INVALID_WORKSPACE: return "invalid workspace";
     default: return "unknown status";
   }
 }
