@@ -46,6 +46,15 @@ for runner in test_cuda test_gpu; do
 done
 ldd "$bin/test_cuda" | grep -q "not found" && { ldd "$bin/test_cuda"; echo "device_run: missing libraries"; exit 2; }
 
+# The PID of a process by its name (comm: 15 characters at most), read from /proc: with pgrep
+# the anonymous-RSS samples came back empty on the GPU machine (2026-12-04 and -05).
+pid_of_comm() {
+  local d
+  for d in /proc/[0-9]*; do
+    [ "$(cat "$d/comm" 2>/dev/null)" = "$1" ] && { echo "${d#/proc/}"; return; }
+  done
+}
+
 doctest_line() { grep -E "^\[doctest\] (test cases|assertions)" "$1" | tr '\n' ' '; }
 
 # The random Llama-shaped checkpoint of gptq-big and e2e-big (BIG_SHAPE, BIG_LAYERS), written
@@ -224,7 +233,7 @@ PY
         nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 > "$OUT/gpumem-$act.txt" 2>/dev/null &
         smi=$!
         # The tool's own memory: anonymous RSS (heap, pinned buffers), apart from the mmap'ed shards.
-        ( while sleep 0.5; do p=$(pgrep -x "${exe:0:15}" | head -1); [ -n "$p" ] && grep -E "^RssAnon" /proc/$p/status; done ) \
+        ( while sleep 0.5; do p=$(pid_of_comm "${exe:0:15}"); [ -n "$p" ] && grep -E "^RssAnon" /proc/$p/status; done ) \
           > "$OUT/rssanon-$act.txt" 2>/dev/null &
         anon=$!
         t0=$(date +%s)
