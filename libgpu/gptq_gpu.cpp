@@ -46,8 +46,9 @@ struct GpuGptq::Impl {
   DeviceBuffer<float> H_host_copy;  // quantize_host's upload
   DeviceBuffer<int> info, bad;
   cusolverDnParams_t params = nullptr;  // the 64-bit potrf's (default algorithm)
-  // The largest matrix (elements) the factor gives cuSOLVER whole: its 32-bit potrf and its
-  // trtri take up to 2^31 - 1 (set_max_whole_elements lowers it for tests).
+  // The largest matrix (elements) the factor gives the 32-bit potrf and a whole trtri; trtri
+  // refuses more than 2^31 - 1, and past it the factor takes the 64-bit potrf (the documented
+  // API for such sizes) and splits the inverse. set_max_whole_elements lowers it for tests.
   int64_t max_whole = kMaxWholeElements;
 
   ~Impl() {

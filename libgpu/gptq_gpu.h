@@ -57,9 +57,9 @@ class GpuGptq {
   enum class Factor { kReversed, kPotri };
   void set_factor(Factor f);
 
-  // cuSOLVER's 32-bit potrf and its trtri take a matrix of at most this many elements whole
-  // (n * lda); the factor splits larger ones (gptq_gpu.cpp, lower_inverse). Tests lower the limit
-  // to run the split path on small matrices.
+  // cuSOLVER's trtri takes a matrix of at most this many elements (n * lda) whole; past it the
+  // factor takes the 64-bit potrf and splits the inverse (gptq_gpu.cpp, lower_inverse). Tests
+  // lower the limit to run that path on small matrices.
   static constexpr int64_t kMaxWholeElements = (int64_t(1) << 31) - 1;
   void set_max_whole_elements(int64_t elements);
   // The factor's triangular inverse, for its tests: the lower triangle L of the n x n
