@@ -19,9 +19,10 @@
 // names, if any.
 //
 // --layers graph: a decode step's four linears of each set back to back, as a runtime sees
-// them: on the stream and captured in one CUDA graph (what a runtime replays), against the sum of
-// the four timed alone and against cuBLAS's graph; with the MLP as the SwiGLU pair; M <= 64; at
-// M = 1 each layer's read floor (read_floor_us).
+// them: on the stream and captured in one CUDA graph (what a runtime replays; also with the
+// decode kernels as programmatic dependents, checked bit for bit against the plain graph), against
+// the sum of the four timed alone and against cuBLAS's graph; with the MLP as the SwiGLU pair;
+// M <= 64; at M = 1 each layer's read floor (read_floor_us).
 // --layers swiglu: the SwiGLU pair of each set's MLP (marlin_swiglu_asymmetric, fused at decode
 // sizes) against the two GEMMs + elementwise pass it replaces and against cuBLAS doing the same.
 //
@@ -371,15 +372,18 @@ double read_floor_us(Timer& timer, cudaStream_t stream, const BenchWeight& w, in
 }
 
 // The four layers of each set (kLayers) back to back: the sum of their times alone, the four on
-// the stream one after another, and the four in one CUDA graph; the graph with the MLP as the
-// SwiGLU pair (qkv, o, marlin_swiglu_asymmetric, down: what the runtime runs, the silu included);
-// cuBLAS's four in a graph. All asymmetric on the runtime's options; the L2 flushed before each
+// the stream one after another, and the four in one CUDA graph; that graph with the decode
+// kernels launched as programmatic dependents (KernelOptions::dependent_launch: each GEMM's
+// weight stream starts under its predecessor's tail; the plain kernels where PDL is not
+// available); the graph with the MLP as the SwiGLU pair (qkv, o, marlin_swiglu_asymmetric, down:
+// what the runtime runs, the silu included); cuBLAS's four in a graph. All asymmetric on the runtime's options; the L2 flushed before each
 // timed run (of a single layer or of the whole sequence). At M = 1 the weight bytes each layer
 // reads over its time alone: the achieved DRAM bandwidth.
 int bench_graph(const Options& opt, Timer& timer, cudaStream_t stream, uint64_t seed, std::vector<Record>& records) {
   std::printf("\nA decode step's four linears back to back (sums over the set's layers; x: cuBLAS graph / Marlin graph)\n"
-              "%-4s %5s %4s | %9s %9s %9s | %9s %6s | %9s %6s | %s\n",
-              "set", "M", "g", "alone us", "stream us", "graph us", "pair grph", "x", "cuBLAS gr", "x", "GB/s per layer at M = 1");
+              "%-4s %5s %4s | %9s %9s %9s %9s | %9s %6s | %9s %6s | %s\n",
+              "set", "M", "g", "alone us", "stream us", "graph us", "PDL graph", "pair grph", "x", "cuBLAS gr", "x",
+              "GB/s per layer at M = 1");
   for (const std::string& set : opt.sets) {
     std::vector<const Layer*> layers;
     for (const Layer& L : kLayers)
@@ -421,11 +425,14 @@ int bench_graph(const Options& opt, Timer& timer, cudaStream_t stream, uint64_t 
       CHECK_CUDA(cudaGetLastError());
       CHECK_CUDA(cudaDeviceSynchronize());
       const tl::cuda::KernelOptions rt = tl::kernel_options_from_env();
-      auto layer = [&](size_t i, int M) {
+      tl::cuda::KernelOptions rt_pdl = rt;
+      rt_pdl.dependent_launch = true;
+      auto layer_with = [&](size_t i, int M, const tl::cuda::KernelOptions& o) {
         const LayerData& d = ld[i];
         return tl::cuda::marlin_mm_asymmetric(A, d.w.B, d.w.s_perm, d.w.delta, d.out, d.work, M, d.L->N, d.L->K, d.gsz,
-                                              stream, rt);
+                                              stream, o);
       };
+      auto layer = [&](size_t i, int M) { return layer_with(i, M, rt); };
       auto cublas_layer = [&](size_t i, int M) {
         const LayerData& d = ld[i];
         return tl::cuda::detail::cublas_fp16_gemm(A, d.w.w_hat, d.out, M, d.L->N, d.L->K, stream);
@@ -435,6 +442,11 @@ int bench_graph(const Options& opt, Timer& timer, cudaStream_t stream, uint64_t 
         auto four = [&]() {
           for (size_t i = 0; i < ld.size(); ++i)
             if (int rc = layer(i, M)) return rc;
+          return 0;
+        };
+        auto four_pdl = [&]() {
+          for (size_t i = 0; i < ld.size(); ++i)
+            if (int rc = layer_with(i, M, rt_pdl)) return rc;
           return 0;
         };
         auto four_pair = [&]() {  // the MLP's gate_up as the pair (its silu included)
@@ -455,7 +467,7 @@ int bench_graph(const Options& opt, Timer& timer, cudaStream_t stream, uint64_t 
         };
         // A sequence that cannot be captured (a library call that refuses capture) is reported,
         // not timed: the launchers' own sequences are capturable by contract (tl_kernels.h).
-        Graph gm, gp, gc;
+        Graph gm, gd, gp, gc;
         auto try_capture = [&](const std::function<int()>& run, Graph* gr, const char* what) {
           try {
             if (int rc = capture(stream, run, gr)) throw tl::Error(std::string("rc ") + std::to_string(rc));
@@ -466,19 +478,40 @@ int bench_graph(const Options& opt, Timer& timer, cudaStream_t stream, uint64_t 
             return false;
           }
         };
-        const bool have[3] = {try_capture(four, &gm, "marlin"), try_capture(four_pair, &gp, "pair"),
-                              try_capture(four_cublas, &gc, "cublas")};
+        const bool have[4] = {try_capture(four, &gm, "marlin"), try_capture(four_pdl, &gd, "marlin PDL"),
+                              try_capture(four_pair, &gp, "pair"), try_capture(four_cublas, &gc, "cublas")};
+        // Checked first: the PDL graph writes the plain graph's outputs bit for bit (the kernels
+        // are deterministic; only when they start differs).
+        if (have[0] && have[1]) {
+          auto outputs = [&](const Graph& gr) {
+            CHECK_CUDA(cudaGraphLaunch(gr.exec, stream));
+            CHECK_CUDA(cudaStreamSynchronize(stream));
+            std::vector<std::vector<__half>> o;
+            for (const LayerData& d : ld) {
+              o.emplace_back(size_t(M) * d.L->N);
+              CHECK_CUDA(cudaMemcpy(o.back().data(), d.out, o.back().size() * sizeof(__half), cudaMemcpyDeviceToHost));
+            }
+            return o;
+          };
+          const auto plain = outputs(gm), pdl = outputs(gd);
+          for (size_t i = 0; i < ld.size(); ++i)
+            if (std::memcmp(plain[i].data(), pdl[i].data(), plain[i].size() * sizeof(__half)) != 0) {
+              std::fprintf(stderr, "bench_kernels: %s %s M=%d: the PDL graph's output differs from the plain graph's\n",
+                           set.c_str(), ld[i].L->name, M);
+              return 1;
+            }
+        }
         std::vector<std::function<int()>> runs;
         for (size_t i = 0; i < ld.size(); ++i) runs.push_back([&, i] { return layer(i, M); });
         runs.push_back(four);
-        const Graph* graphs[3] = {&gm, &gp, &gc};
-        for (int k = 0; k < 3; ++k)
+        const Graph* graphs[4] = {&gm, &gd, &gp, &gc};
+        for (int k = 0; k < 4; ++k)
           if (have[k])
             runs.push_back([gr = graphs[k], &stream] { return cudaGraphLaunch(gr->exec, stream) == cudaSuccess ? 0 : 3; });
         const std::vector<double> t = timer.medians_us(runs);
         std::vector<double> us(t.begin(), t.begin() + long(ld.size()) + 1);  // alone x 4, stream
         size_t next = ld.size() + 1;
-        for (int k = 0; k < 3; ++k) us.push_back(have[k] ? t[next++] : NAN);  // NaN: no graph
+        for (int k = 0; k < 4; ++k) us.push_back(have[k] ? t[next++] : NAN);  // NaN: no graph
         double alone = 0, bytes = 0;
         std::string gbs;
         for (size_t i = 0; i < ld.size(); ++i) {
@@ -488,13 +521,15 @@ int bench_graph(const Options& opt, Timer& timer, cudaStream_t stream, uint64_t 
           std::snprintf(b, sizeof b, "%s%s %.0f", gbs.empty() ? "" : ", ", ld[i].L->name, ld[i].bytes / us[i] * 1e-3);
           gbs += b;
         }
-        const double t_stream = us[4], t_graph = us[5], t_pair = us[6], t_cublas = us[7];
-        const char* names[] = {"set4_alone", "set4_stream", "set4_graph", "set4_graph_pair", "set4_graph_cublas"};
-        const double ts[] = {alone, t_stream, t_graph, t_pair, t_cublas};
-        for (int k = 0; k < 5; ++k)
+        const double t_stream = us[4], t_graph = us[5], t_pdl = us[6], t_pair = us[7], t_cublas = us[8];
+        const char* names[] = {"set4_alone", "set4_stream", "set4_graph", "set4_graph_pdl", "set4_graph_pair",
+                               "set4_graph_cublas"};
+        const double ts[] = {alone, t_stream, t_graph, t_pdl, t_pair, t_cublas};
+        for (int k = 0; k < 6; ++k)
           records.push_back({set, "set4", names[k], 0, 0, M, g, ts[k], 0.0, bytes / ts[k] * 1e-3, t_cublas / ts[k], names[k], ""});
-        std::printf("%-4s %5d %4d | %9.1f %9.1f %9.1f | %9.1f %6.2f | %9.1f %6.2f | %s\n", set.c_str(), M, g, alone, t_stream,
-                    t_graph, t_pair, t_cublas / t_pair, t_cublas, t_cublas / t_graph, M == 1 ? gbs.c_str() : "");
+        std::printf("%-4s %5d %4d | %9.1f %9.1f %9.1f %9.1f | %9.1f %6.2f | %9.1f %6.2f | %s\n", set.c_str(), M, g, alone,
+                    t_stream, t_graph, t_pdl, t_pair, t_cublas / t_pair, t_cublas, t_cublas / t_graph,
+                    M == 1 ? gbs.c_str() : "");
         if (M == 1) {  // each layer's read floor: its bytes streamed by a kernel that does nothing else
           double floor_sum = 0;
           std::string line;
