@@ -376,8 +376,9 @@ double read_floor_us(Timer& timer, cudaStream_t stream, const BenchWeight& w, in
 // kernels launched as programmatic dependents (KernelOptions::dependent_launch: each GEMM's
 // weight stream starts under its predecessor's tail; the plain kernels where PDL is not
 // available); the graph with the MLP as the SwiGLU pair (qkv, o, marlin_swiglu_asymmetric, down:
-// what the runtime runs, the silu included); cuBLAS's four in a graph. All asymmetric on the runtime's options; the L2 flushed before each
-// timed run (of a single layer or of the whole sequence). At M = 1 the weight bytes each layer
+// what the runtime runs, the silu included); cuBLAS's four in a graph. All asymmetric on the
+// runtime's options; the L2 flushed before each timed run (of a single layer or of the whole
+// sequence). At M = 1 the weight bytes each layer
 // reads over its time alone: the achieved DRAM bandwidth.
 int bench_graph(const Options& opt, Timer& timer, cudaStream_t stream, uint64_t seed, std::vector<Record>& records) {
   std::printf("\nA decode step's four linears back to back (sums over the set's layers; x: cuBLAS graph / Marlin graph)\n"
@@ -439,16 +440,15 @@ int bench_graph(const Options& opt, Timer& timer, cudaStream_t stream, uint64_t 
       };
       for (int M : opt.ms) {
         if (M > 64) continue;
-        auto four = [&]() {
-          for (size_t i = 0; i < ld.size(); ++i)
-            if (int rc = layer(i, M)) return rc;
-          return 0;
+        auto four_with = [&](const tl::cuda::KernelOptions& o) {
+          return [&, o]() {
+            for (size_t i = 0; i < ld.size(); ++i)
+              if (int rc = layer_with(i, M, o)) return rc;
+            return 0;
+          };
         };
-        auto four_pdl = [&]() {
-          for (size_t i = 0; i < ld.size(); ++i)
-            if (int rc = layer_with(i, M, rt_pdl)) return rc;
-          return 0;
-        };
+        const auto four = four_with(rt);
+        const auto four_pdl = four_with(rt_pdl);
         auto four_pair = [&]() {  // the MLP's gate_up as the pair (its silu included)
           for (size_t i = 0; i < ld.size(); ++i) {
             const int rc = std::string(ld[i].L->name) == "gate_up"
