@@ -14,16 +14,22 @@ namespace tl {
 
 inline int64_t packed_row_bytes(int64_t N) { return N / 2 + N % 2; }
 
-// codes [K, N] (one 0..15 code per byte; higher bits are ignored) -> packed [K, ceil(N/2)].
-inline std::vector<uint8_t> pack_nibbles(const uint8_t* codes, int64_t K, int64_t N) {
+// codes [K, N] (one 0..15 code per byte; higher bits are ignored) -> packed [K, ceil(N/2)] at
+// `out` (K * packed_row_bytes(N) bytes, every one written).
+inline void pack_nibbles_into(const uint8_t* codes, int64_t K, int64_t N, uint8_t* out) {
   const int64_t W = packed_row_bytes(N);
-  std::vector<uint8_t> p(size_t(K * W), 0);
   const int64_t rows = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(1, N));  // rows per piece
   parallel_chunks(K, rows, [&](int64_t k0, int64_t k1) {
-    for (int64_t k = k0; k < k1; ++k)
-      for (int64_t n = 0; n < N; ++n)
-        p[size_t(k * W + n / 2)] |= uint8_t((codes[k * N + n] & 0xf) << (4 * (n & 1)));
+    for (int64_t k = k0; k < k1; ++k) {
+      uint8_t* row = out + k * W;
+      for (int64_t j = 0; j < W; ++j) row[j] = 0;
+      for (int64_t n = 0; n < N; ++n) row[n / 2] |= uint8_t((codes[k * N + n] & 0xf) << (4 * (n & 1)));
+    }
   });
+}
+inline std::vector<uint8_t> pack_nibbles(const uint8_t* codes, int64_t K, int64_t N) {
+  std::vector<uint8_t> p(size_t(K * packed_row_bytes(N)));
+  pack_nibbles_into(codes, K, N, p.data());
   return p;
 }
 

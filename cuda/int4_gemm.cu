@@ -287,6 +287,21 @@ int int4_gemm_plan(int M, int N, int K, int group_size, GemmPlan* plan, const Ke
   return kOk;
 }
 
+int dequantize_native(const uint8_t* q, const __half* scale, const __half* zero, __half* W, int K, int N,
+                      int group_size, cudaStream_t stream) {
+  if (N < 1 || K < 1 || !effective_group_size_ok(K, group_size) || !q || !scale || !zero || !W) return kShapeUnsupported;
+  const bool vec = N % 8 == 0 && (reinterpret_cast<uintptr_t>(q) & 3) == 0 &&
+                   (reinterpret_cast<uintptr_t>(scale) & 15) == 0 && (reinterpret_cast<uintptr_t>(zero) & 15) == 0 &&
+                   (reinterpret_cast<uintptr_t>(W) & 15) == 0;
+  const dim3 grid((N + kColsPerBlock - 1) / kColsPerBlock, std::min((K + kFloorRows - 1) / kFloorRows, kMaxGridY));
+  if (vec)
+    dequant_native<true><<<grid, kThreads, 0, stream>>>(q, scale, zero, W, K, N, 0, N, group_size);
+  else
+    dequant_native<false><<<grid, kThreads, 0, stream>>>(q, scale, zero, W, K, N, 0, N, group_size);
+  TL_CHECK_LAUNCH("dequant_native");
+  return kOk;
+}
+
 int int4_gemm(const __half* A, const uint8_t* q, const __half* scale, const __half* zero,
               __half* C, int M, int N, int K, int group_size, cudaStream_t stream, const KernelOptions& options) {
   if (M < 1 || N < 1 || K < 1 || !effective_group_size_ok(K, group_size)) return kShapeUnsupported;

@@ -37,6 +37,56 @@ __device__ float block_sum(float v) {
   return total;
 }
 
+// ---- dense weights to fp16 ----
+
+template <WeightElem E>
+__device__ __forceinline__ float widen(const void* src, int64_t i) {
+  if (E == WeightElem::kF32) return static_cast<const float*>(src)[i];
+  const uint16_t b = static_cast<const uint16_t*>(src)[i];
+  if (E == WeightElem::kF16) return __half2float(__ushort_as_half(b));
+  return __uint_as_float(uint32_t(b) << 16);  // bf16: the high half of an fp32
+}
+
+// [K, N] -> [K, N]: a grid-stride copy with one rounding.
+template <WeightElem E>
+__global__ void weight_to_half_kernel(const void* src, __half* dst, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = __float2half_rn(widen<E>(src, i));
+}
+
+// [N, K] -> [K, N] through a 32 x 33 shared tile (the padding column keeps the transposed reads
+// free of bank conflicts): a block reads 32 rows of 32 contiguous source elements and writes 32
+// rows of 32 contiguous destination elements, so both sides stay coalesced.
+constexpr int kTile = 32, kTileRows = 8;
+template <WeightElem E>
+__global__ void weight_to_half_t_kernel(const void* src, __half* dst, int64_t K, int64_t N) {
+  __shared__ float tile[kTile][kTile + 1];
+  const int64_t k0 = int64_t(blockIdx.x) * kTile, n0 = int64_t(blockIdx.y) * kTile;
+  for (int r = threadIdx.y; r < kTile; r += kTileRows) {
+    const int64_t n = n0 + r, k = k0 + threadIdx.x;
+    if (n < N && k < K) tile[r][threadIdx.x] = widen<E>(src, n * K + k);
+  }
+  __syncthreads();
+  for (int r = threadIdx.y; r < kTile; r += kTileRows) {
+    const int64_t k = k0 + r, n = n0 + threadIdx.x;
+    if (k < K && n < N) dst[k * N + n] = __float2half_rn(tile[threadIdx.x][r]);
+  }
+}
+
+template <WeightElem E>
+int launch_weight_to_half(const void* src, bool transposed, int64_t K, int64_t N, __half* dst, cudaStream_t stream) {
+  if (transposed) {
+    const dim3 grid(unsigned((K + kTile - 1) / kTile), unsigned((N + kTile - 1) / kTile)), block(kTile, kTileRows);
+    if (grid.y > 65535) return kShapeUnsupported;
+    weight_to_half_t_kernel<E><<<grid, block, 0, stream>>>(src, dst, K, N);
+  } else {
+    const int64_t n = K * N;
+    weight_to_half_kernel<E><<<unsigned(std::min<int64_t>((n + 255) / 256, 65535)), 256, 0, stream>>>(src, dst, n);
+  }
+  TL_CHECK_LAUNCH("weight_to_half");
+  return kOk;
+}
+
 // ---- embedding, norm, residual, SwiGLU ----
 
 __global__ void embed_gather_kernel(const __half* table, const int32_t* tokens, float* x, int D) {
@@ -425,6 +475,17 @@ int kld_rows(const __half* ref, const float* ref_lse, const __half* x, const flo
   kld_kernel<<<rows, kRowThreads, 0, stream>>>(ref, ref_lse, x, lse, V, kld);
   TL_CHECK_LAUNCH("kld_kernel");
   return kOk;
+}
+
+int weight_to_half(const void* src, WeightElem elem, bool transposed, int64_t K, int64_t N, __half* dst,
+                   cudaStream_t stream) {
+  if (!src || !dst || K < 1 || N < 1) return kShapeUnsupported;
+  switch (elem) {
+    case WeightElem::kF32: return launch_weight_to_half<WeightElem::kF32>(src, transposed, K, N, dst, stream);
+    case WeightElem::kF16: return launch_weight_to_half<WeightElem::kF16>(src, transposed, K, N, dst, stream);
+    case WeightElem::kBF16: return launch_weight_to_half<WeightElem::kBF16>(src, transposed, K, N, dst, stream);
+  }
+  return kShapeUnsupported;
 }
 
 }  // namespace tl::cuda

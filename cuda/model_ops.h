@@ -21,6 +21,15 @@ namespace tl::cuda {
 // (sequence, position) take it; the row-wise ops do not care.
 enum class RowOrder { kSequenceMajor, kPositionMajor };
 
+// The float element types a dense weight is stored in (cuda/ knows no file format: the caller maps
+// its dtype here).
+enum class WeightElem { kF32, kF16, kBF16 };
+// dst [K, N] fp16 (row-major) = fp16(src), round to nearest even: src [K, N] or, transposed,
+// PyTorch's [N, K]. The values the host's float_to_half of the widened weight gives, bit for bit
+// (bf16 and fp32 widen exactly; one rounding). The e2e tier converts dense weights on the GPU.
+int weight_to_half(const void* src, WeightElem elem, bool transposed, int64_t K, int64_t N, __half* dst,
+                   cudaStream_t stream);
+
 // x[r, :] = float(table[tokens[r], :]); table fp16 [vocab, D]. Ids are checked by the caller.
 int embed_gather(const __half* table, const int32_t* tokens, float* x, int rows, int D,
                  cudaStream_t stream);

@@ -65,6 +65,12 @@ int int4_gemm(const __half* A, const uint8_t* q, const __half* scale, const __ha
               __half* C, int M, int N, int K, int group_size, cudaStream_t stream,
               const KernelOptions& options = {});
 
+// W [K, N] fp16 = fp16(fmaf(q, scale, zero)) for every element: the native layout above
+// dequantized whole, with the floor's rounding (the fp16 copy of W_hat a caller would make on the
+// host, bit for bit). The e2e tier's fp16 path builds its weights from the stored codes this way.
+int dequantize_native(const uint8_t* q, const __half* scale, const __half* zero, __half* W, int K, int N,
+                      int group_size, cudaStream_t stream);
+
 // Symmetric Marlin-format tensor-core GEMM: C = A * W_marlin, W_marlin[k, n] = (q - 8) * s,
 // B int32 [K/16, 2N] and s fp16 [G, N] exactly as marlin-pack writes them. group_size is the
 // effective group size like every launcher here (== K: one group per column; the Marlin

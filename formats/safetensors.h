@@ -37,7 +37,11 @@ class SafetensorsReader {
   const SafetensorsEntry& entry(const std::string& name) const;  // throws if absent
   const std::map<std::string, std::string>& metadata() const;    // __metadata__ of shard 0
   const uint8_t* data(const std::string& name) const;            // zero-copy view into the map
-  Tensor read(const std::string& name) const;                    // a copy
+  Tensor read(const std::string& name) const;                    // a copy (then release)
+  // Drops the tensor's pages from this process's map (madvise DONTNEED): they stay in the page
+  // cache but stop counting in the process's memory, so reading a 140 GB checkpoint tensor by
+  // tensor keeps the resident set at one tensor. data() stays valid (pages fault back in).
+  void release(const std::string& name) const;
 
  private:
   struct Impl;

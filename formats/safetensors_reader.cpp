@@ -278,7 +278,18 @@ Tensor SafetensorsReader::read(const std::string& name) const {
   t.shape = e.shape;
   const uint8_t* p = data(name);
   t.data.assign(p, p + e.nbytes);
+  release(name);
   return t;
+}
+
+void SafetensorsReader::release(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  const Shard& s = *impl_->shards[size_t(e.shard)];
+  static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t base = reinterpret_cast<uintptr_t>(s.map), begin = reinterpret_cast<uintptr_t>(data(name));
+  const uintptr_t lo = begin / page * page, hi = std::min(base + s.size, (begin + e.nbytes + page - 1) / page * page);
+  // A read-only private map of the file: dropped pages come back from the page cache if touched again.
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
 }  // namespace tl

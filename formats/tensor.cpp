@@ -1,6 +1,8 @@
 #include "formats/tensor.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -123,6 +125,33 @@ Tensor Tensor::from_float(const std::string& name, std::vector<int64_t> shape, c
     default: throw Error("from_float needs a float dtype", "", name);
   }
   return t;
+}
+
+namespace {
+
+float load_elem(const uint8_t* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::F32: { float v; std::memcpy(&v, p + 4 * i, 4); return v; }
+    case DType::F16: { half_bits h; std::memcpy(&h, p + 2 * i, 2); return half_to_float(h); }
+    case DType::BF16: { bf16_bits h; std::memcpy(&h, p + 2 * i, 2); return bf16_to_float(h); }
+    case DType::F64: { double v; std::memcpy(&v, p + 8 * i, 8); return float(v); }
+    default: return 0.0f;
+  }
+}
+
+}  // namespace
+
+void transpose_to_float(const uint8_t* src, DType t, int64_t rows, int64_t cols, float* dst, int64_t ld, int64_t n0) {
+  constexpr int64_t T = 32;
+  // Bands of T rows on every core (a band writes its own T columns of dst), tiles of T x T.
+  parallel_chunks((rows + T - 1) / T, 1, [&](int64_t b0, int64_t) {
+    const int64_t r0 = b0 * T, r1 = std::min(rows, r0 + T);
+    for (int64_t k0 = 0; k0 < cols; k0 += T) {
+      const int64_t k1 = std::min(cols, k0 + T);
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t k = k0; k < k1; ++k) dst[k * ld + n0 + r] = load_elem(src, t, r * cols + k);
+    }
+  });
 }
 
 }  // namespace tl

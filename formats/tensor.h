@@ -41,4 +41,9 @@ struct Tensor {
 
 std::string shape_str(const std::vector<int64_t>& shape);
 
+// src [rows, cols] of float dtype t -> dst[c * ld + n0 + r] as float32: a transposed copy into
+// columns n0 .. n0 + rows - 1 of a row-major [cols, ld] matrix (PyTorch's [N, K] weight into
+// TinyLoop's [K, N]), on every core. The values are exact (widening only).
+void transpose_to_float(const uint8_t* src, DType t, int64_t rows, int64_t cols, float* dst, int64_t ld, int64_t n0);
+
 }  // namespace tl

@@ -15,38 +15,13 @@
 #include "core/parallel.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
-#include "libconvert/model_weights.h"
+#include "libconvert/model_entries.h"
 
 namespace tl {
 
 namespace {
 
 const char* kDefaultSelection = R"(^(pre|loop)\.[0-9]+\.(attn_qkv|attn_out|mlp_gate|mlp_up|mlp_down)$)";
-
-float load_elem(const uint8_t* p, DType t, int64_t i) {
-  switch (t) {
-    case DType::F32: { float v; std::memcpy(&v, p + 4 * i, 4); return v; }
-    case DType::F16: { half_bits h; std::memcpy(&h, p + 2 * i, 2); return half_to_float(h); }
-    case DType::BF16: { bf16_bits h; std::memcpy(&h, p + 2 * i, 2); return bf16_to_float(h); }
-    case DType::F64: { double v; std::memcpy(&v, p + 8 * i, 8); return float(v); }
-    default: return 0.0f;
-  }
-}
-
-// src [rows, K] (PyTorch [N, K]) -> dst[k * ld + n0 + r] as float32, 32x32 tiles for locality.
-void transpose_into(const uint8_t* src, DType t, int64_t rows, int64_t K, float* dst, int64_t ld, int64_t n0) {
-  constexpr int64_t T = 32;
-  // Bands of T rows on every core (a band writes its own T columns of dst), tiles of T x T.
-  parallel_chunks((rows + T - 1) / T, 1, [&](int64_t b0, int64_t) {
-    const int64_t r0 = b0 * T, r1 = std::min(rows, r0 + T);
-    for (int64_t k0 = 0; k0 < K; k0 += T) {
-      const int64_t k1 = std::min(K, k0 + T);
-      for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t k = k0; k < k1; ++k) dst[k * ld + n0 + r] = load_elem(src, t, r * K + k);
-      }
-    }
-  });
-}
 
 // Same, keeping the dtype (element bytes moved as they are).
 void transpose_bytes(const uint8_t* src, size_t es, int64_t rows, int64_t K, uint8_t* dst, int64_t ld, int64_t n0) {
@@ -133,10 +108,6 @@ bool is_ignorable_hf_tensor(const std::string& hf_name) {
   return std::regex_match(hf_name, re);
 }
 
-bool is_tinyloop_linear_name(const std::string& name) {
-  static const std::regex re(R"(^((pre|loop)\.[0-9]+\.(attn_qkv|attn_out|mlp_gate|mlp_up|mlp_down)|head)$)");
-  return std::regex_match(name, re);
-}
 
 struct CheckpointImport::Impl {
   std::string path;
@@ -368,7 +339,8 @@ std::vector<float> CheckpointImport::read_linear(const ImportEntry& e) const {
     int64_t n0 = 0;
     for (const std::string& src : e.sources) {
       const SafetensorsEntry& se = m.st->entry(src);
-      transpose_into(m.st->data(src), se.dtype, se.shape[0], se.shape[1], W.data(), N, n0);
+      transpose_to_float(m.st->data(src), se.dtype, se.shape[0], se.shape[1], W.data(), N, n0);
+      m.st->release(src);
       n0 += se.shape[0];
     }
   }
@@ -405,6 +377,7 @@ Tensor CheckpointImport::read_dense(const ImportEntry& e) const {
         throw Error("dtype " + std::string(dtype_name(se.dtype)) + " differs from the other parts of " + e.name, m.path, src);
       const uint8_t* p = m.st->data(src);
       t.data.insert(t.data.end(), p, p + se.shape[0] * int64_t(dtype_size(se.dtype)));
+      m.st->release(src);
     }
     return t;
   }
@@ -420,7 +393,35 @@ Tensor CheckpointImport::read_dense(const ImportEntry& e) const {
     const SafetensorsEntry& se = m.st->entry(src);
     if (se.dtype != e.dtype) throw Error("dtype " + std::string(dtype_name(se.dtype)) + " differs from the other parts of " + e.name, m.path, src);
     transpose_bytes(m.st->data(src), es, se.shape[0], se.shape[1], t.data.data(), e.N(), n0);
+    m.st->release(src);
     n0 += se.shape[0];
+  }
+  return t;
+}
+
+bool CheckpointImport::stores_transposed() const { return !impl_->tl; }
+
+Tensor CheckpointImport::read_stored_linear(const ImportEntry& e) const {
+  const Impl& m = *impl_;
+  if (!m.linear_entry(e)) throw Error("not a linear weight", m.path, e.name);
+  if (m.tl) {
+    Tensor t = m.tl->read_dense(e.name);
+    if (t.shape != e.shape) throw Error("expected shape " + shape_str(e.shape) + ", got " + t.shape_str(), m.path, e.name);
+    t.name = e.name;
+    return t;
+  }
+  Tensor t;
+  t.name = e.name;
+  t.dtype = m.st->entry(e.sources.front()).dtype;
+  t.shape = {e.N(), e.K()};
+  t.data.reserve(size_t(e.K() * e.N()) * dtype_size(t.dtype));
+  for (const std::string& src : e.sources) {
+    const SafetensorsEntry& se = m.st->entry(src);
+    if (se.dtype != t.dtype)
+      throw Error("dtype " + std::string(dtype_name(se.dtype)) + " differs from the other parts of " + e.name, m.path, src);
+    const uint8_t* p = m.st->data(src);
+    t.data.insert(t.data.end(), p, p + se.nbytes);
+    m.st->release(src);
   }
   return t;
 }

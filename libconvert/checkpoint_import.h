@@ -46,6 +46,7 @@
 #include "formats/model_config.h"
 #include "formats/tensor.h"
 #include "formats/tinyloop_file.h"
+#include "libconvert/model_entries.h"
 
 namespace tl {
 
@@ -85,8 +86,6 @@ std::vector<HfSource> tinyloop_to_hf_names(const std::string& name, const ModelC
 // Rotary caches some HF checkpoints still carry (transformers recomputes them from the config).
 bool is_ignorable_hf_tensor(const std::string& hf_name);
 
-// True for TinyLoop linear-weight names: (pre|loop).<i>.(attn_qkv|attn_out|mlp_*) and head.
-bool is_tinyloop_linear_name(const std::string& name);
 
 class CheckpointImport {
  public:
@@ -107,6 +106,11 @@ class CheckpointImport {
   std::vector<float> read_linear(const ImportEntry& e) const;
   // The tensor to store for kDense / kDenseLinear entries (dtype kept; linears as [K, N]).
   Tensor read_dense(const ImportEntry& e) const;
+  // A linear weight (kLinear / kDenseLinear) as the input stores it, unconverted: a safetensors
+  // input's parts concatenated along N in PyTorch's orientation ([N, K], the parts' common dtype;
+  // stores_transposed() is true), a .tinyloop's dense [K, N]. Not checked finite.
+  Tensor read_stored_linear(const ImportEntry& e) const;
+  bool stores_transposed() const;
   // The opened .tinyloop (kTinyloop inputs only; for copying quantized entries and config).
   const TinyloopReader* tinyloop() const;
 

@@ -82,7 +82,7 @@ class GptqDevice {
   // Throws tl::Error naming the numbers when even spilled activations do not fit the GPU.
   virtual SequentialMemory plan(const ModelConfig& c, int64_t n_seq, int64_t seq_len,
                                 const std::set<std::string>& selected) const = 0;
-  // model: what ModelStream opens. tokens: at least n_seq * seq_len ids checked against the
+  // model: what ModelSource opens. tokens: at least n_seq * seq_len ids checked against the
   // vocabulary. Quantizes every weight in `selected` (linear names of the forward) in the
   // block schedule's order.
   virtual void calibrate(const std::string& model, const std::vector<int32_t>& tokens, int64_t seq_len,

@@ -1,7 +1,7 @@
 // 4-bit checkpoint folders people download, read as TinyLoop quantized weights: GPTQ (AutoGPTQ /
 // GPTQModel, gptq_checkpoint.h), AWQ (AutoAWQ GEMM) and compressed-tensors pack-quantized
 // (llm-compressor, vLLM) (checkpoint_layers.h). tl-verify's e2e tier scores such a folder as a
-// model (load_model_weights_any), marlin-pack converts it to a .tinyloop, tl-inspect lists it.
+// model (load_model_weights), marlin-pack converts it to a .tinyloop, tl-inspect lists it.
 //
 // A folder is safetensors (single or sharded) + config.json whose "quantization_config" names
 // the format (or, for GPTQ, a quantize_config.json):

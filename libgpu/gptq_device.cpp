@@ -293,7 +293,7 @@ class CudaGptqDevice final : public GptqDevice {
 // The state of one calibrate() run.
 class Run {
  public:
-  Run(GpuGptq& gptq, const ModelStream& src, const std::set<std::string>& selected, const SequentialCalls& calls,
+  Run(GpuGptq& gptq, const ModelSource& src, const std::set<std::string>& selected, const SequentialCalls& calls,
       GptqPhaseTimes& t)
       : gptq_(gptq), src_(src), c_(src.config()), selected_(selected), calls_(calls), t_(t) {
     check_blas(cublasCreate(&blas_), "cublasCreate");
@@ -327,7 +327,7 @@ class Run {
 
     {  // x = embed[tokens], chunk by chunk through a host staging buffer
       auto tl = Clock::now();
-      const std::vector<float> embed = read([&] { return src_.embed(); });
+      const std::vector<float> embed = read([&] { return src_.read_embedding().to_float(); });
       t_.load += since(tl);
       std::vector<float> stage(static_cast<size_t>(wpc_ * seq_len * D));
       for (int64_t r0 = 0; r0 < rows; r0 += wpc_ * seq_len) {
@@ -345,10 +345,10 @@ class Run {
     auto fetch = [&](int64_t i) {
       if (src_.hdf5()) {  // HDF5 is read on this thread (the output is HDF5 too)
         std::promise<BlockWeights> p;
-        p.set_value(read([&] { return src_.block(false, i); }));
+        p.set_value(read([&] { return to_block_weights(src_.read_block(block_prefix(false, i))); }));
         return p.get_future();
       }
-      return std::async(std::launch::async, [this, i] { return src_.block(false, i); });
+      return std::async(std::launch::async, [this, i] { return to_block_weights(src_.read_block(block_prefix(false, i))); });
     };
     if (c_.n_pre > 0) next = fetch(0);
     for (int64_t i = 0; i < c_.n_pre; ++i) {
@@ -392,7 +392,7 @@ class Run {
     if (loop_selected || head) {
       for (int64_t j = 0; j < c_.n_loop; ++j) {
         auto tl = Clock::now();
-        BlockWeights bw = read([&] { return src_.block(true, j); });
+        BlockWeights bw = read([&] { return to_block_weights(src_.read_block(block_prefix(true, j))); });
         t_.load += since(tl);
         loop.push_back(std::make_unique<DevBlock>());
         upload(std::move(bw), *loop.back());
@@ -416,8 +416,8 @@ class Run {
       forward_done(pass * double(c_.loops) * double(c_.n_loop));
     } else if (head) {
       auto tl = Clock::now();
-      const std::vector<float> final_norm = read([&] { return src_.final_norm(); });
-      LinearWeight hw = read([&] { return src_.head(); });
+      const std::vector<float> final_norm = read([&] { return src_.read_vector("final_norm"); });
+      LinearWeight hw = read([&] { return to_linear_weight(src_.read_head()); });
       t_.load += since(tl);
       DeviceBuffer<float> fn(final_norm);
       slot_dim_.assign(1, int(hw.K));  // one slot: the head's input
@@ -659,7 +659,7 @@ class Run {
   }
 
   GpuGptq& gptq_;
-  const ModelStream& src_;
+  const ModelSource& src_;
   const ModelConfig& c_;
   const std::set<std::string>& selected_;
   const SequentialCalls& calls_;
@@ -686,17 +686,17 @@ void CudaGptqDevice::calibrate(const std::string& model, const std::vector<int32
   // (formats/h5_guard.h), which must not happen while the writer thread is inside libhdf5.
   struct LockedStream {
     std::mutex* mu;
-    std::unique_ptr<ModelStream> stream;
+    std::unique_ptr<ModelSource> stream;
     LockedStream(std::mutex* m, const std::string& path) : mu(m) {
       const auto lock = hdf5_lock(mu);
-      stream = std::make_unique<ModelStream>(path);
+      stream = std::make_unique<ModelSource>(path, /*with_marlin=*/false);
     }
     ~LockedStream() {
       const auto lock = hdf5_lock(mu);
       stream.reset();
     }
   } locked(calls.hdf5_mutex, model);
-  const ModelStream& src = *locked.stream;
+  const ModelSource& src = *locked.stream;
   const ModelConfig& c = src.config();
   if (seq_len <= 0 || n_seq <= 0 || int64_t(tokens.size()) < n_seq * seq_len)
     throw Error("calibration needs " + std::to_string(n_seq) + " windows of " + std::to_string(seq_len) + " tokens");

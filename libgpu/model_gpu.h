@@ -42,27 +42,14 @@ struct GpuModelInfo {
   uint64_t marlin_bytes = 0;   // device bytes the Marlin sections add (B, s, delta, workspace)
 };
 
-// Device memory a GpuModel of `w` takes (every weight form it uploads; with_fp16: the fp16
-// copies too), and what one forward of `rows` rows adds (activations, logits, the saved
-// reference logits and row statistics), both computed from the shapes before anything is
-// allocated: the e2e tier's admission. device_free_bytes: cudaMemGetInfo's free bytes of device
-// 0 (0 without CUDA).
-uint64_t gpu_model_weight_bytes(const ModelWeights& w, bool with_fp16);
+// What one forward of `rows` rows adds on the device (activations, logits, row statistics), from
+// the shapes before anything is allocated. device_free_bytes: cudaMemGetInfo's free bytes of
+// device 0 (0 without CUDA).
 uint64_t gpu_model_batch_bytes(const ModelConfig& c, int64_t rows);
 uint64_t device_free_bytes();
 
-// One batch's logits kept on the device for comparisons with other models (the e2e tier's
-// --reference: the original model's logits, against which every path's KLD is taken).
-class GpuReference {
- public:
-  GpuReference();
-  ~GpuReference();
-  GpuReference(const GpuReference&) = delete;
-  GpuReference& operator=(const GpuReference&) = delete;
-  struct Impl;
-  std::unique_ptr<Impl> impl;
-};
-
+// A whole model resident on the GPU (device_model.h's blocks, uploaded once), for tests and
+// cross-checks of small models. The e2e tier streams instead (stream_forward.h).
 class GpuModel {
  public:
   // Uploads `w` to device 0. with_fp16: also make the fp16 copies the fp16 path needs. options:
@@ -86,24 +73,6 @@ class GpuModel {
   // The last forward's logits as fp32 on the host.
   void logits_to_host(std::vector<float>* out) const;
   int64_t last_rows() const;
-
-  // Row statistics of the last forward (on the device, host results): lse, argmax and the
-  // logit of targets[r] (< 0: none). With `ref` (another model's or an earlier saved logits
-  // buffer, see save_reference), also KL(ref || this) per row.
-  // With `other` (another model's logits of the same batch, same vocabulary), also KL(other ||
-  // this) per row into kld_vs_other.
-  void row_stats(const int32_t* targets, std::vector<float>* lse, std::vector<int32_t>* argmax,
-                 std::vector<float>* target_logit, std::vector<float>* kld_vs_ref,
-                 const GpuReference* other = nullptr, std::vector<float>* kld_vs_other = nullptr) const;
-  // Copies the last logits and their lse into the reference buffer (for KLD of later paths),
-  // or into `into` (for other models).
-  void save_reference();
-  void save_reference(GpuReference& into) const;
-  bool has_reference() const;
-  // Replaces the fp16 copy of one linear weight by fp16(W) (same K x N; the fp16 path and a
-  // dense weight's other paths use it): --per-layer swaps one quantized weight into the
-  // reference this way and back. tl::Error for an unknown name or another shape.
-  void set_linear_fp16(const std::string& name, const std::vector<float>& W);
 
   struct Impl;
 

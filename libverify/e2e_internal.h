@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
-#include "formats/tinyloop_file.h"
+#include "libconvert/model_forward.h"
+#include "libconvert/model_source.h"
 #include "libverify/e2e_tier.h"
 
 #if TL_HAVE_CUDA
@@ -59,31 +61,6 @@ inline void size_trace(PathTrace& t, const WindowPlan& plan, bool with_kld) {
   size_trace(t, size_t(plan.scored_tokens()), with_kld);
 }
 
-// Windows w0 .. w0 + nb - 1 of the plan and their targets (row r predicts token r + 1 of its
-// window; -1 for the last row of a window).
-inline void gather_batch(const std::vector<int32_t>& tokens, const WindowPlan& plan, int64_t w0, int64_t nb,
-                  std::vector<int32_t>* chunk, std::vector<int32_t>* targets) {
-  gather_windows(tokens, plan, w0, nb, chunk);
-  const int64_t ctx = plan.ctx;
-  targets->assign(chunk->size(), -1);
-  for (int64_t r = 0; r < nb * ctx; ++r)
-    if (r % ctx + 1 < ctx) (*targets)[size_t(r)] = (*chunk)[size_t(r + 1)];
-}
-
-// A batch's row statistics (from gpu::GpuModel::row_stats) into a trace: the scored rows of windows
-// w0 .. w0 + nb - 1, row wi * ctx + t - 1 predicting position t; kld may be null.
-inline void record_batch(const WindowPlan& plan, int64_t w0, int64_t nb, const std::vector<float>& lse,
-                  const std::vector<float>& tgt, const std::vector<int32_t>& arg, const std::vector<float>* kld,
-                  PathTrace& tr) {
-  for (int64_t wi = 0; wi < nb; ++wi)
-    for (int64_t t = plan.first_target; t < plan.ctx; ++t) {
-      const size_t row = size_t(wi * plan.ctx + t - 1), i = trace_index(plan, w0 + wi, t);
-      tr.nll[i] = double(lse[row]) - double(tgt[row]);
-      tr.top1[i] = arg[row];
-      if (kld) tr.kld[i] = (*kld)[row];
-    }
-}
-
 inline void reset_dispatch() {
 #if TL_HAVE_CUDA
   cuda::reset_dispatch_stats();
@@ -117,34 +94,50 @@ inline std::string first_dispatch_line() {
 // One model of the run (FILE, --baseline) with what its paths accumulate.
 struct Scored {
   std::string file;
-  ModelWeights w;
+  const ModelSource* src = nullptr;
   E2eModelResult res;
-  std::vector<PathAccum> acc;  // GPU: the kernel comparison against the fp16 path
+  // GPU, per row (path), per scored token in trace order: KL(fp16 path || this path) and whether
+  // its top-1 is the fp16 path's (the kernel comparison; empty for the fp16 rows themselves).
+  std::vector<std::vector<float>> kld_fp16;
+  std::vector<std::vector<uint8_t>> agree_fp16;
 };
+
+// The quantized weights of a model whose drift --per-layer measures alone, in execution order
+// (the blocks' linears, then the head).
+std::vector<std::string> quantized_linears(const ModelSource& src);
+
+// Windows' tokens [n, ctx] gathered from the plan (windows w0 .. w0 + n - 1).
+std::vector<int32_t> window_tokens(const std::vector<int32_t>& tokens, const WindowPlan& plan, int64_t w0, int64_t n);
+
+// Per-block phase times of a streamed pass and its progress lines ("block pre.3 (4/32): read
+// 0.8 s, upload 0.2 s, compute 0.4 s"): the one block loop of both scorers. The next step's
+// blocks are read (and staged by `stage`, on the reader thread, one call at a time, in step
+// order) while `run` computes the current one on the calling thread. Each step's blocks are
+// the block of the schedule of each source (null sources, and those `wanted` declines for the
+// step, are not read: their block is empty). run returns the step's upload and compute seconds
+// (0 where not measured).
+struct BlockTimes {
+  double read = 0, upload = 0, compute = 0;
+};
+void stream_blocks(const std::vector<const ModelSource*>& sources, const std::vector<BlockStep>& steps,
+                   const std::function<bool(int64_t step, size_t source)>& wanted,
+                   const std::function<void(int64_t step, std::vector<StoredBlock>& blocks)>& stage,
+                   const std::function<BlockTimes(int64_t step)>& run, const E2eOptions& opt, const std::string& what,
+                   BlockTimes* total);
 
 // One swapped weight's trace on the first windows against the reference's trace there.
 LayerDrift layer_drift(const std::string& name, const PathTrace& tr, const PathTrace& ref_trace);
 
-// Every batch of windows through the reference (when given) and every path of every model on
-// the GPU (e2e_gpu.cpp).
-// Rows: every path in each mode of `modes`, the reference scored once (prefill).
-void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt,
-               const std::vector<ForwardMode>& modes, const ModelWeights* ref_w, E2eReference* ref,
-               std::vector<Scored*>& models);
-// Every window through the CPU forward (e2e_cpu.cpp), one row per mode.
+// The scorers: every window of the plan through the reference (prefill, when given) and every
+// path of every model in each mode of `modes`, block by block from the sources; the per-layer
+// attribution (opt.per_layer) as further passes; on the GPU the CPU check of window 0.
+// e2e_cpu.cpp: the fp32 CPU forward, one row per mode (device "cpu").
 void score_cpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt,
-               const std::vector<ForwardMode>& modes, const ModelWeights* ref_w, E2eReference* ref,
-               std::vector<Scored*>& models);
-// The KLD each quantized weight of `q` adds on its own, on the CPU / on the GPU.
-std::vector<LayerDrift> per_layer_cpu(const std::vector<int32_t>& tokens, const WindowPlan& plan,
-                                      const E2eOptions& opt, const ModelWeights& ref_w, const PathTrace& ref_trace,
-                                      const ModelWeights& q, int64_t n_windows);
-std::vector<LayerDrift> per_layer_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan,
-                                      const E2eOptions& opt, const ModelWeights& ref_w, const PathTrace& ref_trace,
-                                      const ModelWeights& q, int64_t n_windows);
-// GPU fp16 path vs the CPU forward on window 0 (e2e_gpu.cpp).
-// (score_gpu runs it on FILE's resident model, opt.cpu_check_tokens > 0.)
-void cpu_check(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt, Scored& m,
-               gpu::GpuModel& gm);
+               const std::vector<ForwardMode>& modes, const ModelSource* ref_src, E2eReference* ref,
+               std::vector<Scored*>& models, std::vector<LayerDrift>* per_layer, int64_t per_layer_windows);
+// e2e_gpu.cpp: the fp16, native and Marlin paths (libgpu/stream_forward.h).
+void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt,
+               const std::vector<ForwardMode>& modes, const ModelSource* ref_src, E2eReference* ref,
+               std::vector<Scored*>& models, std::vector<LayerDrift>* per_layer, int64_t per_layer_windows);
 
 }  // namespace tl::verify::e2e

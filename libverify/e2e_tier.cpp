@@ -14,7 +14,6 @@
 #include "formats/file_check.h"
 #include "formats/text_tokens.h"
 #include "formats/token_file.h"
-#include "libconvert/quant_checkpoint.h"
 #include "libconvert/model_forward.h"
 #include "libconvert/model_weights.h"
 #include "libverify/e2e_internal.h"
@@ -35,26 +34,6 @@ void check_same_shape(const ModelConfig& a, const std::string& file_a, const Mod
     if (v.first != v.second)
       throw Error("expected " + std::string(name) + " = " + std::to_string(v.first) + " as in " + file_a + ", got " +
                       std::to_string(v.second), file_b, std::string("config.") + name);
-}
-
-// A scored model's config and quantized-weight count: a .tinyloop, or a quantized checkpoint folder (GPTQ, AWQ,
-// compressed-tensors)
-// (read as a model by load_model_weights_any).
-ModelConfig read_config(const std::string& file, int64_t* n_quant = nullptr) {
-  ModelConfig c;
-  if (is_directory(file) && is_quant_checkpoint(file)) {
-    const QuantCheckpoint ck(file);
-    if (!ck.has_model_config()) throw Error("expected a model config (config.json of a Llama-family model)", file, "config");
-    c = ck.model_config();
-    if (n_quant) *n_quant = int64_t(ck.quant_names().size());
-  } else {
-    TinyloopReader reader(file);
-    if (!reader.has_config()) throw Error("missing /config; the e2e tier needs the model's hyper-parameters", file, "config");
-    c = reader.config();
-    if (n_quant) *n_quant = int64_t(reader.quant_names().size());
-  }
-  c.validate(file);
-  return c;
 }
 
 void write_npy_f32(const std::string& path, const std::vector<int64_t>& shape, const std::vector<float>& data) {
@@ -165,9 +144,12 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
     throw Error("expected --per-layer-windows >= 1, got " + std::to_string(opt.per_layer_windows), "",
                 "--per-layer-windows");
 
-  // Input checks first (bad input is exit 2 even where scoring would be skipped).
-  int64_t n_quant = 0;
-  const ModelConfig config = read_config(opt.file, &n_quant);
+  // Input checks first (bad input is exit 2 even where scoring would be skipped). Each model is
+  // opened once, its config and every entry checked before anything is read.
+  const std::string gpu_why = gpu::gpu_model_unavailable_reason();
+  const bool on_gpu = opt.device != E2eDevice::kCpu && gpu_why.empty();
+  const ModelSource file(opt.file, /*with_marlin=*/on_gpu);
+  const ModelConfig& config = file.config();
   std::vector<int32_t> tokens;
   if (!opt.text.empty()) {
     const std::string dir = !opt.tokenizer.empty() ? opt.tokenizer : is_directory(opt.reference) ? opt.reference : "";
@@ -183,29 +165,20 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
   r.windows = int64_t(plan.starts.size());
   r.scored = plan.scored_tokens();
   r.first_target = plan.first_target;
-  if (!opt.baseline.empty()) check_same_shape(config, opt.file, read_config(opt.baseline), opt.baseline);
-  std::optional<ModelWeights> ref_w;
-  auto loaded = [&](const std::string& what, const ModelWeights& w, Clock::time_point tl0) {
-    uint64_t params = 0;
-    for (const std::string& n : w.linear_names()) params += uint64_t(w.find_linear(n)->W.size());
-    note(opt, "loaded " + what + " (" + fmt("%.2f", double(params) * 1e-9) + " G linear weights) in " +
-                  fmt("%.1f", seconds_since(tl0)) + " s");
-  };
+  std::unique_ptr<ModelSource> baseline, reference;
+  if (!opt.baseline.empty()) {
+    baseline = std::make_unique<ModelSource>(opt.baseline, /*with_marlin=*/on_gpu);
+    check_same_shape(config, opt.file, baseline->config(), opt.baseline);
+  }
   if (!opt.reference.empty()) {
-    const auto tl0 = Clock::now();
-    ref_w = load_model_weights_any(opt.reference, /*with_marlin=*/false);
-    loaded("the reference " + opt.reference, *ref_w, tl0);
-    check_same_shape(config, opt.file, ref_w->config, opt.reference);
-    int64_t quantized = 0;
-    for (const std::string& n : ref_w->linear_names()) quantized += ref_w->find_linear(n)->quant ? 1 : 0;
-    if (quantized)
+    reference = std::make_unique<ModelSource>(opt.reference, /*with_marlin=*/false);
+    check_same_shape(config, opt.file, reference->config(), opt.reference);
+    if (const int64_t quantized = reference->quantized_count())
       throw Error("expected the original (dense) model; it holds " + std::to_string(quantized) + " quantized weights",
                   opt.reference, "--reference");
   }
-  if (n_quant == 0) return skip("no quantized weight in " + opt.file + ": nothing for the int4 paths to run");
-  const std::string gpu_why = gpu::gpu_model_unavailable_reason();
+  if (file.quantized_count() == 0) return skip("no quantized weight in " + opt.file + ": nothing for the int4 paths to run");
   if (opt.device == E2eDevice::kCuda && !gpu_why.empty()) return skip("--device cuda: " + gpu_why);
-  const bool on_gpu = opt.device != E2eDevice::kCpu && gpu_why.empty();
   r.device_kind = on_gpu ? "cuda" : "cpu";
   r.modes = e2e_forward_modes(opt.mode, on_gpu);
   // With decode, both modes score batches of decode_batch windows (one reference per batch).
@@ -214,33 +187,28 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
   r.options.batch = run.batch;
 
   Scored main, base;
-  main.file = opt.file;
-  main.res.file = opt.file;
-  {
-    const auto tl0 = Clock::now();
-    main.w = load_model_weights_any(opt.file, /*with_marlin=*/on_gpu);
-    loaded(opt.file, main.w, tl0);
-  }
+  main.file = main.res.file = opt.file;
+  main.src = &file;
   std::vector<Scored*> models = {&main};
-  if (!opt.baseline.empty()) {
-    base.file = opt.baseline;
-    base.res.file = opt.baseline;
-    const auto tl0 = Clock::now();
-    base.w = load_model_weights_any(opt.baseline, /*with_marlin=*/on_gpu);
-    loaded("the baseline " + opt.baseline, base.w, tl0);
+  if (baseline) {
+    base.file = base.res.file = opt.baseline;
+    base.src = baseline.get();
     models.push_back(&base);
   }
-  if (ref_w) {
+  if (reference) {
     r.reference = E2eReference{};
     r.reference->source = opt.reference;
   }
+  note(opt, "streaming " + std::to_string(block_schedule(config).size()) + " block step(s) of " +
+                std::to_string(models.size() + (reference ? 1 : 0)) + " model(s) (" + model_kind_name(file.kind()) +
+                (reference ? std::string(", reference ") + model_kind_name(reference->kind()) : std::string()) + ")");
+  r.per_layer_windows = opt.per_layer ? std::min(opt.per_layer_windows, r.windows) : 0;
+  std::vector<LayerDrift> per_layer;
   const auto ts = Clock::now();
-  if (on_gpu)
-    score_gpu(tokens, plan, run, r.modes, ref_w ? &*ref_w : nullptr, r.reference ? &*r.reference : nullptr, models);
-  else
-    score_cpu(tokens, plan, run, r.modes, ref_w ? &*ref_w : nullptr, r.reference ? &*r.reference : nullptr, models);
+  (on_gpu ? score_gpu : score_cpu)(tokens, plan, run, r.modes, reference.get(), r.reference ? &*r.reference : nullptr,
+                                   models, opt.per_layer ? &per_layer : nullptr, r.per_layer_windows);
   const double score_s = seconds_since(ts) - main.res.cpu_check_seconds;
-  size_t forwards = ref_w ? 1 : 0;
+  size_t forwards = reference ? 1 : 0;
   for (const Scored* m : models) forwards += m->res.rows.size();
   r.tokens_per_second = score_s > 0 ? double(r.windows * plan.ctx) * double(forwards) / score_s : 0;
   if (on_gpu) {
@@ -270,16 +238,13 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
           row.vs_prefill_pct = (row.s.ppl / pre->s.ppl - 1.0) * 100.0;
         }
   }
-
   if (opt.per_layer) {
-    r.per_layer_windows = std::min(opt.per_layer_windows, r.windows);
-    r.per_layer = on_gpu ? per_layer_gpu(tokens, plan, opt, *ref_w, r.reference->trace, main.w, r.per_layer_windows)
-                         : per_layer_cpu(tokens, plan, opt, *ref_w, r.reference->trace, main.w, r.per_layer_windows);
+    r.per_layer = std::move(per_layer);
     std::stable_sort(r.per_layer.begin(), r.per_layer.end(),
                      [](const LayerDrift& a, const LayerDrift& b) { return a.kld_mean > b.kld_mean; });
   }
   r.main = std::move(main.res);
-  if (!opt.baseline.empty()) r.baseline = std::move(base.res);
+  if (baseline) r.baseline = std::move(base.res);
 
   // Verdict.
   const E2eModelResult& m = r.main;
@@ -370,7 +335,7 @@ TierResult e2e_tier_result(const E2eResult& r) {
 
 std::vector<std::string> dump_logits(const std::string& model_path, const std::string& tokens_path, int64_t ctx,
                                      int64_t n_seq, const std::string& out_npy) {
-  const ModelWeights w = load_model_weights_any(model_path);
+  const ModelWeights w = load_model_weights(model_path);  // small models: the cross-check tool's
   const std::vector<int32_t> tokens = read_token_file(tokens_path, w.config.vocab);
   if (ctx < 1 || n_seq < 1) throw Error("expected ctx >= 1 and n_seq >= 1", "", "dump-logits");
   if (int64_t(tokens.size()) < ctx * n_seq)

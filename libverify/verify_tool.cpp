@@ -74,7 +74,7 @@ int run_tl_verify(const VerifyOptions& o) {
   std::unique_ptr<AtomicOutput> json_out = reserve(o.json_path), md_out = reserve(o.md_path);
   std::unique_ptr<AtomicOutput> drift_json_out = reserve(o.drift_json_path), drift_md_out = reserve(o.drift_md_path);
   std::unique_ptr<TinyloopReader> reader;
-  // A quantized checkpoint folder (GPTQ, AWQ, compressed-tensors) is a model the e2e tier scores as it is (load_model_weights_any);
+  // A quantized checkpoint folder (GPTQ, AWQ, compressed-tensors) is a model the e2e tier scores as it is (load_model_weights);
   // the kernel tiers read .tinyloop files.
   const bool quant_folder = !o.file.empty() && is_directory(o.file) && is_quant_checkpoint(o.file);
   if (quant_folder) {

@@ -72,7 +72,7 @@ TEST_CASE("families: the CPU forward computes every fixture as transformers does
   for (const std::string& name : tl::test::family_fixture_names()) {
     CAPTURE(name);
     const FamilyFixture f = tl::test::load_family_fixture(name);
-    const tl::ModelWeights w = tl::load_model_weights_any(f.dir);
+    const tl::ModelWeights w = tl::load_model_weights(f.dir);
     double ppl = 0;
     const double rel = forward_rel(w, f, &ppl);
     std::printf("  %-18s logits rel %.2e  ppl %.6f vs transformers %.6f\n", name.c_str(), rel, ppl, f.ppl_all);
@@ -85,7 +85,7 @@ TEST_CASE("families: each fixture fails its comparison with its feature switched
   for (const auto& [name, off] : switch_off()) {
     CAPTURE(name);
     const FamilyFixture f = tl::test::load_family_fixture(name);
-    tl::ModelWeights w = tl::load_model_weights_any(f.dir);
+    tl::ModelWeights w = tl::load_model_weights(f.dir);
     off(w);
     const double rel = forward_rel(w, f);
     std::printf("  %-18s switched off: logits rel %.2e\n", name.c_str(), rel);
@@ -130,7 +130,7 @@ tl::Tensor zeros(const std::string& name, tl::DType dtype, int64_t n) {
 std::string load_error(const std::string& dir) {
   std::string model, import;
   try {
-    tl::load_model_weights_any(dir);
+    tl::load_model_weights(dir);
   } catch (const tl::Error& e) {
     model = e.what();
   }

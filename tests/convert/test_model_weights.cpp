@@ -141,7 +141,7 @@ TEST_CASE("model weights: an HF Llama folder (GQA) loads as n_loop = 0 with the 
     nlohmann::json j = tl::model_config_to_hf(c);
     std::ofstream(dir + "/config.json") << j.dump(1);
   }
-  const tl::ModelWeights r = tl::load_model_weights_any(dir);
+  const tl::ModelWeights r = tl::load_model_weights(dir);
   CHECK(r.config.n_loop == 0);
   CHECK(r.config.n_kv_heads == Hkv);
   for (const std::string& name : w.linear_names()) CHECK_MESSAGE(r.find_linear(name)->W == w.find_linear(name)->W, name);

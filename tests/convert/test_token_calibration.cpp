@@ -107,7 +107,7 @@ TEST_CASE("gptq-quantize --calib-tokens calibrates block i+1 on the quantized ou
   CHECK(e0 < kHessianRelTol);
 
   // Block 1's input: block 0 run with the weights as quantized in the output file.
-  const tl::ModelWeights q = tl::load_model_weights(out, false);
+  const tl::ModelWeights q = tl::load_model_weights(o.output, false);
   tl::ActMatrix xq = x0, xf = x0;
   tl::run_block(cfg, q.pre[0], xq, seq);
   tl::run_block(cfg, fp.pre[0], xf, seq);

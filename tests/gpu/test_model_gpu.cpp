@@ -481,7 +481,7 @@ TEST_CASE("model gpu: the family fixtures as transformers computes them (fp16 ac
   for (const std::string& name : tl::test::family_fixture_names()) {
     CAPTURE(name);
     const tl::test::FamilyFixture f = tl::test::load_family_fixture(name);
-    const tl::ModelWeights w = tl::load_model_weights_any(f.dir);
+    const tl::ModelWeights w = tl::load_model_weights(f.dir);
     tl::gpu::GpuModel gm(w, false, tl::cuda::runtime_kernel_options());
     gm.forward(f.tokens.data(), int(f.windows), int(f.ctx), tl::gpu::GpuPath::kFp16);
     std::vector<float> logits;

@@ -1,5 +1,5 @@
 // The e2e tier's inputs beyond a .tinyloop and token ids. A GPTQ checkpoint folder as a model
-// (load_model_weights_any, tl-verify --tiers e2e FILE=folder): the folder tl-export writes from a quantized .tinyloop reads back as the same model (codes and
+// (load_model_weights, tl-verify --tiers e2e FILE=folder): the folder tl-export writes from a quantized .tinyloop reads back as the same model (codes and
 // scales bit for bit, q | k | v joined, zero points within one fp16 step, Marlin-packed on the way
 // in), scores the same perplexity on the CPU, and the kernel tiers refuse the folder by name; and a
 // text input (--text, tokenizer.model or tokenizer.json) scores what its token ids score.
@@ -72,7 +72,7 @@ Case make_case(const std::string& name) {
 TEST_CASE("a GPTQ folder read as a model: the exported file's weights, q | k | v joined, Marlin-packed") {
   const Case c = make_case("gptq_folder_model");
   const tl::ModelWeights a = tl::load_model_weights(c.file, false);
-  const tl::ModelWeights b = tl::load_model_weights_any(c.folder, /*with_marlin=*/true);
+  const tl::ModelWeights b = tl::load_model_weights(c.folder, /*with_marlin=*/true);
   CHECK(b.config.d_model == a.config.d_model);
   CHECK(b.config.n_pre == 2);
   for (const std::string& n : a.linear_names()) {

@@ -1,0 +1,77 @@
+// What the CPU and GPU scorers of the e2e tier share: the block loop that reads the next step's
+// blocks while the current one computes, with its per-block phase lines, and the per-layer
+// bookkeeping. e2e_internal.h has the declarations.
+#include <future>
+
+#include "core/progress.h"
+#include "libverify/e2e_internal.h"
+
+namespace tl::verify::e2e {
+
+std::vector<std::string> quantized_linears(const ModelSource& src) {
+  std::vector<std::string> names;
+  for (const BlockStep& s : block_schedule(src.config())) {
+    if (s.loop && s.iteration > 0) continue;  // a shared block's weights once
+    for (const char* l : kBlockLinearNames) {
+      const SourceEntry* e = src.entry(s.prefix + "." + l);
+      if (e && e->quantized) names.push_back(e->name);
+    }
+  }
+  const SourceEntry* h = src.entry("head");
+  if (h && h->quantized) names.push_back("head");
+  return names;
+}
+
+std::vector<int32_t> window_tokens(const std::vector<int32_t>& tokens, const WindowPlan& plan, int64_t w0, int64_t n) {
+  std::vector<int32_t> out;
+  gather_windows(tokens, plan, w0, n, &out);
+  return out;
+}
+
+void stream_blocks(const std::vector<const ModelSource*>& sources, const std::vector<BlockStep>& steps,
+                   const std::function<bool(int64_t step, size_t source)>& wanted,
+                   const std::function<void(int64_t step, std::vector<StoredBlock>& blocks)>& stage,
+                   const std::function<BlockTimes(int64_t step)>& run, const E2eOptions& opt, const std::string& what,
+                   BlockTimes* total) {
+  const int64_t S = int64_t(steps.size());
+  if (S == 0) return;
+  Progress progress("tl-verify", size_t(S), double(S), opt.progress == nullptr, opt.progress);
+  progress.set_sparse(true);
+  // Reads step s's block of every source, then stages them: {read seconds, staging seconds}.
+  auto read_stage = [&](int64_t s) {
+    const auto t0 = Clock::now();
+    std::vector<StoredBlock> blocks(sources.size());
+    for (size_t m = 0; m < sources.size(); ++m)
+      if (sources[m] && (!wanted || wanted(s, m))) blocks[m] = sources[m]->read_block(steps[size_t(s)].prefix);
+    const double read = seconds_since(t0);
+    const auto t1 = Clock::now();
+    stage(s, blocks);
+    return BlockTimes{read, seconds_since(t1), 0};
+  };
+  BlockTimes staged = read_stage(0);
+  for (int64_t s = 0; s < S; ++s) {
+    std::future<BlockTimes> next;
+    if (s + 1 < S) next = std::async(std::launch::async, read_stage, s + 1);
+    BlockTimes t = run(s);
+    t.read = staged.read;
+    t.upload += staged.upload;
+    if (next.valid()) staged = next.get();
+    total->read += t.read;
+    total->upload += t.upload;
+    total->compute += t.compute;
+    progress.finished(what + " " + steps[size_t(s)].prefix + ": read " + fmt("%.2f", t.read) + " s, upload " +
+                          fmt("%.2f", t.upload) + " s, compute " + fmt("%.2f", t.compute) + " s",
+                      1.0);
+  }
+}
+
+// One swapped weight's trace on the first windows against the reference's trace there.
+LayerDrift layer_drift(const std::string& name, const PathTrace& tr, const PathTrace& ref_trace) {
+  PathTrace rt;
+  rt.nll.assign(ref_trace.nll.begin(), ref_trace.nll.begin() + std::ptrdiff_t(tr.nll.size()));
+  rt.top1.assign(ref_trace.top1.begin(), ref_trace.top1.begin() + std::ptrdiff_t(tr.nll.size()));
+  const RefComparison c = compare_to_reference(tr, rt);
+  return {name, c.kld.mean, c.kld.mean_err, c.ln_ratio, c.n};
+}
+
+}  // namespace tl::verify::e2e
