@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -51,5 +52,19 @@ class SafetensorsReader {
 // Writes tensors (in the given order) atomically: temporary file + rename.
 void write_safetensors(const std::string& path, const std::vector<const Tensor*>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// The same file from a plan: the tensors' names, dtypes and shapes first (the header), then each
+// tensor's bytes from produce(i), in order, as they are made -- a shard of many GB written with
+// one tensor in memory. A produced tensor that differs from its spec is tl::Error (nothing is
+// left at `path`).
+struct SafetensorsSpec {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+};
+uint64_t spec_bytes(const SafetensorsSpec& s);
+void write_safetensors_stream(const std::string& path, const std::vector<SafetensorsSpec>& specs,
+                              const std::map<std::string, std::string>& metadata,
+                              const std::function<const Tensor&(size_t)>& produce);
 
 }  // namespace tl

@@ -162,14 +162,31 @@ PartCodes integer_part(const QuantWeight& w, const HfPart& part, const ExportFor
   return p;
 }
 
-// GPTQ: qweight [K/8, Np], qzeros [G, Np/8], scales [G, Np], g_idx [K].
-std::vector<Tensor> gptq_tensors(const PartCodes& p, const HfPart& part, bool v1, const std::string& file,
-                                 const std::string& weight) {
-  const int64_t K = p.K, Np = p.Np, G = p.G;
+// The format's tensors of one part [K, Np] with G groups, as planned: GPTQ qweight [K/8, Np],
+// qzeros [G, Np/8], scales [G, Np], g_idx [K] (K and Np multiples of 8, else refused by name);
+// compressed-tensors weight_packed [Np, ceil(K/8)], weight_scale [Np, G], weight_zero_point
+// [ceil(Np/8), G], weight_shape int64 [2].
+std::vector<SafetensorsSpec> part_specs(const ExportFormat& fmt, const HfPart& part, int64_t K, int64_t G,
+                                        const std::string& file, const std::string& weight) {
+  const int64_t Np = part.n1 - part.n0;
+  if (fmt.ct)
+    return {{part.hf + ".weight_packed", DType::I32, {Np, (K + 7) / 8}},
+            {part.hf + ".weight_scale", DType::F16, {Np, G}},
+            {part.hf + ".weight_zero_point", DType::I32, {(Np + 7) / 8, G}},
+            {part.hf + ".weight_shape", DType::I64, {2}}};
   if (K % 8 != 0 || Np % 8 != 0)
     throw Error("K = " + std::to_string(K) + ", N = " + std::to_string(Np) + " (" + part.hf +
                     "): GPTQ packs 8 codes per int32 along K and 8 zero points along N (both multiples of 8)",
                 file, weight);
+  return {{part.hf + ".qweight", DType::I32, {K / 8, Np}},
+          {part.hf + ".qzeros", DType::I32, {G, Np / 8}},
+          {part.hf + ".scales", DType::F16, {G, Np}},
+          {part.hf + ".g_idx", DType::I32, {K}}};
+}
+
+// GPTQ: qweight [K/8, Np], qzeros [G, Np/8], scales [G, Np], g_idx [K] (part_specs checked K, Np).
+std::vector<Tensor> gptq_tensors(const PartCodes& p, const HfPart& part, bool v1) {
+  const int64_t K = p.K, Np = p.Np, G = p.G;
   std::vector<int32_t> g_idx(static_cast<size_t>(K));
   const int64_t gs = p.group_size;
   for (int64_t k = 0; k < K; ++k) g_idx[size_t(k)] = int32_t(k / gs);
@@ -196,61 +213,43 @@ std::vector<Tensor> ct_tensors(const PartCodes& p, const HfPart& part) {
   return out;
 }
 
-// Safetensors shards of at most max_bytes each (a tensor larger than that gets a shard alone),
-// named model.safetensors when one suffices, else model-0000i-of-0000n.safetensors + index.
-class ShardWriter {
- public:
-  ShardWriter(std::string dir, uint64_t max_bytes) : dir_(std::move(dir)), max_(max_bytes) {}
-  void add(Tensor t) {
-    if (!pending_.empty() && pending_bytes_ + t.nbytes() > max_) flush();
-    pending_bytes_ += t.nbytes();
-    total_ += t.nbytes();
-    pending_.push_back(std::move(t));
-  }
-  // Writes the last shard, names them all, writes the index; returns the shard count.
-  size_t finish() {
-    flush();
-    const size_t n = parts_.size();
-    nlohmann::ordered_json index = {{"metadata", {{"total_size", total_}}}, {"weight_map", nlohmann::ordered_json::object()}};
-    for (size_t i = 0; i < n; ++i) {
-      char name[64];
-      if (n == 1) std::snprintf(name, sizeof name, "model.safetensors");
-      else std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, n);
-      fs::rename(dir_ + "/" + parts_[i].file, dir_ + "/" + name);
-      for (const std::string& t : parts_[i].tensors) index["weight_map"][t] = name;
-    }
-    if (n > 1) {
-      AtomicOutput out(dir_ + "/model.safetensors.index.json", OutputSink::kStream);
-      out.write_text([&](std::ostream& os) { os << index.dump(2) << "\n"; });
-    }
-    return n;
-  }
-  uint64_t total_bytes() const { return total_; }
-
- private:
-  struct Part {
-    std::string file;
-    std::vector<std::string> tensors;
-  };
-  void flush() {
-    if (pending_.empty()) return;
-    Part p;
-    p.file = "part-" + std::to_string(parts_.size()) + ".safetensors";
-    std::vector<const Tensor*> ptrs;
-    for (const Tensor& t : pending_) {
-      ptrs.push_back(&t);
-      p.tensors.push_back(t.name);
-    }
-    write_safetensors(dir_ + "/" + p.file, ptrs, {{"format", "pt"}});
-    parts_.push_back(std::move(p));
-    pending_.clear();
-    pending_bytes_ = 0;
-  }
-  std::string dir_;
-  uint64_t max_, pending_bytes_ = 0, total_ = 0;
-  std::vector<Tensor> pending_;
-  std::vector<Part> parts_;
+// The folder's tensors, planned from the file's metadata before any weight is read: names, dtypes
+// and shapes in writing order, each from one entry of the file (a quantized weight gives its
+// parts' format tensors, a dense entry its HF tensors), then cut into shards of at most max_bytes
+// (a tensor larger than that gets a shard alone): model.safetensors when one suffices, else
+// model-0000i-of-0000n.safetensors + index. Writing then reads each entry once, when its first
+// tensor is due, and streams the shard out tensor by tensor.
+struct PlannedTensor {
+  SafetensorsSpec spec;
+  size_t entry = 0;  // index into the plan's entries
 };
+struct ExportPlan {
+  std::vector<std::string> entries;  // quantized weights first, then dense entries (sorted each)
+  size_t quantized = 0;              // entries [0, quantized) are quantized
+  std::vector<PlannedTensor> tensors;
+  std::vector<std::vector<size_t>> shards;  // tensor indices per shard
+  uint64_t total = 0;
+  std::string shard_name(size_t i) const {
+    char name[64];
+    if (shards.size() == 1) std::snprintf(name, sizeof name, "model.safetensors");
+    else std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    return name;
+  }
+};
+
+void plan_shards(ExportPlan& p, uint64_t max_bytes) {
+  uint64_t pending = 0;
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    const uint64_t b = spec_bytes(p.tensors[i].spec);
+    if (p.shards.empty() || (!p.shards.back().empty() && pending + b > max_bytes)) {
+      p.shards.emplace_back();
+      pending = 0;
+    }
+    p.shards.back().push_back(i);
+    pending += b;
+    p.total += b;
+  }
+}
 
 // The folder being built beside the target; removed unless committed.
 class TempDir {
@@ -425,41 +424,97 @@ int run_tl_export(const ExportOptions& o) {
     if (is_tinyloop_linear_name(n))
       for (const HfSource& p : tinyloop_to_hf_names(n, c)) dense_linears.push_back(p.hf.substr(0, p.hf.size() - 7));
 
-  TempDir tmp(o.output);
-  ShardWriter shards(tmp.path(), o.max_shard_bytes);
-  ZeroStats zs;
-  size_t hf_layers = 0;
-  Progress progress(kTool, quant.size(), 0, o.quiet);
-  progress.set_sparse(true);  // without a terminal: a line every ~10 % or ~10 s
-  for (const std::string& n : quant) {
-    const QuantWeight w = in.read_quant(n, /*with_marlin=*/false);
-    if (w.bits != 4)
-      throw Error("bits = " + std::to_string(w.bits) + ": " + fmt.label + " export writes 4-bit weights", o.input, n);
-    for (const HfPart& part : linear_parts(n, c)) {
-      const PartCodes codes = integer_part(w, part, fmt, o.input, &zs);
-      for (Tensor& t : fmt.ct ? ct_tensors(codes, part) : gptq_tensors(codes, part, fmt.gptq_v1, o.input, n))
-        shards.add(std::move(t));
-      ++hf_layers;
+  // The plan, from metadata: every shape check before a byte is read or written.
+  ExportPlan plan;
+  plan.entries = quant;
+  plan.quantized = quant.size();
+  plan.entries.insert(plan.entries.end(), dense.begin(), dense.end());
+  for (size_t ei = 0; ei < plan.entries.size(); ++ei) {
+    const std::string& n = plan.entries[ei];
+    const EntryInfo e = in.info(n);
+    auto add = [&](SafetensorsSpec s) { plan.tensors.push_back({std::move(s), ei}); };
+    if (ei < plan.quantized) {
+      const int64_t K = e.shape.at(0);
+      for (const HfPart& part : linear_parts(n, c))
+        for (SafetensorsSpec& s : part_specs(fmt, part, K, group_count(K, e.group_size), o.input, n)) add(std::move(s));
+      continue;
     }
-    progress.finished(n);
-  }
-  progress.end();
-  for (const std::string& n : dense) {
-    const Tensor t = in.read_dense(n);
     const std::vector<HfSource> parts = tinyloop_to_hf_names(n, c);
     if (parts.empty()) throw Error("no HF name for this entry", o.input, n);
     // A dense linear weight [K, N] goes back to PyTorch's [N, K], part by part; a bias is split
     // like its weight; everything else keeps its bytes.
     const bool linear = is_tinyloop_linear_name(n);
     if (linear || parts.size() > 1) {
-      for (const HfSource& p : parts) shards.add(column_slice(t, p.hf, p.n0, p.n1, linear));
+      for (const HfSource& p : parts) {
+        const int64_t w = p.n1 - p.n0, rows = e.shape.size() == 2 ? e.shape[0] : 1;
+        add({p.hf, e.dtype,
+             e.shape.size() == 2 ? (linear ? std::vector<int64_t>{w, rows} : std::vector<int64_t>{rows, w})
+                                 : std::vector<int64_t>{w}});
+      }
     } else {
-      Tensor copy = t;
-      copy.name = parts[0].hf;
-      shards.add(std::move(copy));
+      add({parts[0].hf, e.dtype, e.shape});
     }
   }
-  const size_t n_shards = shards.finish();
+  plan_shards(plan, o.max_shard_bytes);
+
+  TempDir tmp(o.output);
+  ZeroStats zs;
+  size_t hf_layers = 0;
+  Progress progress(kTool, quant.size(), 0, o.quiet);
+  progress.set_sparse(true);  // without a terminal: a line every ~10 % or ~10 s
+  // One entry's tensors at a time: made when the first of them is due, by name.
+  size_t cached = SIZE_MAX;
+  std::map<std::string, Tensor> made;
+  auto make = [&](size_t ei) {
+    made.clear();
+    const std::string& n = plan.entries[ei];
+    if (ei < plan.quantized) {
+      const QuantWeight w = in.read_quant(n, /*with_marlin=*/false);
+      if (w.bits != 4)
+        throw Error("bits = " + std::to_string(w.bits) + ": " + fmt.label + " export writes 4-bit weights", o.input, n);
+      for (const HfPart& part : linear_parts(n, c)) {
+        const PartCodes codes = integer_part(w, part, fmt, o.input, &zs);
+        for (Tensor& t : fmt.ct ? ct_tensors(codes, part) : gptq_tensors(codes, part, fmt.gptq_v1)) {
+          std::string name = t.name;
+          made.emplace(std::move(name), std::move(t));
+        }
+        ++hf_layers;
+      }
+      progress.finished(n);
+    } else {
+      const Tensor t = in.read_dense(n);
+      const std::vector<HfSource> parts = tinyloop_to_hf_names(n, c);
+      const bool linear = is_tinyloop_linear_name(n);
+      if (linear || parts.size() > 1) {
+        for (const HfSource& p : parts) made.emplace(p.hf, column_slice(t, p.hf, p.n0, p.n1, linear));
+      } else {
+        Tensor copy = t;
+        copy.name = parts[0].hf;
+        made.emplace(parts[0].hf, std::move(copy));
+      }
+    }
+    cached = ei;
+  };
+  for (size_t si = 0; si < plan.shards.size(); ++si) {
+    std::vector<SafetensorsSpec> specs;
+    for (size_t ti : plan.shards[si]) specs.push_back(plan.tensors[ti].spec);
+    write_safetensors_stream(tmp.path() + "/" + plan.shard_name(si), specs, {{"format", "pt"}},
+                             [&](size_t k) -> const Tensor& {
+                               const PlannedTensor& pt = plan.tensors[plan.shards[si][k]];
+                               if (cached != pt.entry) make(pt.entry);
+                               return made.at(pt.spec.name);
+                             });
+  }
+  made.clear();
+  progress.end();
+  const size_t n_shards = plan.shards.size();
+  if (n_shards > 1) {
+    nlohmann::ordered_json index = {{"metadata", {{"total_size", plan.total}}}, {"weight_map", nlohmann::ordered_json::object()}};
+    for (size_t si = 0; si < n_shards; ++si)
+      for (size_t ti : plan.shards[si]) index["weight_map"][plan.tensors[ti].spec.name] = plan.shard_name(si);
+    AtomicOutput out(tmp.path() + "/model.safetensors.index.json", OutputSink::kStream);
+    out.write_text([&](std::ostream& os) { os << index.dump(2) << "\n"; });
+  }
 
   {
     AtomicOutput cfg(tmp.path() + "/config.json", OutputSink::kStream);
@@ -487,7 +542,7 @@ int run_tl_export(const ExportOptions& o) {
     std::fprintf(stderr, "%s: wrote %s (%s, group size %lld, %zu quantized weights -> %zu HF layers%s, %zu shard(s), "
                          "%.1f MB); %s; copied %zu file(s) from --from\n",
                  kTool, o.output.c_str(), what.c_str(), (long long)stored_gs, quant.size(), hf_layers,
-                 lm_head ? " incl. lm_head" : "", n_shards, double(shards.total_bytes()) / 1e6, moved, copied.size());
+                 lm_head ? " incl. lm_head" : "", n_shards, double(plan.total) / 1e6, moved, copied.size());
   if (o.json) {
     nlohmann::json j = report_header(kTool, 2);
     j["input"] = o.input;
@@ -500,7 +555,7 @@ int run_tl_export(const ExportOptions& o) {
     j["lm_head"] = lm_head;
     j["ignored_linears"] = dense_linears;
     j["shards"] = n_shards;
-    j["bytes"] = shards.total_bytes();
+    j["bytes"] = plan.total;
     j["zero_points"] = {{"groups", zs.groups}, {"moved", zs.moved}, {"max_abs_dw", zs.max_dw}};
     j["copied"] = copied;
     std::cout << j.dump(2) << "\n";

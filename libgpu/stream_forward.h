@@ -47,6 +47,10 @@ struct StreamModel {
 // One residual stream: model `model`'s forward on `path` in `mode` over `windows` windows of T
 // tokens, `batch` windows per forward.
 struct StreamSpec {
+  StreamSpec() = default;
+  StreamSpec(int model_, GpuPath path_, ForwardMode mode_, int64_t windows_, int64_t T_, int64_t batch_,
+             const int32_t* tokens_)
+      : model(model_), path(path_), mode(mode_), windows(windows_), T(T_), batch(batch_), tokens(tokens_) {}
   int model = 0;
   GpuPath path = GpuPath::kFp16;
   ForwardMode mode = ForwardMode::kPrefill;
