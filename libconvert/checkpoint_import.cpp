@@ -15,6 +15,7 @@
 #include "core/parallel.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
+#include "libconvert/model_source.h"
 #include "libconvert/model_entries.h"
 
 namespace tl {
@@ -271,26 +272,24 @@ CheckpointImport::CheckpointImport(const std::string& path, const std::string& o
   } catch (const std::regex_error& e) {
     throw Error("--only: not a valid regular expression: " + only + " (" + e.what() + ")");
   }
-  if (is_directory(path)) {
-    if (path_exists(path + "/config.json") && !is_regular_file(path + "/config.json"))
-      require_regular_file(path + "/config.json", "the checkpoint's config.json (a JSON file)");
-    if (is_regular_file(path + "/config.json")) {
+  switch (detect_input(path, "a checkpoint folder, .safetensors or .tinyloop file")) {
+    case InputKind::kHfFolder:
       m.kind = CheckpointKind::kHfFolder;
       m.open_hf(sel);
-    } else {
-      m.kind = CheckpointKind::kSafetensors;  // a folder of shards without config.json
+      break;
+    case InputKind::kQuantFolder:
+      throw Error("a quantized checkpoint folder (GPTQ, AWQ or compressed-tensors): quantize the original model "
+                  "(marlin-pack converts this folder to a .tinyloop)",
+                  path);
+    case InputKind::kSafetensorsFolder:  // a folder of shards without config.json
+    case InputKind::kSafetensorsFile:
+      m.kind = CheckpointKind::kSafetensors;
       m.open_safetensors(sel, !only.empty());
-    }
-  } else if (!is_regular_file(path)) {
-    if (!special_kind(path).empty())
-      throw Error("is " + special_kind(path) + "; expected a checkpoint folder, .safetensors or .tinyloop file", path);
-    throw Error("no such file or folder", path);
-  } else if (is_hdf5_file(path)) {
-    m.kind = CheckpointKind::kTinyloop;
-    m.open_tinyloop(sel);
-  } else {
-    m.kind = CheckpointKind::kSafetensors;
-    m.open_safetensors(sel, !only.empty());
+      break;
+    case InputKind::kHdf5:
+      m.kind = CheckpointKind::kTinyloop;
+      m.open_tinyloop(sel);
+      break;
   }
   // Every model entry against the config, before anything is read: a weight that disagrees
   // would make a file that no forward pass (and no tool after this one) can use.

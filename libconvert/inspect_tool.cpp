@@ -1,4 +1,5 @@
 #include "libconvert/inspect_tool.h"
+#include "libconvert/model_source.h"
 
 #include <algorithm>
 #include <cctype>
@@ -73,9 +74,8 @@ static uint64_t file_bytes(const std::string& path) {
 }
 
 FileKind detect_file_kind(const std::string& path) {
-  if (is_directory(path) || ends_with(path, ".json")) return FileKind::Safetensors;
-  require_regular_file(path, "a .tinyloop, safetensors or calibration file");
-  if (!is_hdf5_file(path)) return FileKind::Safetensors;
+  if (detect_input(path, "a .tinyloop, safetensors or calibration file") != InputKind::kHdf5)
+    return FileKind::Safetensors;  // every folder, a .safetensors file, an index .json
   h5::Handle f = h5::open_file(path);
   if (h5::has_attr(f, "/", "format")) {
     const std::string fmt = h5::attr_string(f, "/", "format", path);

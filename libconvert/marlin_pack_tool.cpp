@@ -1,5 +1,6 @@
 // marlin-pack: the tool job behind apps/marlin_pack.cpp (see marlin_pack_tool.h).
 #include "libconvert/marlin_pack_tool.h"
+#include "libconvert/model_source.h"
 
 #include <algorithm>
 #include <chrono>
@@ -312,19 +313,24 @@ int run_marlin_pack(const MarlinPackOptions& o) {
   }
 
   std::string kind;
-  if (is_directory(o.input)) {
-    QuantFormat format = QuantFormat::kGptq;
-    if (!quant_checkpoint_format(o.input, &format))
+  QuantFormat format = QuantFormat::kGptq;
+  switch (detect_input(o.input, "a .tinyloop file or a quantized checkpoint folder")) {
+    case InputKind::kHdf5:
+      kind = "tinyloop";
+      break;
+    case InputKind::kQuantFolder:
+      quant_checkpoint_format(o.input, &format);
+      if (o.in_place) throw Error("--in-place needs a .tinyloop input; write a quantized checkpoint's "
+                                  "conversion with -o OUTPUT.tinyloop", o.input);
+      kind = std::string(quant_format_name(format)) + "-checkpoint";
+      break;
+    case InputKind::kHfFolder:
+    case InputKind::kSafetensorsFolder:
       throw Error("a folder must be a quantized checkpoint (GPTQ, AWQ or compressed-tensors: quantize_config.json, "
                   "or config.json with a quantization_config)",
                   o.input);
-    if (o.in_place) throw Error("--in-place needs a .tinyloop input; write a quantized checkpoint's "
-                                "conversion with -o OUTPUT.tinyloop", o.input);
-    kind = std::string(quant_format_name(format)) + "-checkpoint";
-  } else {
-    require_regular_file(o.input, "a .tinyloop file or a quantized checkpoint folder");  // never opens a FIFO
-    if (!is_hdf5_file(o.input)) throw Error("expected a .tinyloop (HDF5) file or a quantized checkpoint folder", o.input);
-    kind = "tinyloop";
+    case InputKind::kSafetensorsFile:
+      throw Error("expected a .tinyloop (HDF5) file or a quantized checkpoint folder", o.input);
   }
 
   try {

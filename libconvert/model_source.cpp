@@ -28,7 +28,7 @@ const char* input_kind_name(InputKind k) {
   return "?";
 }
 
-InputKind detect_input(const std::string& path) {
+InputKind detect_input(const std::string& path, const std::string& what) {
   if (is_directory(path)) {
     if (is_quant_checkpoint(path)) return InputKind::kQuantFolder;
     const std::string cfg = path + "/config.json";
@@ -36,11 +36,7 @@ InputKind detect_input(const std::string& path) {
       require_regular_file(cfg, "the checkpoint's config.json (a JSON file)");
     return is_regular_file(cfg) ? InputKind::kHfFolder : InputKind::kSafetensorsFolder;
   }
-  if (!is_regular_file(path)) {
-    if (!special_kind(path).empty())
-      throw Error("is " + special_kind(path) + "; expected a model folder, .safetensors or .tinyloop file", path);
-    throw Error("no such file or folder", path);
-  }
+  require_regular_file(path, what);  // never opens a FIFO or a device
   return is_hdf5_file(path) ? InputKind::kHdf5 : InputKind::kSafetensorsFile;
 }
 
@@ -150,7 +146,7 @@ struct ModelSource::Impl {
   std::vector<SourceEntry> entries;
   std::map<std::string, size_t> by_name;
   // One of these is open.
-  std::unique_ptr<TinyloopReader> reader;
+  std::shared_ptr<const TinyloopReader> reader;
   std::unique_ptr<CheckpointImport> imp;
   std::map<std::string, const ImportEntry*> imp_entry;
   std::unique_ptr<QuantCheckpoint> ck;
@@ -180,7 +176,7 @@ struct ModelSource::Impl {
 
 void ModelSource::Impl::open_tinyloop() {
   kind = ModelKind::kTinyloop;
-  reader = std::make_unique<TinyloopReader>(path);
+  if (!reader) reader = std::make_shared<const TinyloopReader>(path);
   if (!reader->has_config()) throw Error("missing /config; expected the model's hyper-parameters", path, "config");
   config = reader->config();
   for (const std::string& n : reader->dense_names()) {
@@ -443,6 +439,18 @@ ModelSource::ModelSource(const std::string& path, bool with_marlin) : impl_(std:
     case InputKind::kSafetensorsFolder:
     case InputKind::kSafetensorsFile: m.open_import(); break;
   }
+  m.index_entries();
+  m.check_model();
+  m.check_complete();
+}
+
+ModelSource::ModelSource(std::shared_ptr<const TinyloopReader> reader, bool with_marlin)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.path = reader->path();
+  m.with_marlin = with_marlin;
+  m.reader = std::move(reader);
+  m.open_tinyloop();
   m.index_entries();
   m.check_model();
   m.check_complete();

@@ -45,9 +45,11 @@ enum class InputKind {
   kSafetensorsFile,    // a .safetensors file or a model.safetensors.index.json
 };
 const char* input_kind_name(InputKind k);  // "hdf5", "hf-folder", ...
-// Throws tl::Error (one line naming the path) for a path that does not exist or is not a regular
-// file or folder (a FIFO, a device), and for a folder whose config.json is not a regular file.
-InputKind detect_input(const std::string& path);
+// Throws tl::Error (one line naming the path: the system's reason, then "expected <what>") for
+// a path that does not exist, an empty file, a FIFO or a device (never opened), and for a folder
+// whose config.json is not a regular file.
+InputKind detect_input(const std::string& path,
+                       const std::string& what = "a model: a .tinyloop file, a model folder or a .safetensors file");
 
 enum class ModelKind { kTinyloop, kHfFolder, kQuantFolder };
 const char* model_kind_name(ModelKind k);  // "tinyloop", "hf-folder", "quantized-folder"
@@ -93,6 +95,8 @@ class ModelSource {
   // section (a .tinyloop's own; a quantized folder's packed on the way in where the gate passes).
   // Throws tl::Error naming the path and, where one is at fault, the entry.
   explicit ModelSource(const std::string& path, bool with_marlin = true);
+  // A .tinyloop the caller has open already (tl-verify opens FILE once for every tier).
+  ModelSource(std::shared_ptr<const TinyloopReader> reader, bool with_marlin);
   ~ModelSource();
   ModelSource(const ModelSource&) = delete;
   ModelSource& operator=(const ModelSource&) = delete;

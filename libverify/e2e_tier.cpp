@@ -127,9 +127,9 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
     r.seconds = seconds_since(t0);
     return r;
   };
-  if (opt.file.empty()) return skip("no FILE: the e2e tier scores a model file");
+  if (opt.file.empty()) return skip("no FILE given (the e2e tier scores a model: a .tinyloop or a quantized folder)");
   if (!opt.tokens.empty() && !opt.text.empty()) throw Error("give one of --tokens and --text", "", "--tokens/--text");
-  if (!opt.has_eval_input()) return skip("no --tokens FILE given, nor --text (evaluation tokens for perplexity)");
+  if (!opt.has_eval_input()) return skip("no --tokens file or --text (the e2e tier scores perplexity on tokens)");
   if (opt.max_drift_pct < 0 || opt.max_kld < 0 || opt.max_ppl_ratio < 0 || opt.max_ref_kld < 0)
     throw Error("expected non-negative bounds", "", "--max-drift / --max-kld / --max-ppl-ratio / --max-ref-kld");
   if (opt.per_layer && opt.reference.empty())
@@ -148,7 +148,8 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
   // opened once, its config and every entry checked before anything is read.
   const std::string gpu_why = gpu::gpu_model_unavailable_reason();
   const bool on_gpu = opt.device != E2eDevice::kCpu && gpu_why.empty();
-  const ModelSource file(opt.file, /*with_marlin=*/on_gpu);
+  const ModelSource file = opt.opened ? ModelSource(opt.opened, /*with_marlin=*/on_gpu)
+                                      : ModelSource(opt.file, /*with_marlin=*/on_gpu);
   const ModelConfig& config = file.config();
   std::vector<int32_t> tokens;
   if (!opt.text.empty()) {

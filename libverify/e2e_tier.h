@@ -44,6 +44,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -93,7 +94,8 @@ E2eMode parse_e2e_mode(const std::string& s);  // tl::Error naming --e2e-mode
 std::vector<ForwardMode> e2e_forward_modes(E2eMode m, bool on_gpu);
 
 struct E2eOptions {
-  std::string file;            // the quantized (ideally Marlin-packed) .tinyloop
+  std::string file;            // the quantized (ideally Marlin-packed) .tinyloop, or a quantized folder
+  std::shared_ptr<const TinyloopReader> opened;  // FILE, when the caller has it open (else opened by path)
   std::string tokens;          // token file (formats/token_file.h), or:
   std::string text;            // a UTF-8 text file, tokenized with `tokenizer` (formats/text_tokens.h)
   std::string tokenizer;       // the folder of tokenizer.model; empty: --reference when it is a folder

@@ -3,18 +3,18 @@
 #include "core/error.h"
 #include "formats/h5_util.h"
 #include "formats/marlin_layout.h"
+#include "formats/tinyloop_schema.h"
 
 namespace tl::verify {
 
 struct MarlinSectionReader::Impl {
   std::string path;
-  h5::Handle file;
+  hid_t file = -1;  // the reader's handle
 };
 
-MarlinSectionReader::MarlinSectionReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
-  h5::quiet_errors();
-  impl_->path = path;
-  impl_->file = h5::open_file(path, /*writable=*/false);
+MarlinSectionReader::MarlinSectionReader(const TinyloopReader& file) : impl_(std::make_unique<Impl>()) {
+  impl_->path = file.path();
+  impl_->file = file.impl()->file;
 }
 
 MarlinSectionReader::~MarlinSectionReader() = default;

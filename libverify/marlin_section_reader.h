@@ -14,7 +14,7 @@ namespace tl::verify {
 
 class MarlinSectionReader {
  public:
-  explicit MarlinSectionReader(const std::string& path);  // opens the file read-only
+  explicit MarlinSectionReader(const TinyloopReader& file);  // reads through the open file
   ~MarlinSectionReader();
   // The section of /quant/<w.name>/marlin: groupsize and layout attributes, B [K/16, 2N] int32,
   // s and delta float16 [G, N]; compact (EntryInfo::compact): no stored delta, it is derived from

@@ -214,7 +214,7 @@ void run_swiglu_on_file(const TierBounds& b, const RunContext& ctx, const std::v
     r.reason = "FILE has no quantized mlp_gate + mlp_up pair";
     return;
   }
-  const MarlinSectionReader sections(f.path());
+  const MarlinSectionReader sections(f);
   CaseProgress progress(ctx.progress, "swiglu", pairs.size() * std::size(kFileTierMs));
   for (size_t pi = 0; pi < pairs.size(); ++pi) {
     const EntryInfo gi = f.info(pairs[pi].first), ui = f.info(pairs[pi].second);
@@ -293,7 +293,7 @@ void run_on_file(TierId id, const TierBounds& b, const RunContext& ctx, TierResu
     return;
   }
   const bool per_m = id != TierId::kPack;
-  const MarlinSectionReader sections(f.path());
+  const MarlinSectionReader sections(f);
   CaseProgress progress(ctx.progress, name, names.size() * (per_m ? std::size(kFileTierMs) : 1));
   for (size_t wi = 0; wi < names.size(); ++wi) {
     const EntryInfo info = f.info(names[wi]);
@@ -356,6 +356,7 @@ void run_on_file(TierId id, const TierBounds& b, const RunContext& ctx, TierResu
 
 TierResult run_tier(TierId id, const TierBounds& bounds, const RunContext& ctx) {
   const TierSpec& spec = tier_spec(id);
+  if (id == TierId::kE2e) throw Error("the e2e tier is a scorer (run_e2e_tier), not a kernel tier", "", "run_tier");
   TierResult r;
   r.id = id;
   r.bounds = bounds;
@@ -363,23 +364,8 @@ TierResult run_tier(TierId id, const TierBounds& bounds, const RunContext& ctx) 
     r.reason = spec.unavailable;
     return r;
   }
-  // The e2e tier takes a quantized checkpoint folder too (no reader: it loads the model by path).
-  if (spec.file_use == FileUse::kRequired && !ctx.file && (id != TierId::kE2e || ctx.file_path.empty())) {
+  if (spec.file_use == FileUse::kRequired && !ctx.file) {
     r.reason = "no FILE given (this tier checks a .tinyloop file)";
-    return r;
-  }
-  // e2e probes the GPU itself, after checking its inputs (bad tokens are exit 2 even here).
-  if (id == TierId::kE2e) {
-    if (!ctx.e2e || !ctx.e2e->has_eval_input()) {
-      r.reason = "no --tokens file or --text (the e2e tier scores perplexity on tokens)";
-      return r;
-    }
-    E2eOptions eo = *ctx.e2e;
-    eo.file = ctx.file_path;
-    eo.progress = ctx.progress;
-    E2eResult e = run_e2e_tier(eo);
-    r = e2e_tier_result(e);
-    if (ctx.e2e_result) *ctx.e2e_result = std::move(e);
     return r;
   }
   if (spec.needs_gpu && !ctx.backend) {

@@ -3,12 +3,10 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <ostream>
 #include <string>
 
 #include "formats/tinyloop_file.h"
-#include "libverify/e2e_tier.h"
 #include "libverify/kernel_backend.h"
 #include "libverify/verify_report.h"
 
@@ -18,17 +16,13 @@ struct RunContext {
   KernelBackend* backend = nullptr;      // null: GPU tiers skipped with gpu_skip_reason
   std::string gpu_skip_reason;
   const TinyloopReader* file = nullptr;  // null: synthetic run
-  std::string file_path;                 // its path (the e2e tier reopens it)
   uint64_t seed = 0;
   bool small_shapes = false;             // only cheap synthetic shapes (tests on a CPU emulation)
   bool thorough = false;                 // more shapes per kernel path (--thorough)
   std::ostream* progress = nullptr;      // one line per case
-  // e2e: the options (tokens empty -> skipped; file and progress are filled in by run_tier)
-  // and where its full result goes (the drift report is made from it).
-  const E2eOptions* e2e = nullptr;
-  std::optional<E2eResult>* e2e_result = nullptr;
 };
 
+// The kernel tiers (every tier but e2e, which is a scorer of its own: e2e_tier.h).
 TierResult run_tier(TierId id, const TierBounds& bounds, const RunContext& ctx);
 
 // The M values each weight of a file is run at through the GPU tiers: the decode kernel at 1

@@ -15,7 +15,8 @@
 #include "core/error.h"
 #include "core/exit_codes.h"
 #include "formats/tinyloop_file.h"
-#include "libconvert/quant_checkpoint.h"
+#include "libconvert/model_source.h"
+#include "libverify/e2e_tier.h"
 #include "libverify/drift_report.h"
 #include "libverify/tier_runners.h"
 #include "libverify/verify_report.h"
@@ -73,22 +74,26 @@ int run_tl_verify(const VerifyOptions& o) {
   };
   std::unique_ptr<AtomicOutput> json_out = reserve(o.json_path), md_out = reserve(o.md_path);
   std::unique_ptr<AtomicOutput> drift_json_out = reserve(o.drift_json_path), drift_md_out = reserve(o.drift_md_path);
-  std::unique_ptr<TinyloopReader> reader;
-  // A quantized checkpoint folder (GPTQ, AWQ, compressed-tensors) is a model the e2e tier scores as it is (load_model_weights);
-  // the kernel tiers read .tinyloop files.
-  const bool quant_folder = !o.file.empty() && is_directory(o.file) && is_quant_checkpoint(o.file);
-  if (quant_folder) {
-    for (TierId id : tiers)
-      if (id != TierId::kE2e)
-        throw Error(std::string("a quantized checkpoint folder: the ") + tier_spec(id).name +
-                        " tier reads .tinyloop files (convert it: marlin-pack FILE -o FILE.tinyloop); --tiers e2e "
-                        "scores the folder as it is",
-                    o.file);
-  } else if (!o.file.empty()) {
-    reader = std::make_unique<TinyloopReader>(o.file);
-    // Every weight's layout from metadata, so a malformed file is one error line before any
-    // tier runs (its Marlin sections are what the tiers check).
-    for (const std::string& name : reader->quant_names()) reader->check_quant(name, /*with_marlin=*/false);
+  // FILE is opened once: a .tinyloop's reader serves the kernel tiers and the e2e tier alike; a
+  // model folder (a quantized checkpoint, an original HF model) is a model only the e2e tier
+  // scores as it is (it opens it itself).
+  std::shared_ptr<const TinyloopReader> reader;
+  if (!o.file.empty()) {
+    const InputKind kind = detect_input(o.file);
+    if (kind == InputKind::kHdf5) {
+      reader = std::make_shared<const TinyloopReader>(o.file);
+      // Every weight's layout from metadata, so a malformed file is one error line before any
+      // tier runs (its Marlin sections are what the tiers check).
+      for (const std::string& name : reader->quant_names()) reader->check_quant(name, /*with_marlin=*/false);
+    } else {
+      for (TierId id : tiers)
+        if (id != TierId::kE2e)
+          throw Error(std::string(kind == InputKind::kQuantFolder ? "a quantized checkpoint folder" : "not a .tinyloop file") +
+                          ": the " + tier_spec(id).name +
+                          " tier reads .tinyloop files (convert it: marlin-pack FILE -o FILE.tinyloop); --tiers e2e "
+                          "scores the folder as it is",
+                      o.file);
+    }
   }
 
   VerifyReport report;
@@ -118,14 +123,22 @@ int run_tl_verify(const VerifyOptions& o) {
   ctx.small_shapes = o.small_shapes;
   ctx.thorough = o.thorough;
   ctx.progress = o.quiet ? nullptr : &err;
-  std::optional<E2eResult> e2e;
-  ctx.file_path = o.file;
+  // The e2e tier scores the model beside the kernel tiers, on the same opened FILE and the same
+  // launcher options; its full result makes the drift report.
   E2eOptions e2e_options = o.e2e;
-  e2e_options.kernel = o.kernel;  // one set of options for every GPU path of the run
-  ctx.e2e = &e2e_options;
-  ctx.e2e_result = &e2e;
+  e2e_options.file = o.file;
+  e2e_options.opened = reader;
+  e2e_options.kernel = o.kernel;
+  e2e_options.progress = ctx.progress;
+  std::optional<E2eResult> e2e;
   for (size_t i = 0; i < tiers.size(); ++i) {
-    TierResult r = run_tier(tiers[i], bounds[i], ctx);
+    TierResult r;
+    if (tiers[i] == TierId::kE2e) {
+      e2e = run_e2e_tier(e2e_options);
+      r = e2e_tier_result(*e2e);
+    } else {
+      r = run_tier(tiers[i], bounds[i], ctx);
+    }
     if (r.status == Status::kSkipped)
       err << "tl-verify: " << tier_spec(r.id).name << ": skipped: " << r.reason << "\n";
     report.tiers.push_back(std::move(r));

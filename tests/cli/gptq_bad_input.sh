@@ -65,7 +65,7 @@ expect_bad "group-size.*must be one of 32, 64, 128, 256, row" w.safetensors -o o
 expect_bad "zero" w.safetensors -o out.tinyloop --zero half
 expect_bad "--act-order applies to --method gptq" w.safetensors -o out.tinyloop --method rtn --act-order
 expect_bad "--range-search searches integer zero points: it does not apply to --zero float" w.safetensors -o out.tinyloop --method rtn --range-search --zero float
-expect_bad "gptq-quantize: nope.safetensors: no such file" nope.safetensors -o out.tinyloop --method rtn
+expect_bad "gptq-quantize: nope.safetensors: No such file" nope.safetensors -o out.tinyloop --method rtn
 expect_bad "junk.bin" junk.bin -o out.tinyloop --method rtn
 expect_bad "nan.weight: weight is not finite at \[0, 0\]" nan.safetensors -o out.tinyloop --method rtn --group-size row
 expect_bad "no linear weight matches --only zzz" w.safetensors -o out.tinyloop --method rtn --only zzz
