@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
                "ULP reports.\nWithout FILE the GPU tiers run on fresh seeded random data; with "
                "FILE the pack tier and the GPU tiers run on the file's own packed weights."};
   tl::add_version_flag(app, "tl-verify");
+  // The e2e options' ranges from the tier's own table (run_e2e_tier refuses what is outside).
+  auto in_range = [](const char* flag) { return " [" + tv::e2e_option_range(flag) + "]"; };
   app.add_option("FILE", opt.file,
                  "a .tinyloop file (optional); for --tiers e2e alone also a quantized checkpoint folder (GPTQ, "
                  "AWQ, compressed-tensors), scored as it is");
@@ -46,12 +48,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--per-layer", opt.e2e.per_layer,
                "e2e: rank the quantized weights by the KLD each adds alone (needs --reference)");
-  app.add_option("--per-layer-windows", opt.e2e.per_layer_windows, "e2e: windows --per-layer scores")
+  app.add_option("--per-layer-windows", opt.e2e.per_layer_windows, std::string("e2e: windows --per-layer scores") + in_range("--per-layer-windows"))
       ->capture_default_str();
   app.add_option("--max-ppl-ratio", opt.e2e.max_ppl_ratio,
-                 "e2e: bound on PPL(FILE) / PPL(reference) per path (0 = not gated)")->capture_default_str();
+                 std::string("e2e: bound on PPL(FILE) / PPL(reference) per path (0 = not gated)") + in_range("--max-ppl-ratio"))->capture_default_str();
   app.add_option("--max-ref-kld", opt.e2e.max_ref_kld,
-                 "e2e: bound on the mean KLD(reference || FILE) per path (0 = not gated)")->capture_default_str();
+                 std::string("e2e: bound on the mean KLD(reference || FILE) per path (0 = not gated)") + in_range("--max-ref-kld"))->capture_default_str();
   std::string e2e_mode = "auto";
   app.add_option("--e2e-mode", e2e_mode,
                  "e2e: prefill (every GEMM at M = batch x ctx), decode (--decode-batch windows token by token, "
@@ -59,20 +61,20 @@ int main(int argc, char** argv) {
                  "the CPU)")
       ->capture_default_str();
   app.add_option("--decode-batch", opt.e2e.decode_batch,
-                 "e2e decode: windows in lockstep, the M of every decode GEMM (1..16); with decode it is also "
-                 "the prefill batch")
+                 std::string("e2e decode: windows in lockstep, the M of every decode GEMM; with decode it is also "
+                 "the prefill batch") + in_range("--decode-batch"))
       ->capture_default_str();
-  app.add_option("--batch", opt.e2e.batch, "e2e prefill: windows per forward")->capture_default_str();
+  app.add_option("--batch", opt.e2e.batch, std::string("e2e prefill: windows per forward") + in_range("--batch"))->capture_default_str();
   app.add_option("--cpu-check-tokens", opt.e2e.cpu_check_tokens,
-                 "e2e on the GPU: the first N tokens of window 0 through the CPU forward against the GPU's fp16 "
-                 "path (0 = off)")
+                 std::string("e2e on the GPU: the first N tokens of window 0 through the CPU forward against the GPU's fp16 "
+                 "path (0 = off)") + in_range("--cpu-check-tokens"))
       ->capture_default_str();
-  app.add_option("--threads", opt.e2e.threads, "e2e on the CPU: forward threads (0 = every core)")->capture_default_str();
-  app.add_option("--ctx", opt.e2e.ctx, "e2e: window length")->capture_default_str();
-  app.add_option("--stride", opt.e2e.stride, "e2e: window stride (0 = ctx)")->capture_default_str();
-  app.add_option("--max-tokens", opt.e2e.max_tokens, "e2e: score at most this many tokens (0 = all)");
-  app.add_option("--max-drift", opt.e2e.max_drift_pct, "e2e: bound on |PPL drift| in %")->capture_default_str();
-  app.add_option("--max-kld", opt.e2e.max_kld, "e2e: bound on the mean KLD vs fp16")->capture_default_str();
+  app.add_option("--threads", opt.e2e.threads, std::string("e2e on the CPU: forward threads (0 = every core)") + in_range("--threads"))->capture_default_str();
+  app.add_option("--ctx", opt.e2e.ctx, std::string("e2e: window length") + in_range("--ctx"))->capture_default_str();
+  app.add_option("--stride", opt.e2e.stride, std::string("e2e: window stride (0 = ctx)") + in_range("--stride"))->capture_default_str();
+  app.add_option("--max-tokens", opt.e2e.max_tokens, std::string("e2e: score at most this many tokens (0 = all)") + in_range("--max-tokens"));
+  app.add_option("--max-drift", opt.e2e.max_drift_pct, std::string("e2e: bound on |PPL drift| in %") + in_range("--max-drift"))->capture_default_str();
+  app.add_option("--max-kld", opt.e2e.max_kld, std::string("e2e: bound on the mean KLD vs fp16") + in_range("--max-kld"))->capture_default_str();
   app.add_option("--drift-json", opt.drift_json_path, "e2e: write the drift report as JSON");
   app.add_option("--drift-md", opt.drift_md_path, "e2e: write the drift report as Markdown");
   app.add_flag("--thorough", opt.thorough,

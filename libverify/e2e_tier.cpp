@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <sstream>
 
@@ -117,6 +118,45 @@ const E2ePathRow* E2eModelResult::row(gpu::GpuPath p, ForwardMode mode) const {
   return nullptr;
 }
 
+const std::vector<E2eOptionRule>& e2e_option_rules() {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  static const std::vector<E2eOptionRule> rules = {
+      {"--ctx", 2, 1e9, "a window scores at least one token", [](const E2eOptions& o) { return double(o.ctx); }, nullptr},
+      {"--stride", 0, 1e9, "0: the window length", [](const E2eOptions& o) { return double(o.stride); }, nullptr},
+      {"--max-tokens", 0, kInf, "0: the whole stream", [](const E2eOptions& o) { return double(o.max_tokens); }, nullptr},
+      {"--batch", 1, 1e6, "windows per prefill forward", [](const E2eOptions& o) { return double(o.batch); }, nullptr},
+      {"--decode-batch", 1, double(kE2eMaxDecodeBatch), "the decode kernel's M",
+       [](const E2eOptions& o) { return double(o.decode_batch); }, nullptr},
+      {"--per-layer-windows", 1, 1e9, "windows --per-layer scores",
+       [](const E2eOptions& o) { return double(o.per_layer_windows); }, [](const E2eOptions& o) { return o.per_layer; }},
+      {"--cpu-check-tokens", 0, 1e9, "0: off", [](const E2eOptions& o) { return double(o.cpu_check_tokens); }, nullptr},
+      {"--threads", 0, 4096, "0: every core", [](const E2eOptions& o) { return double(o.threads); }, nullptr},
+      {"--max-drift", 0, kInf, "a bound in %", [](const E2eOptions& o) { return o.max_drift_pct; }, nullptr},
+      {"--max-kld", 0, kInf, "a bound", [](const E2eOptions& o) { return o.max_kld; }, nullptr},
+      {"--max-ppl-ratio", 0, kInf, "0: not gated", [](const E2eOptions& o) { return o.max_ppl_ratio; }, nullptr},
+      {"--max-ref-kld", 0, kInf, "0: not gated", [](const E2eOptions& o) { return o.max_ref_kld; }, nullptr},
+  };
+  return rules;
+}
+
+std::string e2e_option_range(const char* flag) {
+  for (const E2eOptionRule& r : e2e_option_rules())
+    if (std::string(r.flag) == flag) {
+      auto num = [](double v) { return fmt("%g", v); };
+      return std::isinf(r.max) || r.max >= 1e9 ? ">= " + num(r.min) : num(r.min) + ".." + num(r.max);
+    }
+  return "";
+}
+
+void validate_e2e_options(const E2eOptions& o) {
+  for (const E2eOptionRule& r : e2e_option_rules()) {
+    if (r.applies && !r.applies(o)) continue;
+    const double v = r.get(o);
+    if (!(v >= r.min && v <= r.max))  // NaN fails too
+      throw Error("expected " + e2e_option_range(r.flag) + " (" + r.why + "), got " + fmt("%g", v), "", r.flag);
+  }
+}
+
 E2eResult run_e2e_tier(const E2eOptions& opt) {
   const auto t0 = Clock::now();
   E2eResult r;
@@ -130,19 +170,9 @@ E2eResult run_e2e_tier(const E2eOptions& opt) {
   if (opt.file.empty()) return skip("no FILE given (the e2e tier scores a model: a .tinyloop or a quantized folder)");
   if (!opt.tokens.empty() && !opt.text.empty()) throw Error("give one of --tokens and --text", "", "--tokens/--text");
   if (!opt.has_eval_input()) return skip("no --tokens file or --text (the e2e tier scores perplexity on tokens)");
-  if (opt.max_drift_pct < 0 || opt.max_kld < 0 || opt.max_ppl_ratio < 0 || opt.max_ref_kld < 0)
-    throw Error("expected non-negative bounds", "", "--max-drift / --max-kld / --max-ppl-ratio / --max-ref-kld");
   if (opt.per_layer && opt.reference.empty())
     throw Error("--per-layer measures each weight against the original model: give --reference", "", "--per-layer");
-  if (opt.cpu_check_tokens < 0)
-    throw Error("expected --cpu-check-tokens >= 0, got " + std::to_string(opt.cpu_check_tokens), "", "--cpu-check-tokens");
-  if (opt.batch < 1) throw Error("expected --batch >= 1, got " + std::to_string(opt.batch), "", "--batch");
-  if (opt.decode_batch < 1 || opt.decode_batch > kE2eMaxDecodeBatch)
-    throw Error("expected 1 <= --decode-batch <= " + std::to_string(kE2eMaxDecodeBatch) +
-                    " (the decode kernel's M), got " + std::to_string(opt.decode_batch), "", "--decode-batch");
-  if (opt.per_layer && opt.per_layer_windows < 1)
-    throw Error("expected --per-layer-windows >= 1, got " + std::to_string(opt.per_layer_windows), "",
-                "--per-layer-windows");
+  validate_e2e_options(opt);
 
   // Input checks first (bad input is exit 2 even where scoring would be skipped). Each model is
   // opened once, its config and every entry checked before anything is read.

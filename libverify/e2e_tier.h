@@ -127,6 +127,20 @@ struct E2eOptions {
   std::ostream* progress = nullptr;  // progress lines (every 10 % or 10 s without a terminal), ETA
 };
 
+// The e2e tier's numeric options, defined once: the range each must be in, why, and where it
+// lives in E2eOptions. tl-verify's --help shows the ranges from here and run_e2e_tier refuses a
+// value outside one (exit 2, naming the flag) before anything is read.
+struct E2eOptionRule {
+  const char* flag;        // "--decode-batch"
+  double min, max;         // inclusive
+  const char* why;         // "the decode kernel's M"
+  double (*get)(const E2eOptions&);
+  bool (*applies)(const E2eOptions&);  // null: always
+};
+const std::vector<E2eOptionRule>& e2e_option_rules();
+std::string e2e_option_range(const char* flag);  // "1..16", ">= 1" for --help
+void validate_e2e_options(const E2eOptions& o);   // tl::Error naming the first flag out of range
+
 struct E2ePathRow {
   gpu::GpuPath path = gpu::GpuPath::kFp16;
   ForwardMode mode = ForwardMode::kPrefill;
