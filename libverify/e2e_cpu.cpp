@@ -70,19 +70,20 @@ void run_blocks(const std::vector<const ModelSource*>& sources, std::vector<CpuS
                 const std::string& what, int64_t ctx, const std::function<bool(int64_t step, size_t m)>& wanted,
                 int ref_stream) {
   const std::vector<BlockStep> steps = block_schedule((sources[0] ? sources[0] : sources[1])->config());
-  std::vector<BlockWeights> slot[2];
-  for (auto& s : slot) s.resize(sources.size());
+  std::vector<BlockWeights> slot(sources.size());  // the step's blocks, widened (one step at a time)
   const int threads = resolve_threads(opt.threads);
   BlockTimes total;
   stream_blocks(
       sources, steps, wanted,
       [&](int64_t step, std::vector<StoredBlock>& blocks) {
-        std::vector<BlockWeights>& out = slot[step % 2];
-        for (size_t m = 0; m < blocks.size(); ++m)
-          out[m] = sources[m] && wanted(step, m) ? to_block_weights(blocks[m]) : BlockWeights{};
+        for (size_t m = 0; m < blocks.size(); ++m) {
+          slot[m] = BlockWeights{};  // the last step's block goes before this one is made
+          if (sources[m] && wanted(step, m)) slot[m] = to_block_weights(blocks[m]);
+          blocks[m] = StoredBlock{};
+        }
       },
       [&](int64_t step) {
-        std::vector<BlockWeights>& bw = slot[step % 2];
+        std::vector<BlockWeights>& bw = slot;
         const std::string& prefix = steps[size_t(step)].prefix;
         const auto t0 = Clock::now();
         // Streams that start here copy the reference's residual before it moves on.
@@ -110,9 +111,10 @@ void run_blocks(const std::vector<const ModelSource*>& sources, std::vector<CpuS
           parallel_for(int64_t(s.x.size()), threads, [&](int64_t t) { run_block(c, bw[size_t(s.model)], s.x[size_t(t)], ctx, {}, s.mode); });
           std::swap(ref_l->W, q_l->W);
         }
+        for (BlockWeights& b : bw) b = BlockWeights{};  // gone before the next step is read
         return BlockTimes{0, 0, seconds_since(t0)};
       },
-      opt, what, &total);
+      opt, what, &total, /*overlap=*/false);
   note(opt, what + ": read " + fmt("%.1f", total.read) + " s, widen " + fmt("%.1f", total.upload) + " s, compute " +
                 fmt("%.1f", total.compute) + " s");
 }

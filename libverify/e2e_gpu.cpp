@@ -155,7 +155,7 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
         for (size_t i = 0; i < t.stream_compute.size(); ++i) stream_seconds[i] += t.stream_compute[i];
         return BlockTimes{0, t.upload, t.compute};
       },
-      opt, "e2e block", &total);
+      opt, "e2e block", &total, /*overlap=*/true);
   note(opt, "blocks: read " + fmt("%.1f", total.read) + " s, upload " + fmt("%.1f", total.upload) + " s, compute " +
                 fmt("%.1f", total.compute) + " s (read and upload overlap the compute)");
   for (size_t si = 0; si < sources.size(); ++si) gs.stage_head(int(si), sources[si]->read_head(), sources[si]->read_vector("final_norm"));
@@ -308,7 +308,7 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
           const gpu::StepTimes t = pg.last_step_times();
           return BlockTimes{0, t.upload, t.compute};
         },
-        opt, what + " block", &pt);
+        opt, what + " block", &pt, /*overlap=*/true);
     for (int si = 0; si < 2; ++si) pg.stage_head(si, pl_sources[size_t(si)]->read_head(), pl_sources[size_t(si)]->read_vector("final_norm"));
     std::vector<PathTrace> traces(p1 - p0);
     for (PathTrace& tr : traces) size_trace(tr, size_t(per_layer_windows * plan.scored_per_window()), true);

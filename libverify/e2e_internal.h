@@ -110,9 +110,11 @@ std::vector<std::string> quantized_linears(const ModelSource& src);
 std::vector<int32_t> window_tokens(const std::vector<int32_t>& tokens, const WindowPlan& plan, int64_t w0, int64_t n);
 
 // Per-block phase times of a streamed pass and its progress lines ("block pre.3 (4/32): read
-// 0.8 s, upload 0.2 s, compute 0.4 s"): the one block loop of both scorers. The next step's
-// blocks are read (and staged by `stage`, on the reader thread, one call at a time, in step
-// order) while `run` computes the current one on the calling thread. Each step's blocks are
+// 0.8 s, upload 0.2 s, compute 0.4 s"): the one block loop of both scorers. With overlap (the
+// GPU's), the next step's blocks are read and staged by `stage` on a reader thread (one call at a
+// time, in step order) while `run` computes the current one on the calling thread: two steps'
+// blocks in host memory. Without (the CPU's, whose compute dwarfs the reads), one step after the
+// other: one step's blocks, so host memory is the same at every depth. Each step's blocks are
 // the block of the schedule of each source (null sources, and those `wanted` declines for the
 // step, are not read: their block is empty). run returns the step's upload and compute seconds
 // (0 where not measured).
@@ -123,7 +125,7 @@ void stream_blocks(const std::vector<const ModelSource*>& sources, const std::ve
                    const std::function<bool(int64_t step, size_t source)>& wanted,
                    const std::function<void(int64_t step, std::vector<StoredBlock>& blocks)>& stage,
                    const std::function<BlockTimes(int64_t step)>& run, const E2eOptions& opt, const std::string& what,
-                   BlockTimes* total);
+                   BlockTimes* total, bool overlap);
 
 // One swapped weight's trace on the first windows against the reference's trace there.
 LayerDrift layer_drift(const std::string& name, const PathTrace& tr, const PathTrace& ref_trace);

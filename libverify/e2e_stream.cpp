@@ -32,7 +32,7 @@ void stream_blocks(const std::vector<const ModelSource*>& sources, const std::ve
                    const std::function<bool(int64_t step, size_t source)>& wanted,
                    const std::function<void(int64_t step, std::vector<StoredBlock>& blocks)>& stage,
                    const std::function<BlockTimes(int64_t step)>& run, const E2eOptions& opt, const std::string& what,
-                   BlockTimes* total) {
+                   BlockTimes* total, bool overlap) {
   const int64_t S = int64_t(steps.size());
   if (S == 0) return;
   Progress progress("tl-verify", size_t(S), double(S), opt.progress == nullptr, opt.progress);
@@ -51,11 +51,12 @@ void stream_blocks(const std::vector<const ModelSource*>& sources, const std::ve
   BlockTimes staged = read_stage(0);
   for (int64_t s = 0; s < S; ++s) {
     std::future<BlockTimes> next;
-    if (s + 1 < S) next = std::async(std::launch::async, read_stage, s + 1);
+    if (overlap && s + 1 < S) next = std::async(std::launch::async, read_stage, s + 1);
     BlockTimes t = run(s);
     t.read = staged.read;
     t.upload += staged.upload;
     if (next.valid()) staged = next.get();
+    else if (s + 1 < S) staged = read_stage(s + 1);
     total->read += t.read;
     total->upload += t.upload;
     total->compute += t.compute;

@@ -120,22 +120,24 @@ const E2ePathRow* E2eModelResult::row(gpu::GpuPath p, ForwardMode mode) const {
 
 const std::vector<E2eOptionRule>& e2e_option_rules() {
   constexpr double kInf = std::numeric_limits<double>::infinity();
+  // One row per option: flag, range, why, field (read and written as a double).
+#define TL_E2E_FIELD(f) [](const E2eOptions& o) { return double(o.f); }, [](E2eOptions& o, double v) { o.f = decltype(o.f)(v); }
   static const std::vector<E2eOptionRule> rules = {
-      {"--ctx", 2, 1e9, "a window scores at least one token", [](const E2eOptions& o) { return double(o.ctx); }, nullptr},
-      {"--stride", 0, 1e9, "0: the window length", [](const E2eOptions& o) { return double(o.stride); }, nullptr},
-      {"--max-tokens", 0, kInf, "0: the whole stream", [](const E2eOptions& o) { return double(o.max_tokens); }, nullptr},
-      {"--batch", 1, 1e6, "windows per prefill forward", [](const E2eOptions& o) { return double(o.batch); }, nullptr},
-      {"--decode-batch", 1, double(kE2eMaxDecodeBatch), "the decode kernel's M",
-       [](const E2eOptions& o) { return double(o.decode_batch); }, nullptr},
-      {"--per-layer-windows", 1, 1e9, "windows --per-layer scores",
-       [](const E2eOptions& o) { return double(o.per_layer_windows); }, [](const E2eOptions& o) { return o.per_layer; }},
-      {"--cpu-check-tokens", 0, 1e9, "0: off", [](const E2eOptions& o) { return double(o.cpu_check_tokens); }, nullptr},
-      {"--threads", 0, 4096, "0: every core", [](const E2eOptions& o) { return double(o.threads); }, nullptr},
-      {"--max-drift", 0, kInf, "a bound in %", [](const E2eOptions& o) { return o.max_drift_pct; }, nullptr},
-      {"--max-kld", 0, kInf, "a bound", [](const E2eOptions& o) { return o.max_kld; }, nullptr},
-      {"--max-ppl-ratio", 0, kInf, "0: not gated", [](const E2eOptions& o) { return o.max_ppl_ratio; }, nullptr},
-      {"--max-ref-kld", 0, kInf, "0: not gated", [](const E2eOptions& o) { return o.max_ref_kld; }, nullptr},
+      {"--ctx", 2, 1e9, "a window scores at least one token", TL_E2E_FIELD(ctx), nullptr},
+      {"--stride", 0, 1e9, "0: the window length", TL_E2E_FIELD(stride), nullptr},
+      {"--max-tokens", 0, kInf, "0: the whole stream", TL_E2E_FIELD(max_tokens), nullptr},
+      {"--batch", 1, 1e6, "windows per prefill forward", TL_E2E_FIELD(batch), nullptr},
+      {"--decode-batch", 1, double(kE2eMaxDecodeBatch), "the decode kernel's M", TL_E2E_FIELD(decode_batch), nullptr},
+      {"--per-layer-windows", 1, 1e9, "windows --per-layer scores", TL_E2E_FIELD(per_layer_windows),
+       [](const E2eOptions& o) { return o.per_layer; }},
+      {"--cpu-check-tokens", 0, 1e9, "0: off", TL_E2E_FIELD(cpu_check_tokens), nullptr},
+      {"--threads", 0, 4096, "0: every core", TL_E2E_FIELD(threads), nullptr},
+      {"--max-drift", 0, kInf, "a bound in %", TL_E2E_FIELD(max_drift_pct), nullptr},
+      {"--max-kld", 0, kInf, "a bound", TL_E2E_FIELD(max_kld), nullptr},
+      {"--max-ppl-ratio", 0, kInf, "0: not gated", TL_E2E_FIELD(max_ppl_ratio), nullptr},
+      {"--max-ref-kld", 0, kInf, "0: not gated", TL_E2E_FIELD(max_ref_kld), nullptr},
   };
+#undef TL_E2E_FIELD
   return rules;
 }
 

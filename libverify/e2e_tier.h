@@ -135,6 +135,7 @@ struct E2eOptionRule {
   double min, max;         // inclusive
   const char* why;         // "the decode kernel's M"
   double (*get)(const E2eOptions&);
+  void (*set)(E2eOptions&, double);    // for the tests that walk the table
   bool (*applies)(const E2eOptions&);  // null: always
 };
 const std::vector<E2eOptionRule>& e2e_option_rules();

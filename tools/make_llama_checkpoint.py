@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes a Llama-architecture HF checkpoint of random weights, for sizes and timings at real scale.
 
-    tools/make_llama_checkpoint.py OUT_DIR [--shape 7b|13b|70b|405b|tiny] [--dtype bf16|fp16]
+    tools/make_llama_checkpoint.py OUT_DIR [--shape 7b|13b|70b|405b|1b|tiny] [--dtype bf16|fp16]
                                            [--shard-gb 5] [--seed 0] [--layers N]
 
 --layers keeps the shape's layer sizes with fewer (or more) layers: a 70B-shaped model of 2
@@ -27,6 +27,7 @@ import numpy as np
 SHAPES = {
     # hidden, intermediate, layers, heads, kv heads, vocab
     "tiny": (256, 768, 2, 4, 4, 512),
+    "1b": (2048, 8192, 16, 16, 16, 32000),  # a 67 M-parameter layer: the CLI memory test's
     "7b": (4096, 11008, 32, 32, 32, 32000),
     "13b": (5120, 13824, 40, 40, 40, 32000),
     "70b": (8192, 28672, 80, 64, 8, 32000),
