@@ -118,7 +118,8 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
   if (ref) size_trace(ref->trace, plan, false);
 
   const gpu::StreamPlan splan = admit(sources, sm, specs, opt, "e2e");
-  gpu::GpuStreamer gs(sm, specs, splan, opt.kernel);
+  auto streamer = std::make_unique<gpu::GpuStreamer>(sm, specs, splan, opt.kernel);
+  gpu::GpuStreamer& gs = *streamer;
   const auto t_embed = Clock::now();
   for (size_t si = 0; si < sources.size(); ++si) gs.embed(int(si), sources[si]->read_embedding());
   // The CPU check: the file's W_hat in float32, block by block beside the GPU (prefix of window 0).
@@ -257,6 +258,7 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
     res.cpu_rel = den > 0 ? std::sqrt(num / den) : 0;
   }
   note(opt, "GPU memory used at most " + format_bytes(gs.peak_device_bytes()) + " (the device's, as cudaMemGetInfo saw it)");
+  streamer.reset();  // the main pass's memory is free for the per-layer passes
   if (!per_layer) return;
 
   // --per-layer: the reference with one quantized weight of FILE swapped in (its fp16 W_hat), on

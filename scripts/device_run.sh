@@ -5,6 +5,7 @@
 #   bash scripts/device_run.sh [test] [sanitize] [bench-quick] [bench] [ab] [verify] [tiers]
 #                              [tiers-thorough] [faults] [demo] [crosscheck] [hfcalib] [sanitize-model]
 #                              [gptq-devices] [gptq-bench] [gptq-big] [cli-gpu] [families] [e2e-big]
+#                              [e2e-depth]
 # gptq-devices: the demo model's GPTQ on --device cuda and cpu (plain, --act-order, --range-search:
 # GPTQ_VARIANTS="0 1 rs"), each through the e2e tier against the original; their PPLs must agree
 # within 0.3 %.
@@ -22,7 +23,13 @@
 # against its bf16 original, 16 x 2048 random tokens, once per mode of E2E_MODES ("prefill
 # decode"); end-to-end seconds, max RSS and the tool's phase lines. BIG_VOCAB=50257: GPT-2's
 # vocabulary (the head's section padded); E2E_ONLY: gptq-quantize's --only (e.g. 'attn|mlp|head'
-# to quantize the head too); E2E_TOKENS (16 x 2048), E2E_CTX (2048).
+# to quantize the head too); E2E_TOKENS (16 x 2048), E2E_CTX (2048). Each run: end-to-end seconds,
+# max RSS, the GPU's memory peak, the streamed tier's phase lines (e2e_measure).
+# e2e-depth: the same protocol on DEPTH_SHAPE (70b) checkpoints of DEPTH_LAYERS (2 4 8) layers,
+# written with --fast values, read cold (page cache dropped, the disk's read rate stated), in
+# DEPTH_MODE (prefill); on the DEPTH_TOOLS-layer one the other tools' max RSS (marlin-pack,
+# tl-inspect, tl-export both formats, marlin-pack of the exported GPTQ folder, the pack tier and
+# the GPU file tiers DEPTH_TIERS). DEPTH_SHAPE=405b DEPTH_LAYERS=1: one Llama-3.1-405B block.
 # ab: .device/bin/bench_kernels_base (another commit's build) and bench_kernels alternately,
 # base, new, base, new, with BENCH_ARGS; logs ab-base-N.log / ab-new-N.log.
 # Extra benchmark arguments: BENCH_ARGS="--sets 70b --g 128". SANITIZER_TESTS: a doctest
@@ -62,10 +69,50 @@ doctest_line() { grep -E "^\[doctest\] (test cases|assertions)" "$1" | tr '\n' '
 big_checkpoint() {
   shape=${BIG_SHAPE:-7b}; layers=${BIG_LAYERS:-0}; vocab=${BIG_VOCAB:-0}; ck=/tmp/l$shape-$layers-$vocab
   if [ ! -f $ck/model.safetensors.index.json ]; then
-    python3 tools/make_llama_checkpoint.py $ck --shape $shape --layers $layers --vocab $vocab > "$OUT/make-$shape.log" 2>&1 ||
+    python3 tools/make_llama_checkpoint.py $ck --shape $shape --layers $layers --vocab $vocab ${BIG_FAST:+--fast} \
+      > "$OUT/make-$shape.log" 2>&1 ||
       note "make_llama_checkpoint failed"
   fi
 }
+
+
+# Evicts files from the page cache (clean pages; sync first): a run after it reads them from disk.
+drop_cache() { sync; python3 -c "
+import os, sys
+for f in sys.argv[1:]:
+    fd = os.open(f, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)" "$@"; }
+# The disk's cold read rate on one file (GB/s), the file evicted before and after.
+disk_rate() { drop_cache "$1"; local t0 t1; t0=$(date +%s.%N); cat "$1" > /dev/null; t1=$(date +%s.%N); drop_cache "$1"
+  python3 -c "import os, sys; print('%.2f' % (os.path.getsize(sys.argv[1]) / 1e9 / (float(sys.argv[3]) - float(sys.argv[2]))))" "$1" $t0 $t1; }
+# One tl-verify e2e run measured (TAG FILE REF MODE [tl-verify args]): end-to-end seconds, max
+# RSS, the GPU's memory peak (nvidia-smi every 250 ms), the tool's phase lines, the PPLs.
+e2e_measure() {
+  local tag=$1 file=$2 ref=$3 mode=$4; shift 4
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 250 > "$OUT/gpumem-$tag.txt" 2>/dev/null &
+  local smi=$! t0; t0=$(date +%s.%N)
+  /usr/bin/time -v "$bin/tl-verify" $file --tiers e2e --reference $ref --tokens /tmp/e2e_tokens.u32 \
+    --ctx ${E2E_CTX:-2048} --device cuda --e2e-mode $mode --drift-json "$OUT/$tag.json" "$@" > "$OUT/$tag.log" 2>&1
+  local rc=$?
+  kill $smi 2>/dev/null
+  note "$tag: rc=$rc $(python3 - "$OUT/$tag.log" "$OUT/gpumem-$tag.txt" "$OUT/$tag.json" $t0 $(date +%s.%N) <<'PY' 2>&1
+import json, re, sys
+log = open(sys.argv[1]).read()
+rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", log)
+mem = max([int(x) for x in open(sys.argv[2]).read().split() if x.strip().isdigit()] or [0])
+out = f"{float(sys.argv[5]) - float(sys.argv[4]):.1f} s end to end, max RSS {int(rss.group(1)) / 1e6 if rss else 0:.2f} GB, GPU peak {mem / 1024:.2f} GiB"
+try:
+    d = json.load(open(sys.argv[3]))
+    out += "; PPL ref %.4f" % d["reference"]["ppl"] + "".join(f", {p['name']} {p['ppl']:.4f}" for p in d["paths"])
+except Exception as e:
+    out += f"; no drift JSON ({e})"
+print(out)
+PY
+)"
+  while IFS= read -r l; do note "  $l"; done < <(grep -E "^tl-verify: (streaming|e2e: GPU memory|embedded|blocks:|heads:|GPU memory used)|FAILED|rror" "$OUT/$tag.log" | head -12)
+}
+# A tool's max RSS (LABEL CMD...): one line.
+rss_of() { local label=$1; shift; /usr/bin/time -v "$@" > /tmp/rss.out 2> /tmp/rss.err; local rc=$?
+  note "  $label: rc=$rc, max RSS $(( $(grep -E 'Maximum resident' /tmp/rss.err | grep -oE '[0-9]+$') / 1000 )) MB$([ $rc -ne 0 ] && echo " ($(grep -v '^\s' /tmp/rss.err | tail -1))")"; }
 
 for step in "${steps[@]}"; do
   case "$step" in
@@ -282,13 +329,32 @@ PY
         "$bin/marlin-pack" /tmp/big-rtn.tinyloop -o /tmp/big-rtnm.tinyloop --drop-native --quiet; } > "$OUT/e2e-big-prep.log" 2>&1
       note "RTN g128 + marlin-pack --drop-native: rc=$? ($(( $(date +%s) - t0 )) s, $(du -h /tmp/big-rtnm.tinyloop | cut -f1))"
       rm -f /tmp/big-rtn.tinyloop
-      for mode in ${E2E_MODES:-prefill decode}; do
+      for mode in ${E2E_MODES:-prefill decode}; do e2e_measure e2e-$shape-$mode /tmp/big-rtnm.tinyloop $ck $mode; done
+      ;;
+    e2e-depth)  # the e2e tier on 70B-shaped models of DEPTH_LAYERS (2 4 8) layers, each read cold from disk
+      # (the page cache dropped first), 16 x 2048 tokens, prefill; the tools' max RSS on the deepest.
+      python3 -c "import numpy as np; np.random.default_rng(1).integers(0, 32000, ${E2E_TOKENS:-32768}, dtype='<u4').tofile('/tmp/e2e_tokens.u32')"
+      for L in ${DEPTH_LAYERS:-2 4 8}; do
         t0=$(date +%s)
-        /usr/bin/time -v "$bin/tl-verify" /tmp/big-rtnm.tinyloop --tiers e2e --reference $ck --tokens /tmp/e2e_tokens.u32 \
-          --ctx ${E2E_CTX:-2048} --device cuda --e2e-mode $mode --drift-json "$OUT/e2e-big-$mode.json" > "$OUT/e2e-big-$mode.log" 2>&1; rc=$?
-        rss=$(grep -E "Maximum resident set size" "$OUT/e2e-big-$mode.log" | grep -oE "[0-9]+$")
-        note "tl-verify e2e $shape $mode: rc=$rc, $(( $(date +%s) - t0 )) s end to end, max RSS $(( ${rss:-0} / 1000000 )) GB"
-        while IFS= read -r l; do note "  $l"; done < <(grep -E "^tl-verify: (loaded|uploaded|GPU memory|CPU check)|e2e windows|^  (reference|fp16|native|Marlin)" "$OUT/e2e-big-$mode.log" | head -16)
+        rm -rf /tmp/d-*
+        BIG_SHAPE=${DEPTH_SHAPE:-70b} BIG_LAYERS=$L BIG_FAST=1 big_checkpoint
+        { "$bin/gptq-quantize" $ck --method rtn --group-size 128 -o /tmp/d-rtn.tinyloop -q &&
+          "$bin/marlin-pack" /tmp/d-rtn.tinyloop -o /tmp/d-c.tinyloop --drop-native --quiet; } > "$OUT/depth-prep-$L.log" 2>&1
+        note "$shape x $L layers: checkpoint + RTN + pack rc=$? ($(( $(date +%s) - t0 )) s; $(du -sh $ck | cut -f1) bf16, $(du -h /tmp/d-c.tinyloop | cut -f1) compact)"
+        note "  disk: $(disk_rate $(ls $ck/*.safetensors | head -1)) GB/s cold read"
+        drop_cache $ck/*.safetensors /tmp/d-c.tinyloop
+        e2e_measure e2e-$shape-L$L /tmp/d-c.tinyloop $ck ${DEPTH_MODE:-prefill}
+        if [ "$L" = "${DEPTH_TOOLS:-8}" ]; then
+          rss_of "marlin-pack (RTN native -> packed)" "$bin/marlin-pack" /tmp/d-rtn.tinyloop -o /tmp/d-p.tinyloop -q; rm -f /tmp/d-p.tinyloop
+          rss_of "tl-inspect" "$bin/tl-inspect" /tmp/d-c.tinyloop
+          rss_of "tl-export compressed-tensors" "$bin/tl-export" /tmp/d-c.tinyloop --format compressed-tensors -o /tmp/d-ct --quiet
+          rss_of "tl-export gptq v2" "$bin/tl-export" /tmp/d-c.tinyloop --format gptq --gptq-format v2 -o /tmp/d-gq --quiet
+          rss_of "marlin-pack (GPTQ folder)" "$bin/marlin-pack" /tmp/d-gq -o /tmp/d-g.tinyloop -q
+          rm -rf /tmp/d-ct /tmp/d-gq /tmp/d-g.tinyloop
+          rss_of "tl-verify pack tier" "$bin/tl-verify" /tmp/d-c.tinyloop --tiers pack -q
+          rss_of "tl-verify GPU file tiers (${DEPTH_TIERS:-wrapper,native})" "$bin/tl-verify" /tmp/d-c.tinyloop --tiers ${DEPTH_TIERS:-wrapper,native} -q
+        fi
+        rm -rf $ck /tmp/d-*
       done
       ;;
     *) note "unknown step $step" ;;

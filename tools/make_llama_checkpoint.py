@@ -57,8 +57,12 @@ def tensors(shape):
     return out
 
 
-def random_half(rng, n, dtype, is_norm):
-    """n values as 16-bit words: bf16 (top half of float32) or IEEE fp16."""
+def random_half(rng, n, dtype, is_norm, fast=False):
+    """n values as 16-bit words: bf16 (top half of float32) or IEEE fp16. fast: bf16 words of a
+    random sign and mantissa at exponent 2^-6 (|w| in [0.0156, 0.031)), drawn as integers: ~10x
+    faster than normals, for sizes and timings where the values do not matter."""
+    if fast and not is_norm and dtype == "bf16":
+        return (rng.integers(0, 1 << 16, n, dtype=np.uint16) & np.uint16(0x807F)) | np.uint16(0x3C80)
     if is_norm:
         x = np.ones(n, dtype=np.float32)
     else:
@@ -78,6 +82,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", type=int, default=0, help="number of layers (0: the shape's)")
     ap.add_argument("--vocab", type=int, default=0, help="vocabulary size (0: the shape's; 50257: GPT-2's)")
+    ap.add_argument("--fast", action="store_true", help="bf16 values drawn as integers (sizes and timings only)")
     a = ap.parse_args()
     shape = SHAPES[a.shape]
     if a.layers > 0:
@@ -123,7 +128,7 @@ def main():
         with open(os.path.join(a.out, fname), "wb") as fh:
             fh.write(struct.pack("<Q", len(hb)) + hb)
             for name, dims, nbytes in entries:
-                fh.write(random_half(rng, nbytes // 2, a.dtype, name.endswith("norm.weight")).tobytes())
+                fh.write(random_half(rng, nbytes // 2, a.dtype, name.endswith("norm.weight"), a.fast).tobytes())
         print(f"make_llama_checkpoint: {fname}: {len(entries)} tensors, {off / 1e9:.2f} GB", file=sys.stderr)
     with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as fh:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, fh, indent=1)
