@@ -25,7 +25,8 @@ enum class RowOrder { kSequenceMajor, kPositionMajor };
 // its dtype here).
 enum class WeightElem { kF32, kF16, kBF16 };
 // dst [K, N] fp16 (row-major) = fp16(src), round to nearest even: src [K, N] or, transposed,
-// PyTorch's [N, K]. The values the host's float_to_half of the widened weight gives, bit for bit
+// PyTorch's [N, K]. The values the host's float_to_half of the widened weight gives, bit for bit, for
+// every finite value and +-Inf (a NaN comes out a NaN, not its payload; weights are checked finite)
 // (bf16 and fp32 widen exactly; one rounding). The e2e tier converts dense weights on the GPU.
 int weight_to_half(const void* src, WeightElem elem, bool transposed, int64_t K, int64_t N, __half* dst,
                    cudaStream_t stream);

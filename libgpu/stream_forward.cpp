@@ -37,7 +37,7 @@ uint64_t linear_staged(int64_t K, int64_t N, const SourceEntry* e, bool marlin) 
   const uint64_t G = uint64_t(group_count(K, e->group_size > 0 ? e->group_size : K));
   uint64_t b = uint64_t(K) * uint64_t(packed_row_bytes(N)) + 2 * G * uint64_t(N) * 2;
   if (marlin && e->marlin_n > 0) b += uint64_t(K) * uint64_t(e->marlin_n) / 2 + 2 * G * uint64_t(e->marlin_n) * 2;
-  return b + 4 * 256;
+  return b + 6 * 256;  // each piece at a 256-byte boundary
 }
 
 uint64_t linear_device(int64_t K, int64_t N, const SourceEntry* e, const StreamModel& f) {
@@ -74,7 +74,10 @@ ModelFootprint model_footprint(const ModelSource& src, const StreamModel& f) {
   for (int loop = 0; loop < 2; ++loop)
     for (int64_t i = 0; i < (loop ? c.n_loop : c.n_pre); ++i) {
       const std::string p = block_prefix(loop == 1, i);
-      uint64_t dev = 0, staged = 4 * (4 * uint64_t(c.d_model) + 2 * uint64_t(c.ffn) + 4 * uint64_t(c.d_head)) + 9 * 256;
+      // Norms and biases (every one the family may have, each padded to 64 floats), fp32.
+      const uint64_t vec_floats = 4 * uint64_t(c.d_model) + 2 * uint64_t(c.ffn) + 2 * uint64_t(c.d_head) +
+                                  uint64_t(c.n_heads + 2 * c.n_kv_heads) * uint64_t(c.d_head) + 9 * 64;
+      uint64_t dev = vec_floats * 4, staged = vec_floats * 4 + 256;
       uint64_t raw = 0;
       for (const char* s : kBlockLinearNames) {
         const std::string n = p + "." + s;
@@ -99,15 +102,14 @@ ModelFootprint model_footprint(const ModelSource& src, const StreamModel& f) {
 StreamPlan plan_stream_run(const std::vector<StreamModel>& models, const std::vector<ModelFootprint>& sizes,
                            const std::vector<StreamSpec>& streams, uint64_t free) {
   StreamPlan p;
-  uint64_t max_staging = 0, head_staging = 0;
+  uint64_t head_staging = 0;
   for (size_t m = 0; m < models.size(); ++m) {
     p.blocks += 2 * sizes[m].block_device;
-    max_staging = std::max(max_staging, sizes[m].block_dense_staging);
+    p.staging += 2 * sizes[m].block_dense_staging;  // each model's slots keep their own
     p.pinned += 2 * sizes[m].block_staged;
     p.head += sizes[m].head_device;
     head_staging = std::max(head_staging, sizes[m].head_dense_staging);
   }
-  p.staging = 2 * max_staging;
   int64_t max_rows = 0, max_batch = 1, vocab = 0, D = 0;
   const ModelConfig* big = nullptr;
   for (const StreamSpec& s : streams) {
@@ -130,7 +132,7 @@ StreamPlan plan_stream_run(const std::vector<StreamModel>& models, const std::ve
   const uint64_t per_position = 3 * uint64_t(max_batch) * uint64_t(std::max<int64_t>(1, vocab)) * 2;
   p.chunk_positions = std::clamp<int64_t>(int64_t(kChunkBudget / per_position), 1, T);
   const uint64_t chunk_rows = uint64_t(max_batch) * uint64_t(p.chunk_positions);
-  p.head += head_staging + 3 * chunk_rows * (uint64_t(vocab) * 2 + 4) + chunk_rows * 16 +
+  p.head += head_staging + 3 * chunk_rows * (uint64_t(vocab) * 2 + 4) + chunk_rows * 24 +
             uint64_t(max_batch) * uint64_t(vocab) * 2;
   p.scratch = kScratch;
   if (free == 0 || p.device() <= free) return p;
@@ -234,6 +236,8 @@ struct GpuStreamer::Impl {
   DevBuf kept[3], kept_lse[3], head_rows, targets, s_lse, s_arg, s_tgt, s_kld_a, s_kld_b;
   int64_t kept_rows[3] = {0, 0, 0};
   int kept_model[3] = {0, 0, 0};
+  size_t chunk_rows = 0;            // the logits chunks' rows (allocated with the heads)
+  int64_t max_batch = 1, vocab = 1;
   uint64_t total_bytes = 0, peak_used = 0;
 
   ~Impl() {
@@ -262,6 +266,18 @@ struct GpuStreamer::Impl {
     const int64_t D = models[size_t(s.model)]->model.config.d_model;
     const size_t off = size_t(b * s.batch * s.T * D), n = size_t(batch_windows(s, b) * s.T * D);
     TL_CUDA_THROW(cudaMemcpyAsync(x_host[i] + off, x_work.get(), n * 4, cudaMemcpyDeviceToHost, nullptr));
+  }
+  // One weight into the model's info, from its stored form (what a resident model would hold).
+  void count(ModelState& ms, const StoredLinear& l) {
+    ms.info.linear_weights++;
+    ms.info.weight_bytes += device_bytes(l, ms.forms);
+    if (!l.quant) return;
+    ms.info.quantized++;
+    if (!ms.forms.marlin || !l.quant->marlin) return;
+    const MarlinSection& s = *l.quant->marlin;
+    ms.info.marlin_packed++;
+    ms.info.marlin_bytes += s.B.size() * 4 + (s.s.size() + s.delta.size()) * 2 +
+                            cuda::marlin_workspace_ints(int(s.columns(l.N))) * 4;
   }
   void note_used() {
     size_t free_b = 0, total_b = 0;
@@ -315,13 +331,9 @@ GpuStreamer::GpuStreamer(std::vector<StreamModel> models, std::vector<StreamSpec
     }
   }
   if (plan.residuals_on_host) m.x_work.resize(size_t(max_rows * c0.d_model) * 4);
-  const size_t chunk_rows = size_t(max_batch * std::max<int64_t>(1, plan.chunk_positions));
-  for (int i = 0; i < 3; ++i) {
-    m.kept[i].resize(chunk_rows * size_t(vocab) * 2);
-    m.kept_lse[i].resize(chunk_rows * 4);
-  }
-  m.head_rows.resize(size_t(max_batch * vocab) * 2);
-  for (DevBuf* b : {&m.targets, &m.s_lse, &m.s_arg, &m.s_tgt, &m.s_kld_a, &m.s_kld_b}) b->resize(chunk_rows * 4);
+  m.chunk_rows = size_t(max_batch * std::max<int64_t>(1, plan.chunk_positions));
+  m.max_batch = max_batch;
+  m.vocab = vocab;
   m.note_used();
 }
 
@@ -338,23 +350,34 @@ void GpuStreamer::embed(int model, const Tensor& embed) {
       throw Error("token id " + std::to_string(t) + " outside [0, " + std::to_string(V) + ")", "", "token " + std::to_string(r));
     for (int64_t d = 0; d < D; ++d) out[d] = half_to_float(float_to_half(embed.float_at(int64_t(t) * D + d)));
   };
+  // Each batch's rows once per mode (its streams share them), then into every stream of the model.
   std::vector<float> rows;
+  std::vector<bool> done(m.streams.size(), false);
   for (size_t i = 0; i < m.streams.size(); ++i) {
     const StreamSpec& s = m.streams[i];
-    if (s.model != model) continue;
+    if (s.model != model || done[i]) continue;
+    std::vector<size_t> same;  // this model's streams over the same windows in the same mode
+    for (size_t j = i; j < m.streams.size(); ++j) {
+      const StreamSpec& o = m.streams[j];
+      if (o.model == model && !done[j] && o.mode == s.mode && o.tokens == s.tokens && o.windows == s.windows &&
+          o.T == s.T && o.batch == s.batch)
+        same.push_back(j), done[j] = true;
+    }
     for (int64_t b = 0; b < m.batches(s); ++b) {
       const int64_t nb = m.batch_windows(s, b), w0 = b * s.batch;
       rows.resize(size_t(nb * s.T * D));
-      parallel_for(nb * s.T, 0, [&](int64_t r) {
+      parallel_for(nb * s.T, resolve_threads(0), [&](int64_t r) {
         const int64_t sq = r / s.T, t = r % s.T;
         const int64_t row = s.mode == ForwardMode::kDecode ? t * nb + sq : r;  // decode: position-major
         row_of(s.tokens[(w0 + sq) * s.T + t], rows.data() + row * D, r);
       });
       const size_t off = size_t(w0 * s.T * D);
-      if (m.plan.residuals_on_host)
-        std::memcpy(m.x_host[i] + off, rows.data(), rows.size() * 4);
-      else
-        TL_CUDA_THROW(cudaMemcpy(m.x_dev[i].as<float>() + off, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+      for (size_t j : same) {
+        if (m.plan.residuals_on_host)
+          std::memcpy(m.x_host[j] + off, rows.data(), rows.size() * 4);
+        else
+          TL_CUDA_THROW(cudaMemcpy(m.x_dev[j].as<float>() + off, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+      }
     }
   }
 }
@@ -373,15 +396,7 @@ void GpuStreamer::stage_block(int model, int slot, const StoredBlock& b) {
   TL_CUDA_THROW(cudaEventRecord(s.ready.e, m.copy));
   s.staged = true;
   if (ms.counted.insert(b.prefix).second)
-    for (const DeviceLinear& l : s.block.lin) {
-      ms.info.linear_weights++;
-      ms.info.weight_bytes += l.bytes();
-      if (!l.quantized) continue;
-      ms.info.quantized++;
-      if (!l.packed) continue;
-      ms.info.marlin_packed++;
-      ms.info.marlin_bytes += l.mB.bytes() + l.ms.bytes() + l.mdelta.bytes() + l.mwork.bytes();
-    }
+    for (const StoredLinear& l : b.lin) m.count(ms, l);
 }
 
 void GpuStreamer::run_step(int slot, const std::function<void(int, bool)>& around) {
@@ -443,6 +458,15 @@ void GpuStreamer::stage_head(int model, const StoredLinear& head, const std::vec
       s.raw = DevBuf{};
       s.staged = false;
     }
+  // The head phase's buffers, in the room the blocks left (the plan counts them there).
+  if (m.kept[0].size() == 0) {
+    for (int i = 0; i < 3; ++i) {
+      m.kept[i].resize(m.chunk_rows * size_t(m.vocab) * 2);
+      m.kept_lse[i].resize(m.chunk_rows * 4);
+    }
+    m.head_rows.resize(size_t(m.max_batch * m.vocab) * 2);
+    for (DevBuf* b : {&m.targets, &m.s_lse, &m.s_arg, &m.s_tgt, &m.s_kld_a, &m.s_kld_b}) b->resize(m.chunk_rows * 4);
+  }
   ModelState& ms = *m.models[size_t(model)];
   PinnedArena arena;
   DevBuf raw;
@@ -452,15 +476,7 @@ void GpuStreamer::stage_head(int model, const StoredLinear& head, const std::vec
   TL_CUDA_THROW(cudaMemcpyAsync(ms.final_norm.get(), final_norm.data(), final_norm.size() * 4, cudaMemcpyHostToDevice,
                                 m.copy));
   TL_CUDA_THROW(cudaStreamSynchronize(m.copy));
-  ms.info.linear_weights++;
-  ms.info.weight_bytes += ms.head.bytes();
-  if (ms.head.quantized) {
-    ms.info.quantized++;
-    if (ms.head.packed) {
-      ms.info.marlin_packed++;
-      ms.info.marlin_bytes += ms.head.mB.bytes() + ms.head.ms.bytes() + ms.head.mdelta.bytes() + ms.head.mwork.bytes();
-    }
-  }
+  m.count(ms, head);
   m.note_used();
 }
 
@@ -472,7 +488,19 @@ void GpuStreamer::logits(int stream, int64_t batch, int64_t t0, int64_t t1, int 
   const int64_t D = c.d_model, V = c.vocab, nb = m.batch_windows(s, batch), L = t1 - t0, rows = nb * L;
   if (t0 < 0 || t1 > s.T || L < 1 || rows > int64_t(m.kept_lse[into].size() / 4))
     throw Error("logits chunk outside the plan", "", "gpu streamer");
-  const float* x = m.batch_x(size_t(stream), batch, true);
+  // The chunk's rows of the batch's residual: on the device, or copied in (only those rows) from
+  // the host into the work buffer at the same offsets.
+  const float* x = m.batch_x(size_t(stream), batch, false);
+  if (m.plan.residuals_on_host) {
+    const float* host = m.x_host[size_t(stream)] + size_t(batch * s.batch * s.T * D);
+    float* dev = m.x_work.as<float>();
+    if (s.mode == ForwardMode::kPrefill)
+      TL_CUDA_THROW(cudaMemcpy2DAsync(dev + t0 * D, size_t(s.T * D) * 4, host + t0 * D, size_t(s.T * D) * 4,
+                                      size_t(L * D) * 4, size_t(nb), cudaMemcpyHostToDevice, nullptr));
+    else
+      TL_CUDA_THROW(cudaMemcpyAsync(dev + t0 * nb * D, host + t0 * nb * D, size_t(L * nb * D) * 4,
+                                    cudaMemcpyHostToDevice, nullptr));
+  }
   // --per-layer's head swap: the quantized model's head (its fp16 copy) on this stream's residual.
   const bool swap_head = s.swap_model >= 0 && s.swap_prefix == "head";
   const DeviceLinear& head = swap_head ? m.models[size_t(s.swap_model)]->head : ms.head;

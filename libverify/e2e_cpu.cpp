@@ -112,10 +112,10 @@ void run_blocks(const std::vector<const ModelSource*>& sources, std::vector<CpuS
           std::swap(ref_l->W, q_l->W);
         }
         for (BlockWeights& b : bw) b = BlockWeights{};  // gone before the next step is read
-        return BlockTimes{0, 0, seconds_since(t0)};
+        return BlockTimes{0, 0, 0, seconds_since(t0)};
       },
       opt, what, &total, /*overlap=*/false);
-  note(opt, what + ": read " + fmt("%.1f", total.read) + " s, widen " + fmt("%.1f", total.upload) + " s, compute " +
+  note(opt, what + ": read " + fmt("%.1f", total.read) + " s, widen " + fmt("%.1f", total.stage) + " s, compute " +
                 fmt("%.1f", total.compute) + " s");
 }
 

@@ -114,7 +114,10 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
   const int64_t n_check = opt.cpu_check_tokens > 0 ? std::min(ctx, opt.cpu_check_tokens) : 0;
   const std::vector<int32_t> check_tokens(all.begin(), all.begin() + n_check);
   const int check_stream = n_check > 0 ? int(specs.size()) : -1;
-  if (n_check > 0) specs.push_back({first_model, gpu::GpuPath::kFp16, ForwardMode::kPrefill, 1, n_check, 1, check_tokens.data()});
+  if (n_check > 0) {
+    specs.push_back({first_model, gpu::GpuPath::kFp16, ForwardMode::kPrefill, 1, n_check, 1, check_tokens.data()});
+    row_of.push_back({});  // no path row: its GEMMs are not a path's
+  }
   if (ref) size_trace(ref->trace, plan, false);
 
   const gpu::StreamPlan splan = admit(sources, sm, specs, opt, "e2e");
@@ -154,11 +157,12 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
         }
         const gpu::StepTimes t = gs.last_step_times();
         for (size_t i = 0; i < t.stream_compute.size(); ++i) stream_seconds[i] += t.stream_compute[i];
-        return BlockTimes{0, t.upload, t.compute};
+        return BlockTimes{0, 0, t.upload, t.compute};
       },
       opt, "e2e block", &total, /*overlap=*/true);
-  note(opt, "blocks: read " + fmt("%.1f", total.read) + " s, upload " + fmt("%.1f", total.upload) + " s, compute " +
-                fmt("%.1f", total.compute) + " s (read and upload overlap the compute)");
+  note(opt, "blocks: read " + fmt("%.1f", total.read) + " s, staged " + fmt("%.1f", total.stage) + " s, upload " +
+                fmt("%.1f", total.upload) + " s, compute " + fmt("%.1f", total.compute) +
+                " s (read, staging and upload overlap the compute)");
   for (size_t si = 0; si < sources.size(); ++si) gs.stage_head(int(si), sources[si]->read_head(), sources[si]->read_vector("final_norm"));
 
   // The heads, batch by batch, in chunks of positions: the reference's chunk kept in buffer 0,
@@ -241,8 +245,12 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
     hw.head = to_linear_weight(file.read_head());
     const auto tc = Clock::now();
     const ActMatrix cpu = final_logits(hw, xc);
-    gs.logits(check_stream, 0, 0, n_check, 0);
-    const std::vector<float> gpu = gs.logits_host(0);
+    std::vector<float> gpu;  // the prefix's logits, in chunks of the plan's rows
+    for (int64_t t0 = 0; t0 < n_check; t0 += L) {
+      gs.logits(check_stream, 0, t0, std::min(n_check, t0 + L), 0);
+      const std::vector<float> part = gs.logits_host(0);
+      gpu.insert(gpu.end(), part.begin(), part.end());
+    }
     double num = 0, den = 0, mx = 0;
     for (int64_t i = 0; i < cpu.size(); ++i) {
       const double r = cpu.data()[i], d = double(gpu[size_t(i)]) - r;
@@ -308,7 +316,7 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
         [&](int64_t step) {
           pg.run_step(int(step % 2));
           const gpu::StepTimes t = pg.last_step_times();
-          return BlockTimes{0, t.upload, t.compute};
+          return BlockTimes{0, 0, t.upload, t.compute};
         },
         opt, what + " block", &pt, /*overlap=*/true);
     for (int si = 0; si < 2; ++si) pg.stage_head(si, pl_sources[size_t(si)]->read_head(), pl_sources[size_t(si)]->read_vector("final_norm"));

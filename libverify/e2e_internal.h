@@ -109,17 +109,19 @@ std::vector<std::string> quantized_linears(const ModelSource& src);
 // Windows' tokens [n, ctx] gathered from the plan (windows w0 .. w0 + n - 1).
 std::vector<int32_t> window_tokens(const std::vector<int32_t>& tokens, const WindowPlan& plan, int64_t w0, int64_t n);
 
-// Per-block phase times of a streamed pass and its progress lines ("block pre.3 (4/32): read
-// 0.8 s, upload 0.2 s, compute 0.4 s"): the one block loop of both scorers. With overlap (the
+// Per-block phase times of a streamed pass and its progress lines ("e2e block pre.3: read 0.8 s,
+// staged 0.1 s, upload 0.2 s, compute 0.4 s"): the one block loop of both scorers. read: from
+// the sources into host memory (stored form); staged: the scorer's host step (the GPU's pinned
+// copies, the CPU's widening to float32); upload, compute: the GPU's copy-stream and compute
+// times of the step (GPU time; the CPU's compute is wall time). With overlap (the
 // GPU's), the next step's blocks are read and staged by `stage` on a reader thread (one call at a
 // time, in step order) while `run` computes the current one on the calling thread: two steps'
 // blocks in host memory. Without (the CPU's, whose compute dwarfs the reads), one step after the
 // other: one step's blocks, so host memory is the same at every depth. Each step's blocks are
 // the block of the schedule of each source (null sources, and those `wanted` declines for the
-// step, are not read: their block is empty). run returns the step's upload and compute seconds
-// (0 where not measured).
+// step, are not read: their block is empty). run returns the step's upload and compute seconds.
 struct BlockTimes {
-  double read = 0, upload = 0, compute = 0;
+  double read = 0, stage = 0, upload = 0, compute = 0;
 };
 void stream_blocks(const std::vector<const ModelSource*>& sources, const std::vector<BlockStep>& steps,
                    const std::function<bool(int64_t step, size_t source)>& wanted,

@@ -46,7 +46,7 @@ void stream_blocks(const std::vector<const ModelSource*>& sources, const std::ve
     const double read = seconds_since(t0);
     const auto t1 = Clock::now();
     stage(s, blocks);
-    return BlockTimes{read, seconds_since(t1), 0};
+    return BlockTimes{read, seconds_since(t1), 0, 0};
   };
   BlockTimes staged = read_stage(0);
   for (int64_t s = 0; s < S; ++s) {
@@ -54,14 +54,16 @@ void stream_blocks(const std::vector<const ModelSource*>& sources, const std::ve
     if (overlap && s + 1 < S) next = std::async(std::launch::async, read_stage, s + 1);
     BlockTimes t = run(s);
     t.read = staged.read;
-    t.upload += staged.upload;
+    t.stage = staged.stage;
     if (next.valid()) staged = next.get();
     else if (s + 1 < S) staged = read_stage(s + 1);
     total->read += t.read;
+    total->stage += t.stage;
     total->upload += t.upload;
     total->compute += t.compute;
-    progress.finished(what + " " + steps[size_t(s)].prefix + ": read " + fmt("%.2f", t.read) + " s, upload " +
-                          fmt("%.2f", t.upload) + " s, compute " + fmt("%.2f", t.compute) + " s",
+    progress.finished(what + " " + steps[size_t(s)].prefix + ": read " + fmt("%.2f", t.read) + " s, staged " +
+                          fmt("%.2f", t.stage) + " s, upload " + fmt("%.2f", t.upload) + " s, compute " +
+                          fmt("%.2f", t.compute) + " s",
                       1.0);
   }
 }
