@@ -90,7 +90,7 @@ e2e_measure() {
   local tag=$1 file=$2 ref=$3 mode=$4; shift 4
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 250 > "$OUT/gpumem-$tag.txt" 2>/dev/null &
   local smi=$! t0; t0=$(date +%s.%N)
-  /usr/bin/time -v "$bin/tl-verify" $file --tiers e2e --reference $ref --tokens /tmp/e2e_tokens.u32 \
+  timeout ${E2E_TIMEOUT:-400} /usr/bin/time -v "$bin/tl-verify" $file --tiers e2e --reference $ref --tokens /tmp/e2e_tokens.u32 \
     --ctx ${E2E_CTX:-2048} --device cuda --e2e-mode $mode --drift-json "$OUT/$tag.json" "$@" > "$OUT/$tag.log" 2>&1
   local rc=$?
   kill $smi 2>/dev/null
