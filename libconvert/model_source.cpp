@@ -170,6 +170,7 @@ struct ModelSource::Impl {
   void check_complete() const;
 
   Tensor dense(const std::string& name, const std::vector<int64_t>& shape) const;
+  Tensor joined_dense(const std::string& name, int64_t rows, int64_t width) const;
   StoredLinear linear(const std::string& name, int64_t K, int64_t N) const;
   StoredLinear quant_folder_linear(const std::string& name, int64_t K, int64_t N) const;
 };
@@ -309,12 +310,19 @@ Tensor ModelSource::Impl::dense(const std::string& name, const std::vector<int64
     return t;
   }
   // A quantized folder: the HF tensors of the entry, joined along the last axis (q | k | v biases).
-  const std::vector<HfSource> parts = tinyloop_to_hf_names(name, config);
   int64_t numel = 1;
   for (int64_t d : shape) numel *= d;
-  const int64_t width = shape.empty() ? 1 : shape.back(), rows = numel / width;
+  const int64_t width = shape.empty() ? 1 : shape.back();
+  Tensor out = joined_dense(name, numel / width, width);
+  out.shape = shape;
+  return out;
+}
+
+// A quantized folder's dense entry from its HF tensors ([rows, n1 - n0] each, as QuantCheckpoint
+// reads them: a linear's transposed to [K, n]), each checked, joined along the columns.
+Tensor ModelSource::Impl::joined_dense(const std::string& name, int64_t rows, int64_t width) const {
   std::vector<std::pair<Tensor, std::pair<int64_t, int64_t>>> read;
-  for (const HfSource& p : parts) {
+  for (const HfSource& p : tinyloop_to_hf_names(name, config)) {
     Tensor t = ck->read_dense(p.hf);
     const int64_t w = p.n1 - p.n0;
     if (!dtype_is_float(t.dtype) || t.numel() != rows * w)
@@ -325,9 +333,7 @@ Tensor ModelSource::Impl::dense(const std::string& name, const std::vector<int64
     read.push_back({std::move(t), {p.n0, p.n1}});
   }
   if (read.empty()) throw Error("missing tensor; expected the TinyLoop entry " + name, path, name);
-  Tensor out = join_columns(name, read, rows, width, path);
-  out.shape = shape;
-  return out;
+  return join_columns(name, read, rows, width, path);
 }
 
 StoredLinear ModelSource::Impl::linear(const std::string& name, int64_t K, int64_t N) const {
@@ -380,19 +386,7 @@ StoredLinear ModelSource::Impl::quant_folder_linear(const std::string& name, int
   size_t quantized = 0;
   for (const HfSource& p : parts) quantized += ck_quant.count(p.hf.substr(0, p.hf.size() - 7));
   if (quantized == 0) {  // dense: [K, n] per part (read_dense transposes PyTorch's [n, K])
-    if (parts.empty()) throw Error("missing tensor; expected the TinyLoop entry " + name, path, name);
-    std::vector<std::pair<Tensor, std::pair<int64_t, int64_t>>> read;
-    for (const HfSource& p : parts) {
-      Tensor t = ck->read_dense(p.hf);
-      const int64_t w = p.n1 - p.n0;
-      if (!dtype_is_float(t.dtype) || t.numel() != K * w)
-        throw Error("expected a float tensor of " + std::to_string(K * w) + " values, got " + dtype_name(t.dtype) + " " +
-                        t.shape_str(), path, p.hf);
-      t.check_finite(path);
-      t.name = p.hf;
-      read.push_back({std::move(t), {p.n0, p.n1}});
-    }
-    l.dense = join_columns(name, read, K, N, path);
+    l.dense = joined_dense(name, K, N);
     return l;
   }
   if (quantized != parts.size()) throw Error("q, k and v are not all quantized: one TinyLoop weight needs all three", path, name);
