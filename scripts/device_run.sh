@@ -29,7 +29,8 @@
 # written with --fast values, read cold (page cache dropped, the disk's read rate stated), in
 # DEPTH_MODE (prefill); on the DEPTH_TOOLS-layer one the other tools' max RSS (marlin-pack,
 # tl-inspect, tl-export both formats, marlin-pack of the exported GPTQ folder, the pack tier and
-# the GPU file tiers DEPTH_TIERS). DEPTH_SHAPE=405b DEPTH_LAYERS=1: one Llama-3.1-405B block.
+# each GPU file tier of DEPTH_TIERS for its first TIER_SECONDS). DEPTH_SHAPE=405b DEPTH_LAYERS=1
+# DEPTH_TOOLS=0: one Llama-3.1-405B block.
 # ab: .device/bin/bench_kernels_base (another commit's build) and bench_kernels alternately,
 # base, new, base, new, with BENCH_ARGS; logs ab-base-N.log / ab-new-N.log.
 # Extra benchmark arguments: BENCH_ARGS="--sets 70b --g 128". SANITIZER_TESTS: a doctest
@@ -44,7 +45,8 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PA
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(test sanitize bench-quick)
 summary=()
-note() { summary+=("$1"); }
+# Each note also goes to $OUT/summary-live.txt at once: a call cut at its time limit keeps them.
+note() { summary+=("$1"); echo "$1" >> "$OUT/summary-live.txt"; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 note "gpu: $(head -1 "$OUT/gpu.txt")"
@@ -352,7 +354,11 @@ PY
           rss_of "marlin-pack (GPTQ folder)" "$bin/marlin-pack" /tmp/d-gq -o /tmp/d-g.tinyloop -q
           rm -rf /tmp/d-ct /tmp/d-gq /tmp/d-g.tinyloop
           rss_of "tl-verify pack tier" "$bin/tl-verify" /tmp/d-c.tinyloop --tiers pack -q
-          rss_of "tl-verify GPU file tiers (${DEPTH_TIERS:-wrapper,native})" "$bin/tl-verify" /tmp/d-c.tinyloop --tiers ${DEPTH_TIERS:-wrapper,native} -q
+          # Each GPU file tier for its first TIER_SECONDS (15): one weight at a time, so the largest
+          # weights (block 0's MLP) set its peak long before the end (rc 124: cut there).
+          for t in ${DEPTH_TIERS:-symmetric correction wrapper swiglu native}; do
+            rss_of "tl-verify --tiers $t (first ${TIER_SECONDS:-15} s)" timeout ${TIER_SECONDS:-15} "$bin/tl-verify" /tmp/d-c.tinyloop --tiers $t -q
+          done
         fi
         rm -rf $ck /tmp/d-*
       done
