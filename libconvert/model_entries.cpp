@@ -6,6 +6,43 @@
 #include "core/error.h"
 
 namespace tl {
+namespace {
+
+// Every entry a block may have, by its part of the name, with its shape's kind (below).
+const std::map<std::string, int>& block_parts() {
+  static const std::map<std::string, int> parts = {
+      {"attn_norm", 0}, {"mlp_norm", 0},      {"attn_qkv", 1},      {"attn_out", 2},       {"mlp_gate", 3},
+      {"mlp_up", 3},    {"mlp_down", 4},      {"attn_qkv.bias", 5}, {"attn_out.bias", 6},  {"mlp_gate.bias", 7},
+      {"mlp_up.bias", 7}, {"mlp_down.bias", 6}, {"q_norm", 8},      {"k_norm", 8}};
+  return parts;
+}
+
+}  // namespace
+
+std::vector<std::string> block_entry_suffixes() {
+  std::vector<std::string> out;
+  for (const auto& kv : block_parts()) out.push_back("." + kv.first);
+  return out;
+}
+
+const std::vector<OptionalEntry>& optional_entries() {
+  static const std::vector<OptionalEntry> rows = {
+      {".attn_qkv.bias", "q/k/v biases (qkv_bias; HF: attention_bias)", &ModelConfig::qkv_bias},
+      {".attn_out.bias", "an output-projection bias (out_bias; HF: attention_bias)", &ModelConfig::out_bias},
+      {".mlp_gate.bias", "MLP biases (mlp_bias)", &ModelConfig::mlp_bias},
+      {".mlp_up.bias", "MLP biases (mlp_bias)", &ModelConfig::mlp_bias},
+      {".mlp_down.bias", "MLP biases (mlp_bias)", &ModelConfig::mlp_bias},
+      {".q_norm", "per-head q/k norms (qk_norm)", &ModelConfig::qk_norm},
+      {".k_norm", "per-head q/k norms (qk_norm)", &ModelConfig::qk_norm},
+  };
+  return rows;
+}
+
+bool optional_entry_enabled(const ModelConfig& c, const std::string& suffix) {
+  for (const OptionalEntry& o : optional_entries())
+    if (suffix == o.suffix) return c.*o.flag;
+  return false;
+}
 
 bool is_tinyloop_linear_name(const std::string& name) {
   static const std::regex re(R"(^((pre|loop)\.[0-9]+\.(attn_qkv|attn_out|mlp_gate|mlp_up|mlp_down)|head)$)");
@@ -34,12 +71,8 @@ std::vector<int64_t> expected_entry_shape(const ModelConfig& c, const std::strin
   if (dot == std::string::npos || index.empty() || index.size() > 9 || index.find_first_not_of("0123456789") != std::string::npos)
     return {};
   const std::string part = name.substr(dot + 1);
-  static const std::map<std::string, int> kParts = {
-      {"attn_norm", 0}, {"mlp_norm", 0},      {"attn_qkv", 1},      {"attn_out", 2},       {"mlp_gate", 3},
-      {"mlp_up", 3},    {"mlp_down", 4},      {"attn_qkv.bias", 5}, {"attn_out.bias", 6},  {"mlp_gate.bias", 7},
-      {"mlp_up.bias", 7}, {"mlp_down.bias", 6}, {"q_norm", 8},      {"k_norm", 8}};
-  const auto it = kParts.find(part);
-  if (it == kParts.end()) return {};
+  const auto it = block_parts().find(part);
+  if (it == block_parts().end()) return {};
   const int64_t i = std::stoll(index), blocks = loop ? c.n_loop : c.n_pre;
   if (i >= blocks)
     throw Error("block " + name.substr(0, dot) + " is not in the model: the config has " +
@@ -68,20 +101,14 @@ void check_model_entry(const ModelConfig& c, const std::string& name, const std:
   if (shape.empty())
     throw Error("not an entry of " + model + " (docs/model.md lists what is modelled); refused rather than ignored",
                 file, name);
-  auto ends = [&](const char* suffix) {
-    const std::string s(suffix);
+  auto ends = [&](const std::string& s) {
     return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
   };
-  const char* off = nullptr;
-  if (ends(".attn_qkv.bias") && !c.qkv_bias) off = "q/k/v biases (qkv_bias; HF: attention_bias)";
-  if (ends(".attn_out.bias") && !c.out_bias) off = "an output-projection bias (out_bias; HF: attention_bias)";
-  if ((ends(".mlp_gate.bias") || ends(".mlp_up.bias") || ends(".mlp_down.bias")) && !c.mlp_bias)
-    off = "MLP biases (mlp_bias)";
-  if ((ends(".q_norm") || ends(".k_norm")) && !c.qk_norm) off = "per-head q/k norms (qk_norm)";
-  if (off)
-    throw Error(std::string("the config does not enable ") + off + ", so " + model +
-                    " would not use this entry; refused rather than ignored",
-                file, name);
+  for (const OptionalEntry& o : optional_entries())
+    if (ends(o.suffix) && !(c.*o.flag))
+      throw Error(std::string("the config does not enable ") + o.feature + ", so " + model +
+                      " would not use this entry; refused rather than ignored",
+                  file, name);
 }
 
 }  // namespace tl

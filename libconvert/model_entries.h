@@ -44,6 +44,21 @@ int64_t block_window(const ModelConfig& c, const std::string& prefix);
 // [K, N], biases [N], q/k norms [dh]); empty for a name that is not a TinyLoop model entry. A
 // block index beyond n_pre / n_loop is tl::Error. The one place entry shapes are derived.
 std::vector<int64_t> expected_entry_shape(const ModelConfig& config, const std::string& name);
+// The entries a config enables or not, one row each: strict consumption refuses a row's entry
+// where its flag is off, the model source requires it where it is on, and the tests walk the
+// rows (tests/convert/test_strict_entries.cpp). Every block has each enabled row's entry.
+struct OptionalEntry {
+  const char* suffix;         // ".attn_out.bias": the entry is "<block>" + suffix
+  const char* feature;        // what the config does not enable, for the message
+  bool ModelConfig::*flag;    // the config's switch
+};
+const std::vector<OptionalEntry>& optional_entries();
+// Every entry a block can have, as "<block>" + suffix (".attn_norm", ".attn_qkv.bias", ...): the
+// five linears and two norms every block has, and the rows of optional_entries().
+std::vector<std::string> block_entry_suffixes();
+// Whether the config's blocks have `<block><suffix>` (a row of optional_entries; false otherwise).
+bool optional_entry_enabled(const ModelConfig& c, const std::string& suffix);
+
 // Strict consumption, the one place it is decided: throws tl::Error (file, the entry, what the
 // tools do not model) unless `name` is an entry the model of `config` uses (a bias or q/k norm
 // only where the config enables it).

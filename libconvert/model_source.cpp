@@ -274,16 +274,9 @@ void ModelSource::Impl::check_complete() const {
       const std::string p = block_prefix(loop == 1, i);
       need(p + ".attn_norm", false);
       need(p + ".mlp_norm", false);
-      if (c.qk_norm) {
-        need(p + ".q_norm", false);
-        need(p + ".k_norm", false);
-      }
-      for (const char* s : kBlockLinearNames) {
-        const std::string n = p + "." + s;
-        need(n, true);
-        const std::string part(s);
-        if (part == "attn_qkv" ? c.qkv_bias : part == "attn_out" ? c.out_bias : c.mlp_bias) need(n + ".bias", false);
-      }
+      for (const char* s : kBlockLinearNames) need(p + "." + s, true);
+      for (const OptionalEntry& o : optional_entries())
+        if (c.*o.flag) need(p + o.suffix, false);
     }
   need("final_norm", false);
   if (has("head") || !c.tie_embeddings) need("head", true);
@@ -481,12 +474,9 @@ StoredLinear ModelSource::read_linear(const std::string& name) const {
   const std::vector<int64_t> s = expected_entry_shape(impl_->config, name);
   if (s.size() != 2 || !is_tinyloop_linear_name(name)) throw Error("not a linear weight of the model", impl_->path, name);
   StoredLinear l = impl_->linear(name, s[0], s[1]);
-  const ModelConfig& c = impl_->config;
-  const std::string part = name.substr(name.rfind('.') + 1);
-  const bool bias = name != "head" && (part == "attn_qkv"   ? c.qkv_bias
-                                       : part == "attn_out" ? c.out_bias
-                                                            : c.mlp_bias);
-  if (bias) l.bias = read_vector(name + ".bias");
+  const size_t dot = name.find('.', name.find('.') + 1);  // "pre.3" | ".attn_qkv"
+  if (dot != std::string::npos && optional_entry_enabled(impl_->config, name.substr(dot) + ".bias"))
+    l.bias = read_vector(name + ".bias");
   return l;
 }
 
@@ -495,10 +485,8 @@ StoredBlock ModelSource::read_block(const std::string& prefix) const {
   b.prefix = prefix;
   b.attn_norm = read_vector(prefix + ".attn_norm");
   b.mlp_norm = read_vector(prefix + ".mlp_norm");
-  if (impl_->config.qk_norm) {
-    b.q_norm = read_vector(prefix + ".q_norm");
-    b.k_norm = read_vector(prefix + ".k_norm");
-  }
+  if (optional_entry_enabled(impl_->config, ".q_norm")) b.q_norm = read_vector(prefix + ".q_norm");
+  if (optional_entry_enabled(impl_->config, ".k_norm")) b.k_norm = read_vector(prefix + ".k_norm");
   for (int i = 0; i < kBlockLinears; ++i) b.lin[i] = read_linear(prefix + "." + kBlockLinearNames[i]);
   return b;
 }
