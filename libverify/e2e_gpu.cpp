@@ -133,7 +133,9 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
     xc = Eigen::Map<const ActMatrix>(rows.data(), n_check, file.config().d_model);
   }
   note(opt, "embedded " + std::to_string(specs.size()) + " stream(s) in " + fmt("%.1f", seconds_since(t_embed)) + " s");
-  BlockWeights check_slot[2];
+  // The CPU check's blocks: FILE's stored block of each slot, widened on the main thread while
+  // the GPU runs the step (the reader thread, the pipeline's critical path, only moves it here).
+  StoredBlock check_stored[2];
   double check_seconds = 0;
   std::vector<double> stream_seconds(specs.size(), 0.0);
   const std::vector<BlockStep> steps = block_schedule(file.config());
@@ -142,7 +144,7 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
       sources, steps, nullptr,
       [&](int64_t step, std::vector<StoredBlock>& blocks) {
         for (size_t si = 0; si < blocks.size(); ++si) gs.stage_block(int(si), int(step % 2), blocks[si]);
-        if (n_check > 0) check_slot[step % 2] = to_block_weights(blocks[size_t(first_model)]);
+        if (n_check > 0) check_stored[step % 2] = std::move(blocks[size_t(first_model)]);
       },
       [&](int64_t step) {
         gs.run_step(int(step % 2), [&](int i, bool done) {
@@ -152,7 +154,9 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
         });
         if (n_check > 0) {  // on the host while the GPU runs the step
           const auto tc = Clock::now();
-          run_block(file.config(), check_slot[step % 2], xc, n_check);
+          const BlockWeights bw = to_block_weights(check_stored[step % 2]);
+          check_stored[step % 2] = StoredBlock{};
+          run_block(file.config(), bw, xc, n_check);
           check_seconds += seconds_since(tc);
         }
         const gpu::StepTimes t = gs.last_step_times();

@@ -86,14 +86,19 @@ std::vector<double> group_sums(const half_bits* A, int64_t K, int64_t group_size
   return s;
 }
 
-GemmReference reference_gemm(const half_bits* A, int64_t K, int64_t N,
-                             const std::vector<int64_t>& rows, const double* W,
-                             const double* W_noise) {
+namespace {
+
+// The product of reference_gemm over weights given row segment by row segment: fill(k, n0, nc,
+// out) writes W[k, n0 .. n0 + nc) (and the noise form's) into `out`. A task holds one column
+// block, so a weight is never materialized whole in fp64 (a 70B MLP weight would be 1.9 GB).
+template <class Fill, class FillNoise>
+GemmReference blocked_gemm(const half_bits* A, int64_t K, int64_t N, const std::vector<int64_t>& rows, bool noise,
+                           const Fill& fill, const FillNoise& fill_noise) {
   const size_t R = rows.size();
   GemmReference out;
   out.c.assign(R * size_t(N), 0.0);
   out.sumsq.assign(R * size_t(N), 0.0);
-  if (W_noise) {
+  if (noise) {
     out.c_aux.assign(R * size_t(N), 0.0);
     out.sumsq_main.assign(R * size_t(N), 0.0);
   }
@@ -105,53 +110,82 @@ GemmReference reference_gemm(const half_bits* A, int64_t K, int64_t N,
   constexpr int64_t kCols = 64;
   const int64_t blocks = (N + kCols - 1) / kCols;
   tl::parallel_for(blocks, resolve_threads(0), [&](int64_t b) {
-    std::vector<double> acc(R * kCols), aux(R * kCols), sq(R * kCols), sqm(R * kCols);
-    {
-      const int64_t n0 = b * kCols, nc = std::min(kCols, N - n0);
-      std::fill(acc.begin(), acc.end(), 0.0);
-      std::fill(aux.begin(), aux.end(), 0.0);
-      std::fill(sq.begin(), sq.end(), 0.0);
-      std::fill(sqm.begin(), sqm.end(), 0.0);
-      for (int64_t k = 0; k < K; ++k) {
-        const double* w = W + k * N + n0;
-        const double* wn = W_noise ? W_noise + k * N + n0 : w;
-        for (size_t r = 0; r < R; ++r) {
-          const double av = a[r * size_t(K) + size_t(k)];
-          if (av == 0) continue;
-          double* ac = &acc[r * kCols];
-          double* ax = &aux[r * kCols];
-          double* s2 = &sq[r * kCols];
-          double* sm = &sqm[r * kCols];
-          for (int64_t j = 0; j < nc; ++j) {
-            const double u = av * w[j], t = av * wn[j];
-            ac[j] += u;
-            sm[j] += u * u;
-            ax[j] += t;
-            s2[j] += t * t;
-          }
+    std::vector<double> acc(R * kCols, 0.0), aux(R * kCols, 0.0), sq(R * kCols, 0.0), sqm(R * kCols, 0.0);
+    double w[kCols], wn_buf[kCols];
+    const int64_t n0 = b * kCols, nc = std::min(kCols, N - n0);
+    for (int64_t k = 0; k < K; ++k) {
+      fill(k, n0, nc, w);
+      const double* wn = w;
+      if (noise) {
+        fill_noise(k, n0, nc, wn_buf);
+        wn = wn_buf;
+      }
+      for (size_t r = 0; r < R; ++r) {
+        const double av = a[r * size_t(K) + size_t(k)];
+        if (av == 0) continue;
+        double* ac = &acc[r * kCols];
+        double* ax = &aux[r * kCols];
+        double* s2 = &sq[r * kCols];
+        double* sm = &sqm[r * kCols];
+        for (int64_t j = 0; j < nc; ++j) {
+          const double u = av * w[j], t = av * wn[j];
+          ac[j] += u;
+          sm[j] += u * u;
+          ax[j] += t;
+          s2[j] += t * t;
         }
       }
-      for (size_t r = 0; r < R; ++r)
-        for (int64_t j = 0; j < nc; ++j) {
-          const size_t o = r * size_t(N) + size_t(n0 + j);
-          out.c[o] = acc[r * kCols + size_t(j)];
-          out.sumsq[o] = sq[r * kCols + size_t(j)];
-          if (W_noise) {
-            out.c_aux[o] = aux[r * kCols + size_t(j)];
-            out.sumsq_main[o] = sqm[r * kCols + size_t(j)];
-          }
-        }
     }
+    for (size_t r = 0; r < R; ++r)
+      for (int64_t j = 0; j < nc; ++j) {
+        const size_t o = r * size_t(N) + size_t(n0 + j);
+        out.c[o] = acc[r * kCols + size_t(j)];
+        out.sumsq[o] = sq[r * kCols + size_t(j)];
+        if (noise) {
+          out.c_aux[o] = aux[r * kCols + size_t(j)];
+          out.sumsq_main[o] = sqm[r * kCols + size_t(j)];
+        }
+      }
   });
   return out;
 }
 
+// Row segments of a quantized weight in fp64, exactly dequant_symmetric's / dequant_asymmetric's values.
+struct QuantRows {
+  const QuantWeight& w;
+  bool asym;
+  void operator()(int64_t k, int64_t n0, int64_t nc, double* out) const {
+    const size_t g = size_t(group_of(w, k) * w.N), row = size_t(k * w.N);
+    for (int64_t j = 0; j < nc; ++j) {
+      const size_t n = size_t(n0 + j);
+      const double q = double(w.q[row + n]), s = double(half_to_float(w.scale[g + n]));
+      out[j] = asym ? q * s + double(half_to_float(w.zero[g + n])) : (q - 8.0) * s;
+    }
+  }
+};
+
+}  // namespace
+
+GemmReference reference_gemm(const half_bits* A, int64_t K, int64_t N, const std::vector<int64_t>& rows,
+                             const double* W, const double* W_noise) {
+  auto rows_of = [N](const double* M) {
+    return [M, N](int64_t k, int64_t n0, int64_t nc, double* out) { std::copy_n(M + k * N + n0, nc, out); };
+  };
+  return blocked_gemm(A, K, N, rows, W_noise != nullptr, rows_of(W), rows_of(W_noise ? W_noise : W));
+}
+
+// A * W_hat (asym) or A * W_marlin, with the other as the noise form where both are asked.
+static GemmReference quant_gemm_reference(const half_bits* A, const QuantWeight& w, const std::vector<int64_t>& rows,
+                                          bool asym, bool with_noise) {
+  return blocked_gemm(A, w.K, w.N, rows, with_noise, QuantRows{w, asym}, QuantRows{w, !asym});
+}
+
 // A * W for one weight form, sigma^2 = sum_k (a_k W)^2 (the kernel rounds only these terms).
-static CaseReference one_weight_reference(const half_bits* A, int64_t M, int64_t K, int64_t N,
-                                          const std::vector<double>& W, int max_rows) {
+static CaseReference one_weight_reference(const half_bits* A, int64_t M, const QuantWeight& w, bool asym,
+                                          int max_rows) {
   CaseReference r;
   r.rows = reference_rows(M, max_rows);
-  GemmReference g = reference_gemm(A, K, N, r.rows, W.data());
+  GemmReference g = quant_gemm_reference(A, w, r.rows, asym, false);
   r.ref = std::move(g.c);
   r.sigma.resize(g.sumsq.size());
   for (size_t i = 0; i < r.sigma.size(); ++i) r.sigma[i] = std::sqrt(g.sumsq[i]);
@@ -159,16 +193,14 @@ static CaseReference one_weight_reference(const half_bits* A, int64_t M, int64_t
 }
 
 CaseReference symmetric_reference(const half_bits* A, int64_t M, const QuantWeight& w, int max_rows) {
-  return one_weight_reference(A, M, w.K, w.N, dequant_symmetric(w), max_rows);
+  return one_weight_reference(A, M, w, /*asym=*/false, max_rows);
 }
 
 CaseReference wrapper_reference(const half_bits* A, int64_t M, const QuantWeight& w,
                                 const std::vector<half_bits>& delta16, int max_rows) {
   CaseReference r;
   r.rows = reference_rows(M, max_rows);
-  const std::vector<double> W_hat = dequant_asymmetric(w);
-  const std::vector<double> W_m = dequant_symmetric(w);
-  GemmReference g = reference_gemm(A, w.K, w.N, r.rows, W_hat.data(), W_m.data());
+  GemmReference g = quant_gemm_reference(A, w, r.rows, /*asym=*/true, /*with_noise=*/true);
   const int64_t G = w.groups(), N = w.N;
   const std::vector<double> asum = group_sums(A, w.K, w.group_size, r.rows);
   r.ref = std::move(g.c);
@@ -210,7 +242,7 @@ CaseReference swiglu_reference(const half_bits* A, int64_t M, const QuantWeight&
 }
 
 CaseReference native_reference(const half_bits* A, int64_t M, const QuantWeight& w, int max_rows) {
-  return one_weight_reference(A, M, w.K, w.N, dequant_asymmetric(w), max_rows);
+  return one_weight_reference(A, M, w, /*asym=*/true, max_rows);
 }
 
 CaseReference correction_reference(const half_bits* A, const half_bits* C_in,

@@ -340,7 +340,7 @@ PY
         t0=$(date +%s)
         rm -rf /tmp/d-*
         BIG_SHAPE=${DEPTH_SHAPE:-70b} BIG_LAYERS=$L BIG_FAST=1 big_checkpoint
-        { "$bin/gptq-quantize" $ck --method rtn --group-size 128 -o /tmp/d-rtn.tinyloop -q &&
+        { "$bin/gptq-quantize" $ck --method rtn --group-size 128 --threads ${DEPTH_THREADS:-4} -o /tmp/d-rtn.tinyloop -q &&
           "$bin/marlin-pack" /tmp/d-rtn.tinyloop -o /tmp/d-c.tinyloop --drop-native --quiet; } > "$OUT/depth-prep-$L.log" 2>&1
         note "$shape x $L layers: checkpoint + RTN + pack rc=$? ($(( $(date +%s) - t0 )) s; $(du -sh $ck | cut -f1) bf16, $(du -h /tmp/d-c.tinyloop | cut -f1) compact)"
         note "  disk: $(disk_rate $(ls $ck/*.safetensors | head -1)) GB/s cold read"
