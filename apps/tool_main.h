@@ -23,12 +23,15 @@ namespace tl {
 template <class Body>
 int tool_main(const char* tool, Body&& body) {
   set_notice_prefix(tool);
-  // Buffers of 4 MiB and more are mapped on their own and go back to the system when freed.
-  // glibc's default raises this threshold to the size of each mapped buffer freed (up to 32
-  // MiB), after which a tool that streams a model block by block recycles such buffers inside
-  // its heap, which fragments: the CPU e2e tier on a 67 M-parameter-a-layer model grew 19 MB per
-  // layer that way, 0 with the threshold fixed (tests/cli/memory_flat.sh).
-  mallopt(M_MMAP_THRESHOLD, 4 << 20);
+  // Buffers of 32 MiB and more are mapped on their own, and go back to the system when freed;
+  // free heap above 16 MiB is given back. glibc starts lower and raises the mapping threshold to
+  // each mapped buffer's size as it is freed (and the trim threshold to twice that): from then on
+  // the buffers a tool streams block by block land in whichever heap arena the thread has, and
+  // the resident set grew with every block (the CPU e2e tier, 67 M parameters a layer: +19 MB a
+  // layer; 0-1 MB with these, tests/cli/memory_flat.sh). A trim threshold below ~16 MiB re-grows
+  // the heap on every window of the CPU forward (the demo's e2e 11.4 s at 16 MiB, 12.8 s at 8).
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 16 << 20);
   try {
     return body();
   } catch (const tl::Error& e) {
