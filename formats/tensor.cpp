@@ -91,17 +91,19 @@ float Tensor::float_at(int64_t i) const {
   }
 }
 
+bool Tensor::nonfinite_at(int64_t i) const {
+  // On the stored bits, without a float copy: an all-ones exponent is Inf or NaN.
+  switch (dtype) {
+    case DType::F16: return (as<uint16_t>()[i] & 0x7c00u) == 0x7c00u;
+    case DType::BF16: return (as<uint16_t>()[i] & 0x7f80u) == 0x7f80u;
+    case DType::F32: return !std::isfinite(as<float>()[i]);
+    default: return !std::isfinite(float(as<double>()[i]));  // as the float copy sees it
+  }
+}
+
 void Tensor::check_finite(const std::string& file) const {
   if (!dtype_is_float(dtype)) return;
-  // On the stored bits, without a float copy: an all-ones exponent is Inf or NaN.
-  const int64_t bad = parallel_find_first(numel(), [&](int64_t i) {
-    switch (dtype) {
-      case DType::F16: return (as<uint16_t>()[i] & 0x7c00u) == 0x7c00u;
-      case DType::BF16: return (as<uint16_t>()[i] & 0x7f80u) == 0x7f80u;
-      case DType::F32: return !std::isfinite(as<float>()[i]);
-      default: return !std::isfinite(float(as<double>()[i]));  // as the float copy sees it
-    }
-  });
+  const int64_t bad = parallel_find_first(numel(), [&](int64_t i) { return nonfinite_at(i); });
   if (bad < 0) return;
   const float v = float_at(bad);
   throw Error(std::string(std::isnan(v) ? "NaN" : "Inf") + " at flat index " + std::to_string(bad) + " of " +

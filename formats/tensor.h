@@ -32,6 +32,8 @@ struct Tensor {
   // Float views of F64/F32/F16/BF16 data (throws tl::Error for integer dtypes).
   std::vector<float> to_float() const;
   float float_at(int64_t i) const;  // element i of a float tensor
+  // Whether element i is a NaN or an Inf, read on its stored bits (float dtypes).
+  bool nonfinite_at(int64_t i) const;
   // Throws tl::Error naming the tensor and the first flat index of a NaN or Inf.
   void check_finite(const std::string& file = "") const;
 

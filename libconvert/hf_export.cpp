@@ -56,6 +56,12 @@ std::vector<HfPart> linear_parts(const std::string& name, const ModelConfig& c) 
   return out;
 }
 
+// The shape of w columns of a row-major [rows, N] (or [N]) tensor, transposed when `transpose`.
+std::vector<int64_t> slice_shape(const std::vector<int64_t>& shape, int64_t w, bool transpose) {
+  if (shape.size() != 2) return {w};
+  return transpose ? std::vector<int64_t>{w, shape[0]} : std::vector<int64_t>{shape[0], w};
+}
+
 // Columns [n0, n1) of a row-major [rows, N] tensor, transposed when `transpose` ([n1 - n0, rows]).
 Tensor column_slice(const Tensor& t, const std::string& name, int64_t n0, int64_t n1, bool transpose) {
   const size_t es = dtype_size(t.dtype);
@@ -63,8 +69,7 @@ Tensor column_slice(const Tensor& t, const std::string& name, int64_t n0, int64_
   Tensor out;
   out.name = name;
   out.dtype = t.dtype;
-  out.shape = t.shape.size() == 2 ? (transpose ? std::vector<int64_t>{w, rows} : std::vector<int64_t>{rows, w})
-                                  : std::vector<int64_t>{w};
+  out.shape = slice_shape(t.shape, w, transpose);
   out.data.resize(size_t(rows * w) * es);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t n = 0; n < w; ++n) {
@@ -72,6 +77,21 @@ Tensor column_slice(const Tensor& t, const std::string& name, int64_t n0, int64_
       std::memcpy(out.data.data() + dst * es, t.data.data() + size_t(r * N + n0 + n) * es, es);
     }
   return out;
+}
+
+// A dense entry's HF tensors: a linear weight [K, N] goes back to PyTorch's [N, K], part by part;
+// a bias is split like its weight (sliced); everything else keeps its bytes under its HF name.
+struct DenseOut {
+  std::vector<HfSource> parts;
+  bool linear = false, sliced = false;
+};
+DenseOut dense_out(const std::string& n, const ModelConfig& c, const std::string& file) {
+  DenseOut d;
+  d.parts = tinyloop_to_hf_names(n, c);
+  if (d.parts.empty()) throw Error("no HF name for this entry", file, n);
+  d.linear = is_tinyloop_linear_name(n);
+  d.sliced = d.linear || d.parts.size() > 1;
+  return d;
 }
 
 // A tensor holding a vector's bytes (I32 codes and zero points, F16 scales, the I64 shape).
@@ -439,21 +459,8 @@ int run_tl_export(const ExportOptions& o) {
         for (SafetensorsSpec& s : part_specs(fmt, part, K, group_count(K, e.group_size), o.input, n)) add(std::move(s));
       continue;
     }
-    const std::vector<HfSource> parts = tinyloop_to_hf_names(n, c);
-    if (parts.empty()) throw Error("no HF name for this entry", o.input, n);
-    // A dense linear weight [K, N] goes back to PyTorch's [N, K], part by part; a bias is split
-    // like its weight; everything else keeps its bytes.
-    const bool linear = is_tinyloop_linear_name(n);
-    if (linear || parts.size() > 1) {
-      for (const HfSource& p : parts) {
-        const int64_t w = p.n1 - p.n0, rows = e.shape.size() == 2 ? e.shape[0] : 1;
-        add({p.hf, e.dtype,
-             e.shape.size() == 2 ? (linear ? std::vector<int64_t>{w, rows} : std::vector<int64_t>{rows, w})
-                                 : std::vector<int64_t>{w}});
-      }
-    } else {
-      add({parts[0].hf, e.dtype, e.shape});
-    }
+    const DenseOut d = dense_out(n, c, o.input);
+    for (const HfSource& p : d.parts) add({p.hf, e.dtype, d.sliced ? slice_shape(e.shape, p.n1 - p.n0, d.linear) : e.shape});
   }
   plan_shards(plan, o.max_shard_bytes);
 
@@ -483,14 +490,15 @@ int run_tl_export(const ExportOptions& o) {
       progress.finished(n);
     } else {
       const Tensor t = in.read_dense(n);
-      const std::vector<HfSource> parts = tinyloop_to_hf_names(n, c);
-      const bool linear = is_tinyloop_linear_name(n);
-      if (linear || parts.size() > 1) {
-        for (const HfSource& p : parts) made.emplace(p.hf, column_slice(t, p.hf, p.n0, p.n1, linear));
-      } else {
-        Tensor copy = t;
-        copy.name = parts[0].hf;
-        made.emplace(parts[0].hf, std::move(copy));
+      const DenseOut d = dense_out(n, c, o.input);
+      for (const HfSource& p : d.parts) {
+        if (d.sliced) {
+          made.emplace(p.hf, column_slice(t, p.hf, p.n0, p.n1, d.linear));
+        } else {
+          Tensor copy = t;
+          copy.name = p.hf;
+          made.emplace(p.hf, std::move(copy));
+        }
       }
     }
     cached = ei;

@@ -17,17 +17,6 @@
 
 namespace tl {
 
-const char* input_kind_name(InputKind k) {
-  switch (k) {
-    case InputKind::kHdf5: return "hdf5";
-    case InputKind::kHfFolder: return "hf-folder";
-    case InputKind::kQuantFolder: return "quantized-folder";
-    case InputKind::kSafetensorsFolder: return "safetensors-folder";
-    case InputKind::kSafetensorsFile: return "safetensors";
-  }
-  return "?";
-}
-
 InputKind detect_input(const std::string& path, const std::string& what) {
   if (is_directory(path)) {
     if (is_quant_checkpoint(path)) return InputKind::kQuantFolder;
@@ -57,31 +46,17 @@ std::vector<float> StoredLinear::to_float() const {
   return W;
 }
 
-uint64_t StoredLinear::stored_bytes() const {
-  uint64_t b = dense.data.size() + bias.size() * 4;
-  if (quant) {
-    b += quant->q.size() + (quant->scale.size() + quant->zero.size()) * 2;
-    if (quant->marlin) b += quant->marlin->B.size() * 4 + (quant->marlin->s.size() + quant->marlin->delta.size()) * 2;
-  }
-  return b;
-}
-
-uint64_t StoredBlock::stored_bytes() const {
-  uint64_t b = (attn_norm.size() + mlp_norm.size() + q_norm.size() + k_norm.size()) * 4;
-  for (const StoredLinear& l : lin) b += l.stored_bytes();
-  return b;
-}
-
 std::vector<float> embedding_rows(const Tensor& embed, const int32_t* tokens, int64_t rows) {
   const int64_t V = embed.shape.at(0), D = embed.shape.at(1);
-  std::vector<float> x(size_t(rows * D));
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = tokens[r];
-    if (t < 0 || t >= V)
-      throw Error("token id " + std::to_string(t) + " outside [0, " + std::to_string(V) + ")", "",
+  for (int64_t r = 0; r < rows; ++r)
+    if (tokens[r] < 0 || tokens[r] >= V)
+      throw Error("token id " + std::to_string(tokens[r]) + " outside [0, " + std::to_string(V) + ")", "",
                   "token " + std::to_string(r));
-    for (int64_t d = 0; d < D; ++d) x[size_t(r * D + d)] = embed.float_at(t * D + d);
-  }
+  std::vector<float> x(size_t(rows * D));
+  parallel_chunks(rows, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t d = 0; d < D; ++d) x[size_t(r * D + d)] = embed.float_at(int64_t(tokens[r]) * D + d);
+  });
   return x;
 }
 
@@ -100,14 +75,7 @@ void check_dense(const Tensor& t, const std::vector<int64_t>& shape, const std::
 // named, as the float32 import always named it.
 void check_transposed_finite(const Tensor& t, int64_t K, int64_t N, const std::string& file, const std::string& name) {
   const int64_t n = K * N;
-  auto bad = [&](int64_t i) {
-    switch (t.dtype) {
-      case DType::F16: return (t.as<uint16_t>()[i] & 0x7c00u) == 0x7c00u;
-      case DType::BF16: return (t.as<uint16_t>()[i] & 0x7f80u) == 0x7f80u;
-      case DType::F32: return !std::isfinite(t.as<float>()[i]);
-      default: return !std::isfinite(float(t.as<double>()[i]));
-    }
-  };
+  auto bad = [&](int64_t i) { return t.nonfinite_at(i); };
   if (parallel_find_first(n, bad) < 0) return;
   int64_t first = n;  // the error path: the smallest k * N + n over every non-finite value
   for (int64_t i = 0; i < n; ++i)
@@ -154,10 +122,7 @@ struct ModelSource::Impl {
 
   bool has(const std::string& n) const { return by_name.count(n) > 0; }
 
-  void add_entry(SourceEntry e) {
-    by_name[e.name] = 0;
-    entries.push_back(std::move(e));
-  }
+  void add_entry(SourceEntry e) { entries.push_back(std::move(e)); }
   void index_entries() {
     std::sort(entries.begin(), entries.end(), [](const SourceEntry& a, const SourceEntry& b) { return a.name < b.name; });
     for (size_t i = 0; i < entries.size(); ++i) by_name[entries[i].name] = i;
@@ -182,12 +147,11 @@ void ModelSource::Impl::open_tinyloop() {
   config = reader->config();
   for (const std::string& n : reader->dense_names()) {
     const EntryInfo info = reader->info(n);
-    add_entry({n, false, info.dtype, info.shape, info.stored_bytes});
+    add_entry({n, false, info.dtype, info.shape});
   }
   for (const std::string& n : reader->quant_names()) {
     const EntryInfo info = reader->info(n);
-    add_entry({n, true, DType::F16, info.shape, info.stored_bytes, info.group_size,
-               with_marlin && info.has_marlin ? info.marlin_n : 0});
+    add_entry({n, true, DType::F16, info.shape, info.group_size, info.has_marlin ? info.marlin_n : 0});
   }
 }
 
@@ -198,9 +162,7 @@ void ModelSource::Impl::open_import() {
   config = imp->config();
   for (const ImportEntry& e : imp->entries()) {
     imp_entry[e.name] = &e;
-    int64_t n = 1;
-    for (int64_t d : e.shape) n *= d;
-    add_entry({e.name, false, e.dtype, e.shape, uint64_t(n) * dtype_size(e.dtype)});
+    add_entry({e.name, false, e.dtype, e.shape});
   }
 }
 
@@ -227,11 +189,11 @@ void ModelSource::Impl::open_quant_folder() {
       shape = expected_entry_shape(config, n);
     } catch (const Error&) {
     }
-    SourceEntry e{n, quantized, quantized ? DType::F16 : DType::F32, shape, 0, 0, 0};
+    SourceEntry e{n, quantized, quantized ? DType::F16 : DType::F32, shape};
     if (quantized && shape.size() == 2) {  // the folder's one group size; packed on the way in where the gate passes
       const int64_t gs = ck->config().group_size;
       e.group_size = gs <= 0 || gs > shape[0] ? shape[0] : gs;
-      if (with_marlin && marlin_gate(shape[0], shape[1], e.group_size).ok) e.marlin_n = marlin_padded_n(shape[1]);
+      if (marlin_gate(shape[0], shape[1], e.group_size).ok) e.marlin_n = marlin_padded_n(shape[1]);
     }
     add_entry(e);
   }
@@ -450,7 +412,6 @@ const std::string& ModelSource::path() const { return impl_->path; }
 const ModelConfig& ModelSource::config() const { return impl_->config; }
 const std::vector<SourceEntry>& ModelSource::entries() const { return impl_->entries; }
 bool ModelSource::hdf5() const { return bool(impl_->reader); }
-const TinyloopReader* ModelSource::tinyloop() const { return impl_->reader.get(); }
 bool ModelSource::with_marlin() const { return impl_->with_marlin; }
 
 const SourceEntry* ModelSource::entry(const std::string& name) const {

@@ -44,7 +44,6 @@ enum class InputKind {
   kSafetensorsFolder,  // a folder of safetensors shards without config.json
   kSafetensorsFile,    // a .safetensors file or a model.safetensors.index.json
 };
-const char* input_kind_name(InputKind k);  // "hdf5", "hf-folder", ...
 // Throws tl::Error (one line naming the path: the system's reason, then "expected <what>") for
 // a path that does not exist, an empty file, a FIFO or a device (never opened), and for a folder
 // whose config.json is not a regular file.
@@ -60,9 +59,8 @@ struct SourceEntry {
   bool quantized = false;
   DType dtype = DType::F32;          // dense: the stored dtype
   std::vector<int64_t> shape;        // the TinyLoop shape ([K, N] for linear weights)
-  uint64_t stored_bytes = 0;         // bytes of the stored datasets (0 where the input does not say)
   int64_t group_size = 0;            // quantized: the effective group size
-  int64_t marlin_n = 0;              // quantized: the Marlin section's columns (0: none read)
+  int64_t marlin_n = 0;              // quantized: the Marlin section's columns (stored, or packed on the way in; 0: none)
 };
 
 // A linear weight in the form the file stores it.
@@ -77,7 +75,6 @@ struct StoredLinear {
   // The weight as float32 [K, N]: W_hat = q * scale + zero for a quantized weight, the stored
   // values widened (and transposed) for a dense one. Bit for bit what the loaders always gave.
   std::vector<float> to_float() const;
-  uint64_t stored_bytes() const;             // host bytes of the stored form (codes as one byte each)
 };
 
 // One block of the schedule in stored form: norms (float32), the five linears.
@@ -86,7 +83,6 @@ struct StoredBlock {
   std::vector<float> attn_norm, mlp_norm;   // [D]
   std::vector<float> q_norm, k_norm;        // [dh] with qk_norm, else empty
   StoredLinear lin[kBlockLinears];          // kBlockLinearNames order
-  uint64_t stored_bytes() const;
 };
 
 class ModelSource {
@@ -108,8 +104,7 @@ class ModelSource {
   const SourceEntry* entry(const std::string& name) const;  // null when absent
   int64_t quantized_count() const;
   bool hdf5() const;                            // reads go through HDF5 (see Thread safety)
-  const TinyloopReader* tinyloop() const;       // the open file (kTinyloop), else null
-  bool with_marlin() const;
+  bool with_marlin() const;                    // quantized reads come with their Marlin section
 
   // float32 vector entries (norms, biases), checked finite and of the config's shape.
   std::vector<float> read_vector(const std::string& name) const;

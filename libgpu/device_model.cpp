@@ -11,9 +11,6 @@
 namespace tl::gpu {
 namespace {
 
-constexpr size_t kAlign = 256;  // arena offsets: every copy source 256-byte aligned
-size_t aligned(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
 cuda::WeightElem weight_elem(DType t, const std::string& name) {
   switch (t) {
     case DType::F32:
@@ -23,8 +20,6 @@ cuda::WeightElem weight_elem(DType t, const std::string& name) {
     default: throw Error(std::string("expected a float weight, got ") + dtype_name(t), "", name);
   }
 }
-
-size_t dense_staged(const Tensor& t) { return t.dtype == DType::F64 ? size_t(t.numel()) * 4 : t.data.size(); }
 
 // The dense weight's bytes in the arena (fp64 narrowed to fp32, as the float32 loaders read it).
 const uint8_t* stage_dense(const Tensor& t, PinnedArena& arena) {
@@ -56,7 +51,7 @@ void PinnedArena::reserve(size_t bytes) {
 }
 
 uint8_t* PinnedArena::take(size_t bytes) {
-  const size_t at = aligned(used_);
+  const size_t at = size_t(staging_aligned(used_));  // every copy source 256-byte aligned
   if (at + bytes > cap_)
     throw Error("pinned staging of " + std::to_string(cap_) + " bytes is full (" + std::to_string(at + bytes) +
                 " needed): the admission's block size is wrong", "", "gpu upload");
@@ -82,15 +77,22 @@ uint64_t DeviceBlock::bytes() const {
   return b + (pair_work.size() ? pair_work.bytes() : 0);
 }
 
-uint64_t staged_bytes(const StoredLinear& l, DeviceForms forms) {
-  if (!l.quant) return aligned(dense_staged(l.dense));
-  const QuantWeight& w = *l.quant;
-  const uint64_t gn = uint64_t(w.groups()) * uint64_t(w.N) * 2;
-  uint64_t b = aligned(size_t(w.K * packed_row_bytes(w.N))) + 2 * aligned(gn);
-  if (forms.marlin && w.marlin)
-    b += aligned(w.marlin->B.size() * 4) + aligned(w.marlin->s.size() * 2) + aligned(w.marlin->delta.size() * 2);
-  return b;
+LinearFootprint footprint_of(const StoredLinear& l) {
+  LinearFootprint f;
+  f.K = l.K;
+  f.N = l.N;
+  f.quantized = bool(l.quant);
+  if (f.quantized) {
+    f.groups = l.quant->groups();
+    f.marlin_n = l.quant->marlin ? l.quant->marlin->columns(l.N) : 0;
+  } else {
+    f.dense_bytes = dense_staged_bytes(l.dense.dtype, l.dense.numel());
+    f.converts = l.dense.dtype != DType::F16 || l.transposed;
+  }
+  return f;
 }
+
+uint64_t staged_bytes(const StoredLinear& l, DeviceForms forms) { return linear_staged_bytes(footprint_of(l), forms); }
 
 namespace {
 // Norms and biases go up as one fp32 buffer, each vector at a 64-float boundary.
@@ -107,28 +109,15 @@ size_t padded_floats(size_t n) { return (n + 63) / 64 * 64; }
 uint64_t staged_bytes(const StoredBlock& b, DeviceForms forms) {
   size_t floats = 0;
   for (const auto* v : block_vectors(b)) floats += padded_floats(v->size());
-  uint64_t n = aligned(floats * 4);
+  uint64_t n = staging_aligned(floats * 4);
   for (const StoredLinear& l : b.lin) n += staged_bytes(l, forms);
   return n;
 }
 
-uint64_t device_linear_bytes(int64_t K, int64_t N, bool quantized, int64_t groups, bool marlin, int64_t marlin_n,
-                             DeviceForms forms) {
-  const uint64_t KN = uint64_t(K) * uint64_t(N);
-  if (!quantized) return KN * 2;
-  uint64_t b = forms.fp16 ? KN * 2 : 0;
-  b += uint64_t(K) * uint64_t(packed_row_bytes(N)) + 2 * uint64_t(groups) * uint64_t(N) * 2;  // q, scale, zero
-  if (forms.marlin && marlin) {
-    const uint64_t np = uint64_t(marlin_n);
-    b += uint64_t(K) * np / 2 + 2 * uint64_t(groups) * np * 2 + cuda::marlin_workspace_ints(int(np)) * 4;
-  }
-  return b;
-}
-
 uint64_t device_bytes(const StoredLinear& l, DeviceForms forms) {
-  if (!l.quant) return device_linear_bytes(l.K, l.N, false, 0, false, 0, forms);
-  const QuantWeight& w = *l.quant;
-  return device_linear_bytes(w.K, w.N, true, w.groups(), bool(w.marlin), w.marlin ? w.marlin->columns(w.N) : 0, forms);
+  const LinearFootprint f = footprint_of(l);
+  const bool section = f.quantized && forms.marlin && f.marlin_n > 0;
+  return linear_device_bytes(f, forms) + (section ? cuda::marlin_workspace_ints(int(f.marlin_n)) * sizeof(int) : 0);
 }
 
 void upload_linear(const StoredLinear& l, DeviceForms forms, PinnedArena& arena, DevBuf& raw, DeviceLinear& out,
@@ -156,7 +145,7 @@ void upload_linear(const StoredLinear& l, DeviceForms forms, PinnedArena& arena,
     if (elem == cuda::WeightElem::kF16 && !l.transposed) {
       copy_async(out.fp16.get(), host, KN * 2, stream);
     } else {
-      const size_t bytes = dense_staged(t);
+      const size_t bytes = size_t(dense_staged_bytes(t.dtype, t.numel()));
       raw.reserve(bytes);
       copy_async(raw.get(), host, bytes, stream);
       check_launch(cuda::weight_to_half(raw.get(), elem, l.transposed, l.K, l.N, out.fp16.as<__half>(), stream),

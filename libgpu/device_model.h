@@ -26,6 +26,7 @@
 #include "libconvert/model_source.h"
 #include "libgpu/block_forward.h"
 #include "libgpu/model_gpu.h"
+#include "libgpu/stream_forward.h"
 
 namespace tl::gpu {
 
@@ -52,13 +53,6 @@ class PinnedArena {
   size_t cap_ = 0, used_ = 0;
 };
 
-// Which forms of its weights a model's device blocks hold.
-struct DeviceForms {
-  bool fp16 = true;    // fp16 copies of quantized weights (the fp16 path, --per-layer swaps)
-  bool native = true;  // q / scale / zero (the native path)
-  bool marlin = true;  // Marlin sections, where the stored weight has one (the Marlin path)
-};
-
 struct DeviceLinear {
   std::string name;
   int K = 0, N = 0;
@@ -81,16 +75,13 @@ struct DeviceBlock {
   uint64_t bytes() const;
 };
 
-// Host bytes a StoredLinear / StoredBlock takes in the arena, and device bytes it takes as a
-// DeviceLinear / DeviceBlock with `forms` (from the stored form's shapes, before any upload).
+// A stored weight's footprint (stream_forward.h's size rule), the arena bytes a StoredLinear /
+// StoredBlock takes, and the device bytes a DeviceLinear takes with `forms`, its Marlin workspace
+// included.
+LinearFootprint footprint_of(const StoredLinear& l);
 uint64_t staged_bytes(const StoredLinear& l, DeviceForms forms);
 uint64_t staged_bytes(const StoredBlock& b, DeviceForms forms);
 uint64_t device_bytes(const StoredLinear& l, DeviceForms forms);
-// The device bytes of a linear of K x N from its description alone (admission before any read):
-// dense (fp16 copy + conversion staging counted by the caller) or quantized of `groups` groups,
-// with or without a Marlin section of `marlin_n` columns.
-uint64_t device_linear_bytes(int64_t K, int64_t N, bool quantized, int64_t groups, bool marlin, int64_t marlin_n,
-                             DeviceForms forms);
 
 // Uploads on `stream`: everything is staged in `arena` first (which must have room:
 // staged_bytes), then copied asynchronously; `raw` is device staging for dense weights that

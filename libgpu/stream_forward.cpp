@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <utility>
 
 #include <unistd.h>
 
@@ -31,44 +32,55 @@ constexpr uint64_t kScratch = uint64_t(1) << 30;
 // The kept logits chunks (the reference's, the fp16 path's, the current path's) take at most this.
 constexpr uint64_t kChunkBudget = uint64_t(3) << 29;
 
-uint64_t linear_staged(int64_t K, int64_t N, const SourceEntry* e, bool marlin) {
-  const uint64_t KN = uint64_t(K) * uint64_t(N);
-  if (!e || !e->quantized) return KN * (e ? std::max<uint64_t>(2, dtype_size(e->dtype)) : 4);
-  const uint64_t G = uint64_t(group_count(K, e->group_size > 0 ? e->group_size : K));
-  uint64_t b = uint64_t(K) * uint64_t(packed_row_bytes(N)) + 2 * G * uint64_t(N) * 2;
-  if (marlin && e->marlin_n > 0) b += uint64_t(K) * uint64_t(e->marlin_n) / 2 + 2 * G * uint64_t(e->marlin_n) * 2;
-  return b + 6 * 256;  // each piece at a 256-byte boundary
+// A weight of the source as the plan sizes it, from its entry (no read).
+LinearFootprint entry_footprint(const ModelSource& src, const SourceEntry* e, int64_t K, int64_t N, bool transposed) {
+  LinearFootprint f;
+  f.K = K;
+  f.N = N;
+  f.quantized = e && e->quantized;
+  if (f.quantized) {
+    f.groups = group_count(K, e->group_size > 0 ? e->group_size : K);
+    f.marlin_n = src.with_marlin() ? e->marlin_n : 0;
+    return f;
+  }
+  const DType t = e ? e->dtype : DType::F32;
+  f.dense_bytes = dense_staged_bytes(t, K * N);
+  f.converts = t != DType::F16 || transposed;
+  return f;
 }
 
-uint64_t linear_device(int64_t K, int64_t N, const SourceEntry* e, const StreamModel& f) {
-  const uint64_t KN = uint64_t(K) * uint64_t(N);
-  if (!e || !e->quantized) return KN * 2;
-  const int64_t G = group_count(K, e->group_size > 0 ? e->group_size : K);
-  uint64_t b = f.fp16 ? KN * 2 : 0;
-  b += uint64_t(K) * uint64_t(packed_row_bytes(N)) + 2 * uint64_t(G) * uint64_t(N) * 2;
-  if (f.marlin && e->marlin_n > 0)
-    b += uint64_t(K) * uint64_t(e->marlin_n) / 2 + 2 * uint64_t(G) * uint64_t(e->marlin_n) * 2 + uint64_t(e->marlin_n) * 8;
+}  // namespace
+
+uint64_t linear_device_bytes(const LinearFootprint& l, DeviceForms forms) {
+  const uint64_t KN = uint64_t(l.K) * uint64_t(l.N);
+  if (!l.quantized) return KN * 2;
+  uint64_t b = forms.fp16 ? KN * 2 : 0;
+  b += uint64_t(l.K) * uint64_t(packed_row_bytes(l.N)) + 2 * uint64_t(l.groups) * uint64_t(l.N) * 2;  // q, scale, zero
+  if (forms.marlin && l.marlin_n > 0)
+    b += uint64_t(l.K) * uint64_t(l.marlin_n) / 2 + 2 * uint64_t(l.groups) * uint64_t(l.marlin_n) * 2;  // B, s, delta
   return b;
 }
 
-// Device staging a dense weight needs while it converts (none for fp16 already [K, N]).
-uint64_t linear_dense_staging(int64_t K, int64_t N, const SourceEntry* e, bool transposed) {
-  if (e && e->quantized) return 0;
-  const DType t = e ? e->dtype : DType::F32;
-  if (t == DType::F16 && !transposed) return 0;
-  return uint64_t(K) * uint64_t(N) * (t == DType::F64 ? 4 : dtype_size(t));
+uint64_t linear_staged_bytes(const LinearFootprint& l, DeviceForms forms) {
+  if (!l.quantized) return staging_aligned(l.dense_bytes);
+  const uint64_t gn = uint64_t(l.groups) * uint64_t(l.N) * 2;
+  uint64_t b = staging_aligned(uint64_t(l.K) * uint64_t(packed_row_bytes(l.N))) + 2 * staging_aligned(gn);
+  if (forms.marlin && l.marlin_n > 0) {
+    const uint64_t gnp = uint64_t(l.groups) * uint64_t(l.marlin_n) * 2;
+    b += staging_aligned(uint64_t(l.K) * uint64_t(l.marlin_n) / 2) + 2 * staging_aligned(gnp);
+  }
+  return b;
 }
 
-std::string gib(uint64_t b) { return format_bytes(b); }
-
-}  // namespace
+uint64_t linear_conversion_bytes(const LinearFootprint& l) { return l.quantized || !l.converts ? 0 : l.dense_bytes; }
 
 uint64_t StreamPlan::device() const {
   return std::max(blocks + staging, head) + residuals + activations + scratch;
 }
 
-ModelFootprint model_footprint(const ModelSource& src, const StreamModel& f) {
+ModelFootprint model_footprint(const ModelSource& src, const StreamModel& model) {
   const ModelConfig& c = src.config();
+  const DeviceForms f = model.forms;
   const bool transposed = src.kind() == ModelKind::kHfFolder;  // safetensors: PyTorch's [N, K]
   ModelFootprint fp;
   for (int loop = 0; loop < 2; ++loop)
@@ -77,25 +89,26 @@ ModelFootprint model_footprint(const ModelSource& src, const StreamModel& f) {
       // Norms and biases (every one the family may have, each padded to 64 floats), fp32.
       const uint64_t vec_floats = 4 * uint64_t(c.d_model) + 2 * uint64_t(c.ffn) + 2 * uint64_t(c.d_head) +
                                   uint64_t(c.n_heads + 2 * c.n_kv_heads) * uint64_t(c.d_head) + 9 * 64;
-      uint64_t dev = vec_floats * 4, staged = vec_floats * 4 + 256;
-      uint64_t raw = 0;
+      uint64_t dev = vec_floats * 4, staged = staging_aligned(vec_floats * 4), raw = 0;
       for (const char* s : kBlockLinearNames) {
         const std::string n = p + "." + s;
         const std::vector<int64_t> shape = expected_entry_shape(c, n);
-        const SourceEntry* e = src.entry(n);
-        dev += linear_device(shape[0], shape[1], e, f);
-        staged += linear_staged(shape[0], shape[1], e, f.marlin);
-        raw = std::max(raw, linear_dense_staging(shape[0], shape[1], e, transposed));
+        const LinearFootprint l = entry_footprint(src, src.entry(n), shape[0], shape[1], transposed);
+        dev += linear_device_bytes(l, f);
+        staged += linear_staged_bytes(l, f);
+        raw = std::max(raw, linear_conversion_bytes(l));
       }
+      // + the Marlin workspaces (a few ints per 128 columns), bounded by 8 bytes a column.
       fp.block_device = std::max(fp.block_device, dev + 4 * uint64_t(c.ffn) * 8);
       fp.block_staged = std::max(fp.block_staged, staged);
       fp.block_dense_staging = std::max(fp.block_dense_staging, raw);
     }
   const SourceEntry* h = src.entry("head");
-  const SourceEntry* e = h ? h : src.entry("embed");  // tied: the embedding, transposed
-  fp.head_device = linear_device(c.d_model, c.vocab, h, f);
-  fp.head_staged = linear_staged(c.d_model, c.vocab, e, f.marlin);
-  fp.head_dense_staging = linear_dense_staging(c.d_model, c.vocab, e, transposed || !h);
+  // Tied: the embedding, transposed (dense, stored [vocab, D]).
+  const LinearFootprint head = entry_footprint(src, h ? h : src.entry("embed"), c.d_model, c.vocab, transposed || !h);
+  fp.head_device = linear_device_bytes(head, f);
+  fp.head_staged = linear_staged_bytes(head, f);
+  fp.head_dense_staging = linear_conversion_bytes(head);
   return fp;
 }
 
@@ -142,10 +155,10 @@ StreamPlan plan_stream_run(const std::vector<StreamModel>& models, const std::ve
   h.pinned += p.residuals;
   h.residuals = uint64_t(max_rows) * uint64_t(D) * 4;
   if (h.device() <= free) return h;
-  throw Error("the GPU run needs " + gib(h.device()) + " with the residual streams on the host (one block of each of " +
-                  std::to_string(models.size()) + " model(s) in each of 2 slots " + gib(h.blocks + h.staging) +
-                  ", the head phase " + gib(h.head) + ", activations of " + std::to_string(max_rows) + " rows " +
-                  gib(h.activations) + ", scratch " + gib(h.scratch) + "), " + gib(free) +
+  throw Error("the GPU run needs " + format_bytes(h.device()) + " with the residual streams on the host (one block of each of " +
+                  std::to_string(models.size()) + " model(s) in each of 2 slots " + format_bytes(h.blocks + h.staging) +
+                  ", the head phase " + format_bytes(h.head) + ", activations of " + std::to_string(max_rows) + " rows " +
+                  format_bytes(h.activations) + ", scratch " + format_bytes(h.scratch) + "), " + format_bytes(free) +
                   " free: lower --batch / --decode-batch or --ctx (activations), or drop --baseline (a model less)",
               "", "--device cuda");
 }
@@ -208,7 +221,6 @@ struct RopeTables {
 
 struct ModelState {
   StreamModel model;
-  DeviceForms forms;
   Slot slot[2];
   std::map<int64_t, std::unique_ptr<RopeTables>> rope;  // by T
   DeviceLinear head;
@@ -238,7 +250,7 @@ struct GpuStreamer::Impl {
   int kept_model[3] = {0, 0, 0};
   size_t chunk_rows = 0;            // the logits chunks' rows (allocated with the heads)
   int64_t max_batch = 1, vocab = 1;
-  uint64_t total_bytes = 0, peak_used = 0;
+  uint64_t peak_used = 0;
 
   ~Impl() {
     for (float* p : x_host)
@@ -250,11 +262,15 @@ struct GpuStreamer::Impl {
   int64_t batch_windows(const StreamSpec& s, int64_t b) const { return std::min(s.batch, s.windows - b * s.batch); }
   const RopeTables& rope(const StreamSpec& s) const { return *models[size_t(s.model)]->rope.at(s.T); }
 
-  // The residual rows of batch b of stream i on the device (copied in first when on the host).
-  float* batch_x(size_t i, int64_t b, bool copy_in) {
+  // Batch b of stream i in its residual: the first float and the count.
+  std::pair<size_t, size_t> batch_span(size_t i, int64_t b) const {
     const StreamSpec& s = streams[i];
     const int64_t D = models[size_t(s.model)]->model.config.d_model;
-    const size_t off = size_t(b * s.batch * s.T * D), n = size_t(batch_windows(s, b) * s.T * D);
+    return {size_t(b * s.batch * s.T * D), size_t(batch_windows(s, b) * s.T * D)};
+  }
+  // The residual rows of batch b of stream i on the device (copied in first when on the host).
+  float* batch_x(size_t i, int64_t b, bool copy_in) {
+    const auto [off, n] = batch_span(i, b);
     if (!plan.residuals_on_host) return x_dev[i].as<float>() + off;
     if (copy_in)
       TL_CUDA_THROW(cudaMemcpyAsync(x_work.get(), x_host[i] + off, n * 4, cudaMemcpyHostToDevice, nullptr));
@@ -262,18 +278,16 @@ struct GpuStreamer::Impl {
   }
   void batch_x_back(size_t i, int64_t b) {
     if (!plan.residuals_on_host) return;
-    const StreamSpec& s = streams[i];
-    const int64_t D = models[size_t(s.model)]->model.config.d_model;
-    const size_t off = size_t(b * s.batch * s.T * D), n = size_t(batch_windows(s, b) * s.T * D);
+    const auto [off, n] = batch_span(i, b);
     TL_CUDA_THROW(cudaMemcpyAsync(x_host[i] + off, x_work.get(), n * 4, cudaMemcpyDeviceToHost, nullptr));
   }
   // One weight into the model's info, from its stored form (what a resident model would hold).
   void count(ModelState& ms, const StoredLinear& l) {
     ms.info.linear_weights++;
-    ms.info.weight_bytes += device_bytes(l, ms.forms);
+    ms.info.weight_bytes += device_bytes(l, ms.model.forms);
     if (!l.quant) return;
     ms.info.quantized++;
-    if (!ms.forms.marlin || !l.quant->marlin) return;
+    if (!ms.model.forms.marlin || !l.quant->marlin) return;
     const MarlinSection& s = *l.quant->marlin;
     ms.info.marlin_packed++;
     ms.info.marlin_bytes += s.B.size() * 4 + (s.s.size() + s.delta.size()) * 2 +
@@ -301,7 +315,6 @@ GpuStreamer::GpuStreamer(std::vector<StreamModel> models, std::vector<StreamSpec
   for (StreamModel& sm : models) {
     auto st = std::make_unique<ModelState>();
     st->model = sm;
-    st->forms = DeviceForms{sm.fp16, sm.native, sm.marlin};
     st->info.device = cuda::cuda_device_label(prop);
     m.models.push_back(std::move(st));
   }
@@ -341,18 +354,10 @@ GpuStreamer::~GpuStreamer() = default;
 
 void GpuStreamer::embed(int model, const Tensor& embed) {
   Impl& m = *impl_;
-  const ModelConfig& c = m.models[size_t(model)]->model.config;
-  const int64_t V = c.vocab, D = c.d_model;
-  if (embed.shape != std::vector<int64_t>{V, D}) throw Error("embedding of shape " + embed.shape_str(), "", "embed");
-  // The fp16 table the runtime holds, as float rows (one rounding of the stored value).
-  auto row_of = [&](int32_t t, float* out, int64_t r) {
-    if (t < 0 || t >= V)
-      throw Error("token id " + std::to_string(t) + " outside [0, " + std::to_string(V) + ")", "", "token " + std::to_string(r));
-    for (int64_t d = 0; d < D; ++d) out[d] = half_to_float(float_to_half(embed.float_at(int64_t(t) * D + d)));
-  };
+  const int64_t D = m.models[size_t(model)]->model.config.d_model;
   // Each batch's rows once per mode (its streams share them), then into every stream of the model.
-  std::vector<float> rows;
   std::vector<bool> done(m.streams.size(), false);
+  std::vector<int32_t> order;
   for (size_t i = 0; i < m.streams.size(); ++i) {
     const StreamSpec& s = m.streams[i];
     if (s.model != model || done[i]) continue;
@@ -365,11 +370,13 @@ void GpuStreamer::embed(int model, const Tensor& embed) {
     }
     for (int64_t b = 0; b < m.batches(s); ++b) {
       const int64_t nb = m.batch_windows(s, b), w0 = b * s.batch;
-      rows.resize(size_t(nb * s.T * D));
-      parallel_for(nb * s.T, resolve_threads(0), [&](int64_t r) {
-        const int64_t sq = r / s.T, t = r % s.T;
-        const int64_t row = s.mode == ForwardMode::kDecode ? t * nb + sq : r;  // decode: position-major
-        row_of(s.tokens[(w0 + sq) * s.T + t], rows.data() + row * D, r);
+      order.resize(size_t(nb * s.T));  // the batch's tokens in the mode's row order (decode: position-major)
+      for (int64_t r = 0; r < nb * s.T; ++r)
+        order[size_t(s.mode == ForwardMode::kDecode ? (r % s.T) * nb + r / s.T : r)] = s.tokens[w0 * s.T + r];
+      // The fp16 table the runtime holds, as float rows: one rounding of each stored value.
+      std::vector<float> rows = embedding_rows(embed, order.data(), nb * s.T);
+      parallel_chunks(int64_t(rows.size()), int64_t(1) << 20, [&](int64_t i0, int64_t i1) {
+        for (int64_t k = i0; k < i1; ++k) rows[size_t(k)] = round_to_half(rows[size_t(k)]);
       });
       const size_t off = size_t(w0 * s.T * D);
       for (size_t j : same) {
@@ -390,8 +397,8 @@ void GpuStreamer::stage_block(int model, int slot, const StoredBlock& b) {
   TL_CUDA_THROW(cudaStreamWaitEvent(m.copy, m.compute_done[slot].e, 0));  // the slot's last block is no longer read
   TL_CUDA_THROW(cudaEventRecord(s.up_start.e, m.copy));
   s.arena.reset();
-  s.arena.reserve(staged_bytes(b, ms.forms));
-  upload_block(ms.model.config, b, ms.forms, s.arena, s.raw, s.block, m.copy);
+  s.arena.reserve(staged_bytes(b, ms.model.forms));
+  upload_block(ms.model.config, b, ms.model.forms, s.arena, s.raw, s.block, m.copy);
   TL_CUDA_THROW(cudaEventRecord(s.up_end.e, m.copy));
   TL_CUDA_THROW(cudaEventRecord(s.ready.e, m.copy));
   s.staged = true;
@@ -470,8 +477,8 @@ void GpuStreamer::stage_head(int model, const StoredLinear& head, const std::vec
   ModelState& ms = *m.models[size_t(model)];
   PinnedArena arena;
   DevBuf raw;
-  arena.reserve(staged_bytes(head, ms.forms) + 256);
-  upload_linear(head, ms.forms, arena, raw, ms.head, m.copy);
+  arena.reserve(staged_bytes(head, ms.model.forms) + 256);
+  upload_linear(head, ms.model.forms, arena, raw, ms.head, m.copy);
   ms.final_norm.resize(final_norm.size() * 4);
   TL_CUDA_THROW(cudaMemcpyAsync(ms.final_norm.get(), final_norm.data(), final_norm.size() * 4, cudaMemcpyHostToDevice,
                                 m.copy));
@@ -492,7 +499,7 @@ void GpuStreamer::logits(int stream, int64_t batch, int64_t t0, int64_t t1, int 
   // the host into the work buffer at the same offsets.
   const float* x = m.batch_x(size_t(stream), batch, false);
   if (m.plan.residuals_on_host) {
-    const float* host = m.x_host[size_t(stream)] + size_t(batch * s.batch * s.T * D);
+    const float* host = m.x_host[size_t(stream)] + m.batch_span(size_t(stream), batch).first;
     float* dev = m.x_work.as<float>();
     if (s.mode == ForwardMode::kPrefill)
       TL_CUDA_THROW(cudaMemcpy2DAsync(dev + t0 * D, size_t(s.T * D) * 4, host + t0 * D, size_t(s.T * D) * 4,

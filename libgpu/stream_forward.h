@@ -36,13 +36,42 @@
 
 namespace tl::gpu {
 
+// Which forms of its weights a model's device blocks hold.
+struct DeviceForms {
+  bool fp16 = true;    // fp16 copies of quantized weights (the fp16 path, --per-layer swaps)
+  bool native = true;  // q / scale / zero (the native path)
+  bool marlin = true;  // Marlin sections, where the stored weight has one (the Marlin path)
+};
+
 // What one model of the run holds on the device.
 struct StreamModel {
   ModelConfig config;
-  bool fp16 = true;     // fp16 copies of quantized weights (the fp16 path, --per-layer swaps)
-  bool native = true;   // q / scale / zero (the native path)
-  bool marlin = true;   // Marlin sections (the Marlin path)
+  DeviceForms forms;
 };
+
+// One linear weight as the sizes need it: from a stored weight (device_model.h) or, before any
+// read, from a source's entries (model_footprint). The one size rule of the uploads and the plan.
+struct LinearFootprint {
+  int64_t K = 0, N = 0;
+  bool quantized = false;
+  int64_t groups = 0;        // quantized: G
+  int64_t marlin_n = 0;      // quantized: the Marlin section's columns (0: none)
+  uint64_t dense_bytes = 0;  // dense: the bytes staged (fp64 narrowed to fp32)
+  bool converts = false;     // dense: needs device staging to convert (not fp16 already [K, N])
+};
+// Device bytes of the weight with `forms` (a Marlin workspace aside), pinned-arena bytes of its
+// upload (every piece at a 256-byte boundary, as PinnedArena places them), and the device staging
+// a dense weight converts through.
+uint64_t linear_device_bytes(const LinearFootprint& l, DeviceForms forms);
+uint64_t linear_staged_bytes(const LinearFootprint& l, DeviceForms forms);
+uint64_t linear_conversion_bytes(const LinearFootprint& l);
+// Pinned staging places every piece at a 256-byte boundary (PinnedArena, device_model.h).
+constexpr uint64_t kStagingAlign = 256;
+inline uint64_t staging_aligned(uint64_t n) { return (n + kStagingAlign - 1) / kStagingAlign * kStagingAlign; }
+// A dense weight's staged bytes: fp64 is narrowed to fp32 on the host, as the float32 loaders read it.
+inline uint64_t dense_staged_bytes(DType t, int64_t numel) {
+  return uint64_t(numel) * (t == DType::F64 ? 4 : dtype_size(t));
+}
 
 // One residual stream: model `model`'s forward on `path` in `mode` over `windows` windows of T
 // tokens, `batch` windows per forward.

@@ -40,15 +40,6 @@ long long cpu_gemms(const ModelConfig& c, ForwardMode mode, int64_t ctx) {
   return mode == ForwardMode::kDecode ? per * ctx : per;
 }
 
-// What final_logits needs of a model: its config, final norm and head (float32).
-ModelWeights head_of(const ModelSource& src) {
-  ModelWeights w;
-  w.config = src.config();
-  w.final_norm = src.read_vector("final_norm");
-  w.head = to_linear_weight(src.read_head());
-  return w;
-}
-
 // A residual stream on the CPU: one model's forward in one mode, its tasks' residuals.
 struct CpuStream {
   int model = 0;                 // index into the pass's sources
@@ -76,8 +67,7 @@ void run_blocks(const std::vector<const ModelSource*>& sources, std::vector<CpuS
   stream_blocks(
       sources, steps, wanted,
       [&](int64_t step, std::vector<StoredBlock>& blocks) {
-        for (size_t m = 0; m < blocks.size(); ++m) {
-          slot[m] = BlockWeights{};  // the last step's block goes before this one is made
+        for (size_t m = 0; m < blocks.size(); ++m) {  // (the last step's were freed when it ended)
           if (sources[m] && wanted(step, m)) slot[m] = to_block_weights(blocks[m]);
           blocks[m] = StoredBlock{};
         }
@@ -183,7 +173,7 @@ void score_cpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
   // logits of its windows first (its trace once, in the first mode).
   std::vector<ModelWeights> heads(sources.size());
   for (size_t m = 0; m < sources.size(); ++m)
-    if (sources[m]) heads[m] = head_of(*sources[m]);
+    if (sources[m]) heads[m] = head_weights(*sources[m]);
   for (size_t mi = 0; mi < modes.size(); ++mi) {
     const ForwardMode mode = modes[mi];
     const bool decode = mode == ForwardMode::kDecode;
@@ -240,15 +230,10 @@ void score_cpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
     for (size_t i = p0; i < p1; ++i) {
       CpuStream s;
       s.live = false;
-      const size_t dot = names[i].rfind('.');
-      s.swap_prefix = dot == std::string::npos ? names[i] : names[i].substr(0, dot);
-      for (int l = 0; l < kBlockLinears && dot != std::string::npos; ++l)
-        if (names[i].substr(dot + 1) == kBlockLinearNames[l]) s.swap_linear = l;
-      if (names[i] == "head") {  // the reference's residual, the quantized head
-        s.swap_prefix = "head";
-      } else {
-        swapped_blocks[s.swap_prefix] = true;
-      }
+      const SwapTarget t = swap_target(names[i]);
+      s.swap_prefix = t.prefix;
+      s.swap_linear = t.linear;
+      if (t.linear >= 0) swapped_blocks[t.prefix] = true;  // the head: the reference's residual, the quantized head
       ps.push_back(std::move(s));
     }
     const std::vector<BlockStep> steps = block_schedule(q.config());
@@ -257,7 +242,7 @@ void score_cpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
                0);
     ModelWeights qhead;
     for (size_t i = p0; i < p1; ++i)
-      if (names[i] == "head") qhead = head_of(q);
+      if (names[i] == "head") qhead = head_weights(q);
     std::vector<PathTrace> traces(p1 - p0);
     for (PathTrace& tr : traces) size_trace(tr, size_t(n * plan.scored_per_window()), true);
     parallel_for(n, threads, [&](int64_t w) {

@@ -52,6 +52,15 @@ void for_scored(const WindowPlan& plan, int64_t w0, int64_t nb, int64_t t0, int6
       fn(trace_index(plan, w0 + s, p + 1), size_t(s * (t1 - t0) + p - t0));
 }
 
+// Calls fn(t0, t1) for every chunk of `chunk` positions of a window that holds a scored row
+// (position p scores token p + 1).
+template <class Fn>
+void for_chunks(const WindowPlan& plan, int64_t chunk, Fn fn) {
+  const int64_t L = std::max<int64_t>(1, chunk);
+  for (int64_t t0 = 0; t0 < plan.ctx; t0 += L)
+    if (std::min(plan.ctx, t0 + L) >= plan.first_target) fn(t0, std::min(plan.ctx, t0 + L));
+}
+
 void record(const WindowPlan& plan, int64_t w0, int64_t nb, int64_t t0, int64_t t1, const gpu::ChunkStats& st,
             bool kld_ref, PathTrace& tr) {
   for_scored(plan, w0, nb, t0, t1, [&](size_t i, size_t r) {
@@ -59,6 +68,80 @@ void record(const WindowPlan& plan, int64_t w0, int64_t nb, int64_t t0, int64_t 
     tr.top1[i] = st.argmax[r];
     if (kld_ref) tr.kld[i] = st.kld_a[r];
   });
+}
+
+// --per-layer: the reference with one quantized weight of q swapped in (its fp16 W_hat), on the
+// first per_layer_windows windows, against the reference there. Passes of as many swapped
+// streams as fit on the device beside a reference stream; each reads both models' blocks.
+void score_per_layer_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const E2eOptions& opt,
+                         const ModelSource& ref_src, const E2eReference& ref, const ModelSource& q,
+                         int64_t per_layer_windows, std::vector<LayerDrift>& per_layer) {
+  const int64_t ctx = plan.ctx, batch = std::max<int64_t>(1, opt.batch);
+  const std::vector<BlockStep> steps = block_schedule(q.config());
+  const std::vector<std::string> names = quantized_linears(q);
+  const std::vector<int32_t> pl_tokens = window_tokens(tokens, plan, 0, per_layer_windows);
+  const std::vector<const ModelSource*> pl_sources = {&ref_src, &q};
+  const std::vector<gpu::StreamModel> pl_models = {{ref_src.config(), {true, false, false}},
+                                                   {q.config(), {true, false, false}}};
+  auto pass_specs = [&](size_t p0, size_t p1) {
+    std::vector<gpu::StreamSpec> s = {{0, gpu::GpuPath::kFp16, ForwardMode::kPrefill, per_layer_windows, ctx, batch,
+                                       pl_tokens.data()}};
+    for (size_t i = p0; i < p1; ++i) {
+      gpu::StreamSpec v = s[0];
+      const SwapTarget t = swap_target(names[i]);
+      v.swap_model = 1;
+      v.swap_prefix = t.prefix;
+      v.swap_linear = t.linear;
+      s.push_back(v);
+    }
+    return s;
+  };
+  // Streams per pass: all of them, or as many as keep every residual on the device.
+  size_t per_pass = std::max<size_t>(1, names.size());
+  std::vector<gpu::ModelFootprint> pl_sizes;
+  for (size_t i = 0; i < 2; ++i) pl_sizes.push_back(gpu::model_footprint(*pl_sources[i], pl_models[i]));
+  while (per_pass > 1 &&
+         gpu::plan_stream_run(pl_models, pl_sizes, pass_specs(0, per_pass), gpu::device_free_bytes()).residuals_on_host)
+    per_pass = (per_pass + 1) / 2;
+  Progress pl_progress("tl-verify", names.size(), 0, opt.progress == nullptr, opt.progress);
+  for (size_t p0 = 0; p0 < names.size(); p0 += per_pass) {
+    const size_t p1 = std::min(names.size(), p0 + per_pass);
+    const std::vector<gpu::StreamSpec> ps = pass_specs(p0, p1);
+    const std::string what = "per-layer pass " + std::to_string(p0 / per_pass + 1);
+    const gpu::StreamPlan pp = admit(pl_sources, pl_models, ps, opt, what);
+    gpu::GpuStreamer pg(pl_models, ps, pp, opt.kernel);
+    pg.embed(0, ref_src.read_embedding());
+    BlockTimes pt;
+    stream_blocks(
+        pl_sources, steps, nullptr,
+        [&](int64_t step, std::vector<StoredBlock>& blocks) {
+          for (int si = 0; si < 2; ++si) pg.stage_block(si, int(step % 2), blocks[size_t(si)]);
+        },
+        [&](int64_t step) {
+          pg.run_step(int(step % 2));
+          const gpu::StepTimes t = pg.last_step_times();
+          return BlockTimes{0, 0, t.upload, t.compute};
+        },
+        opt, what + " block", &pt, /*overlap=*/true);
+    for (int si = 0; si < 2; ++si) pg.stage_head(si, pl_sources[size_t(si)]->read_head(), pl_sources[size_t(si)]->read_vector("final_norm"));
+    std::vector<PathTrace> traces(p1 - p0);
+    for (PathTrace& tr : traces) size_trace(tr, size_t(per_layer_windows * plan.scored_per_window()), true);
+    for (int64_t b = 0; b * batch < per_layer_windows; ++b) {
+      const int64_t w0 = b * batch, nb = std::min(batch, per_layer_windows - w0);
+      for_chunks(plan, pp.chunk_positions, [&](int64_t t0, int64_t t1) {
+        const std::vector<int32_t> targets = chunk_targets(pl_tokens, ctx, w0, nb, t0, t1);
+        pg.logits(0, b, t0, t1, 0);
+        for (size_t i = p0; i < p1; ++i) {
+          pg.logits(int(i - p0 + 1), b, t0, t1, 2);
+          record(plan, w0, nb, t0, t1, pg.stats(2, targets, 0, -1), true, traces[i - p0]);
+        }
+      });
+    }
+    for (size_t i = p0; i < p1; ++i) {
+      per_layer.push_back(layer_drift(names[i], traces[i - p0], ref.trace));
+      pl_progress.finished("per-layer " + names[i] + ": KLD " + fmt("%.3g", per_layer.back().kld_mean), 1.0);
+    }
+  }
 }
 
 }  // namespace
@@ -73,12 +156,12 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
   std::vector<gpu::StreamModel> sm;
   if (ref_src) {
     sources.push_back(ref_src);
-    sm.push_back({ref_src->config(), true, false, false});
+    sm.push_back({ref_src->config(), {true, false, false}});
   }
   const int first_model = int(sources.size());
   for (Scored* m : models) {
     sources.push_back(m->src);
-    sm.push_back({m->src->config(), true, true, true});
+    sm.push_back({m->src->config(), {true, true, true}});
   }
   // Streams: the reference, then each model's paths in each mode (fp16 first: the others are
   // compared with it), then the CPU check's window prefix.
@@ -183,9 +266,7 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
       }
   for (int64_t b = 0; b < n_batches; ++b) {
     const int64_t w0 = b * batch, nb = std::min(batch, n_win - w0);
-    for (int64_t t0 = 0; t0 < ctx; t0 += L) {
-      const int64_t t1 = std::min(ctx, t0 + L);
-      if (t1 < plan.first_target) continue;  // no scored row: position p scores token p + 1
+    for_chunks(plan, L, [&](int64_t t0, int64_t t1) {
       const std::vector<int32_t> targets = chunk_targets(all, ctx, w0, nb, t0, t1);
       if (ref_src) {
         const auto tp = Clock::now();
@@ -218,7 +299,7 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
         row.gemm_m = std::max(row.gemm_m, row.mode == ForwardMode::kDecode ? nb : nb * ctx);
         stream_seconds[i] += seconds_since(tp);
       }
-    }
+    });
     progress.finished("e2e windows " + std::to_string(w0 + nb) + "/" + std::to_string(n_win) + " scored", double(nb));
   }
   note(opt, "heads: " + fmt("%.1f", seconds_since(t_head)) + " s");
@@ -243,10 +324,7 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
   if (ref && ref_src) ref->seconds += stream_seconds[0];
 
   if (n_check > 0) {  // the GPU fp16 path vs the CPU forward on the prefix of window 0
-    ModelWeights hw;
-    hw.config = file.config();
-    hw.final_norm = file.read_vector("final_norm");
-    hw.head = to_linear_weight(file.read_head());
+    const ModelWeights hw = head_weights(file);
     const auto tc = Clock::now();
     const ActMatrix cpu = final_logits(hw, xc);
     std::vector<float> gpu;  // the prefix's logits, in chunks of the plan's rows
@@ -271,79 +349,7 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
   }
   note(opt, "GPU memory used at most " + format_bytes(gs.peak_device_bytes()) + " (the device's, as cudaMemGetInfo saw it)");
   streamer.reset();  // the main pass's memory is free for the per-layer passes
-  if (!per_layer) return;
-
-  // --per-layer: the reference with one quantized weight of FILE swapped in (its fp16 W_hat), on
-  // the first per_layer_windows windows, against the reference there. Passes of as many swapped
-  // streams as fit on the device beside a reference stream; each reads both models' blocks.
-  const ModelSource& q = file;
-  const std::vector<std::string> names = quantized_linears(q);
-  const std::vector<int32_t> pl_tokens = window_tokens(tokens, plan, 0, per_layer_windows);
-  const std::vector<const ModelSource*> pl_sources = {ref_src, &q};
-  const std::vector<gpu::StreamModel> pl_models = {{ref_src->config(), true, false, false},
-                                                   {q.config(), true, false, false}};
-  auto pass_specs = [&](size_t p0, size_t p1) {
-    std::vector<gpu::StreamSpec> s = {{0, gpu::GpuPath::kFp16, ForwardMode::kPrefill, per_layer_windows, ctx, batch,
-                                       pl_tokens.data()}};
-    for (size_t i = p0; i < p1; ++i) {
-      gpu::StreamSpec v = s[0];
-      v.swap_model = 1;
-      const size_t dot = names[i].rfind('.');
-      v.swap_prefix = names[i] == "head" ? "head" : names[i].substr(0, dot);
-      for (int l = 0; l < kBlockLinears && names[i] != "head"; ++l)
-        if (names[i].substr(dot + 1) == kBlockLinearNames[l]) v.swap_linear = l;
-      s.push_back(v);
-    }
-    return s;
-  };
-  // Streams per pass: all of them, or as many as keep every residual on the device.
-  size_t per_pass = std::max<size_t>(1, names.size());
-  std::vector<gpu::ModelFootprint> pl_sizes;
-  for (size_t i = 0; i < 2; ++i) pl_sizes.push_back(gpu::model_footprint(*pl_sources[i], pl_models[i]));
-  while (per_pass > 1 &&
-         gpu::plan_stream_run(pl_models, pl_sizes, pass_specs(0, per_pass), gpu::device_free_bytes()).residuals_on_host)
-    per_pass = (per_pass + 1) / 2;
-  Progress pl_progress("tl-verify", names.size(), 0, opt.progress == nullptr, opt.progress);
-  for (size_t p0 = 0; p0 < names.size(); p0 += per_pass) {
-    const size_t p1 = std::min(names.size(), p0 + per_pass);
-    const std::vector<gpu::StreamSpec> ps = pass_specs(p0, p1);
-    const std::string what = "per-layer pass " + std::to_string(p0 / per_pass + 1);
-    const gpu::StreamPlan pp = admit(pl_sources, pl_models, ps, opt, what);
-    gpu::GpuStreamer pg(pl_models, ps, pp, opt.kernel);
-    pg.embed(0, ref_src->read_embedding());
-    BlockTimes pt;
-    stream_blocks(
-        pl_sources, steps, nullptr,
-        [&](int64_t step, std::vector<StoredBlock>& blocks) {
-          for (int si = 0; si < 2; ++si) pg.stage_block(si, int(step % 2), blocks[size_t(si)]);
-        },
-        [&](int64_t step) {
-          pg.run_step(int(step % 2));
-          const gpu::StepTimes t = pg.last_step_times();
-          return BlockTimes{0, 0, t.upload, t.compute};
-        },
-        opt, what + " block", &pt, /*overlap=*/true);
-    for (int si = 0; si < 2; ++si) pg.stage_head(si, pl_sources[size_t(si)]->read_head(), pl_sources[size_t(si)]->read_vector("final_norm"));
-    std::vector<PathTrace> traces(p1 - p0);
-    for (PathTrace& tr : traces) size_trace(tr, size_t(per_layer_windows * plan.scored_per_window()), true);
-    for (int64_t b = 0; b * batch < per_layer_windows; ++b) {
-      const int64_t w0 = b * batch, nb = std::min(batch, per_layer_windows - w0);
-      for (int64_t t0 = 0; t0 < ctx; t0 += L) {
-        const int64_t t1 = std::min(ctx, t0 + L);
-        if (t1 < plan.first_target) continue;
-        const std::vector<int32_t> targets = chunk_targets(pl_tokens, ctx, w0, nb, t0, t1);
-        pg.logits(0, b, t0, t1, 0);
-        for (size_t i = p0; i < p1; ++i) {
-          pg.logits(int(i - p0 + 1), b, t0, t1, 2);
-          record(plan, w0, nb, t0, t1, pg.stats(2, targets, 0, -1), true, traces[i - p0]);
-        }
-      }
-    }
-    for (size_t i = p0; i < p1; ++i) {
-      per_layer->push_back(layer_drift(names[i], traces[i - p0], ref->trace));
-      pl_progress.finished("per-layer " + names[i] + ": KLD " + fmt("%.3g", per_layer->back().kld_mean), 1.0);
-    }
-  }
+  if (per_layer) score_per_layer_gpu(tokens, plan, opt, *ref_src, *ref, file, per_layer_windows, *per_layer);
 }
 
 }  // namespace tl::verify::e2e

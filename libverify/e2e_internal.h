@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "libconvert/model_forward.h"
+#include "libconvert/model_weights.h"
 #include "libconvert/model_source.h"
 #include "libverify/e2e_tier.h"
 
@@ -105,6 +106,17 @@ struct Scored {
 // The quantized weights of a model whose drift --per-layer measures alone, in execution order
 // (the blocks' linears, then the head).
 std::vector<std::string> quantized_linears(const ModelSource& src);
+
+// Where --per-layer swaps a quantized weight in: the block prefix and the linear's index
+// (kBlockLinearNames), or prefix "head" and -1 for the head.
+struct SwapTarget {
+  std::string prefix;
+  int linear = -1;
+};
+SwapTarget swap_target(const std::string& weight);
+
+// What final_logits needs of a model: its config, final norm and head (float32).
+ModelWeights head_weights(const ModelSource& src);
 
 // Windows' tokens [n, ctx] gathered from the plan (windows w0 .. w0 + n - 1).
 std::vector<int32_t> window_tokens(const std::vector<int32_t>& tokens, const WindowPlan& plan, int64_t w0, int64_t n);

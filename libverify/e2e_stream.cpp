@@ -22,6 +22,23 @@ std::vector<std::string> quantized_linears(const ModelSource& src) {
   return names;
 }
 
+SwapTarget swap_target(const std::string& weight) {
+  if (weight == "head") return {"head", -1};
+  const size_t dot = weight.rfind('.');
+  SwapTarget t{weight.substr(0, dot), -1};
+  for (int l = 0; l < kBlockLinears; ++l)
+    if (weight.compare(dot + 1, std::string::npos, kBlockLinearNames[l]) == 0) t.linear = l;
+  return t;
+}
+
+ModelWeights head_weights(const ModelSource& src) {
+  ModelWeights w;
+  w.config = src.config();
+  w.final_norm = src.read_vector("final_norm");
+  w.head = to_linear_weight(src.read_head());
+  return w;
+}
+
 std::vector<int32_t> window_tokens(const std::vector<int32_t>& tokens, const WindowPlan& plan, int64_t w0, int64_t n) {
   std::vector<int32_t> out;
   gather_windows(tokens, plan, w0, n, &out);

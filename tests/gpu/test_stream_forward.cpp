@@ -53,8 +53,8 @@ tl::ModelWeights mixed_model(uint64_t seed) {
 // over its whole windows (one batch) in chunks of `chunk` positions, rows s-major like GpuModel's.
 std::vector<std::vector<float>> stream_logits(const tl::ModelSource& src, const std::vector<tl::gpu::StreamSpec>& specs,
                                               bool on_host, int64_t chunk, const tl::ModelSource* swap_src = nullptr) {
-  std::vector<tl::gpu::StreamModel> models = {{src.config(), true, true, true}};
-  if (swap_src) models.push_back({swap_src->config(), true, false, false});
+  std::vector<tl::gpu::StreamModel> models = {{src.config(), {true, true, true}}};
+  if (swap_src) models.push_back({swap_src->config(), {true, false, false}});
   std::vector<tl::gpu::ModelFootprint> sizes = {tl::gpu::model_footprint(src, models[0])};
   if (swap_src) sizes.push_back(tl::gpu::model_footprint(*swap_src, models[1]));
   tl::gpu::StreamPlan plan = tl::gpu::plan_stream_run(models, sizes, specs, tl::gpu::device_free_bytes());

@@ -214,7 +214,7 @@ TEST_CASE("gpu stream plan: residuals on the device when they fit, in host memor
   tl::ModelConfig c;
   c.d_model = 4096; c.n_heads = 32; c.n_kv_heads = 32; c.d_head = 128; c.ffn = 11008; c.vocab = 32000;
   c.n_pre = 32; c.n_loop = 0; c.loops = 0; c.max_seq = 4096;
-  std::vector<tl::gpu::StreamModel> models = {{c, true, false, false}, {c, true, true, true}};
+  std::vector<tl::gpu::StreamModel> models = {{c, {true, false, false}}, {c, {true, true, true}}};
   tl::gpu::ModelFootprint ref, q;  // a 7B block in bf16 / int4 g128 packed (bytes as device_model's)
   ref.block_device = 202'000'000ull * 2, ref.block_staged = 202'000'000ull * 2, ref.block_dense_staging = 11008ull * 4096 * 2;
   ref.head_device = 32000ull * 4096 * 2, ref.head_staged = ref.head_device;
