@@ -95,10 +95,7 @@ int main(int argc, char** argv) {
     values.push_back(f.default_value);
     bound_opts.push_back(app.add_option(f.flag, values.back(), f.help)->capture_default_str());
   }
-  app.footer("\n" + tv::tier_help_table() +
-             "\nExit codes: 0 everything that ran passed, 1 a tier failed (named on stderr), "
-             "2 usage or bad input, 77 everything requested was skipped.\n"
-             "Bounds and their derivation: docs/verify.md.");
+  tl::add_footer(app, "\n" + tv::tier_help_table() + "\nBounds and their derivation: docs/verify.md.");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -46,10 +46,13 @@ int tool_main(const char* tool, Body&& body) {
   }
 }
 
-// Every tool's --version prints "<tool> <version>".
+// Every tool's --version prints "<tool> <version>", and its --help ends with its exit codes
+// (core/exit_codes.h; a tool's own footer goes before them, through add_footer).
 inline void add_version_flag(CLI::App& app, const char* tool) {
   app.set_version_flag("--version", std::string(tool) + " " + TL_VERSION);
+  app.footer("\n" + exit_code::exit_codes_help(tool));
 }
+inline void add_footer(CLI::App& app, const std::string& text) { app.footer(text + "\n" + app.get_footer()); }
 
 // Levenshtein distance, for "did you mean".
 inline size_t edit_distance(const std::string& a, const std::string& b) {

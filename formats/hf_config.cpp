@@ -168,6 +168,8 @@ void read_window(Keys& k, const std::string& type, ModelConfig& c) {
 
 }  // namespace
 
+const std::set<std::string>& inert_config_keys() { return kInertKeys; }
+
 ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& file) {
   if (!j.is_object()) throw Error("expected a JSON object", file);
   if (!j.contains("model_type") || !j["model_type"].is_string())

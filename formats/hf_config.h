@@ -5,6 +5,7 @@
 // A TinyLoop config.json (model_type "tinyloop", with n_pre / n_loop / loops) is read too.
 #pragma once
 
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,10 @@
 namespace tl {
 
 ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& file = "config.json");
+// The top-level keys accepted without being read: they never change what the forward computes
+// (ids, dtype, generation defaults, ...; docs/model.md "Config keys"). Every other key is read
+// or refused by name.
+const std::set<std::string>& inert_config_keys();
 ModelConfig read_hf_config(const std::string& path);  // path to config.json
 nlohmann::json model_config_to_hf(const ModelConfig& c);  // for exports and tests
 // quantization_config's quant_method: "gptq" when the key is absent or not a string (AutoGPTQ's

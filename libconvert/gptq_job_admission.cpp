@@ -2,11 +2,9 @@
 // needs (all before anything large is read), and the copy of everything not quantized here (gptq_job.h).
 #include "libconvert/gptq_job.h"
 
-#include <dirent.h>
-#include <sys/stat.h>
-
 #include "formats/atomic_output.h"
 #include "formats/text_tokens.h"
+#include "libconvert/gptq_options.h"
 
 namespace tl::gptq_job {
 
@@ -105,68 +103,8 @@ void Job::read_tokens() {
                                     int64_t(tokens.size()) / opt.calib_seq);
 }
 
-namespace {
-
-// What identifies an input between two runs: size and modification time of the file, or of every
-// regular file in the folder (a re-downloaded shard, an edited config.json differ).
-nlohmann::json input_identity(const std::string& path) {
-  auto one = [](const std::string& p) -> nlohmann::json {
-    struct stat st {};
-    if (::stat(p.c_str(), &st) != 0) return nullptr;
-    return {{"bytes", int64_t(st.st_size)},
-            {"mtime_ns", int64_t(st.st_mtim.tv_sec) * 1000000000 + int64_t(st.st_mtim.tv_nsec)}};
-  };
-  if (!is_directory(path)) return one(path);
-  nlohmann::json files = nlohmann::json::object();
-  if (DIR* d = ::opendir(path.c_str())) {
-    while (const dirent* e = ::readdir(d)) {
-      const std::string n = e->d_name;
-      if (n == "." || n == ".." || !is_regular_file(path + "/" + n)) continue;
-      files[n] = one(path + "/" + n);
-    }
-    ::closedir(d);
-  }
-  return files;
-}
-
-// FNV-1a over the calibration token ids: the same windows, whichever file they came from.
-uint64_t tokens_hash(const std::vector<int32_t>& t) {
-  uint64_t h = 1469598103934665603ull;
-  for (int32_t v : t)
-    for (int b = 0; b < 4; ++b) {
-      h ^= uint64_t((uint32_t(v) >> (8 * b)) & 0xffu);
-      h *= 1099511628211ull;
-    }
-  return h;
-}
-
-}  // namespace
-
-// Every option that changes the output's bytes, and the inputs as they are now.
-nlohmann::json Job::resume_fingerprint() const {
-  char hash[32];
-  std::snprintf(hash, sizeof hash, "%016llx", (unsigned long long)tokens_hash(tokens));
-  return {{"producer", std::string("gptq-quantize ") + TL_VERSION},
-          {"input files", input_identity(opt.input)},
-          {"calibration tokens", {{"count", tokens.size()}, {"fnv1a64", hash}}},
-          {"--calib-seq", opt.calib_seq},
-          {"--calib-samples", opt.calib_samples},
-          {"--method", opt.method},
-          {"--only", opt.only},
-          {"--group-size", opt.group_size.name()},
-          {"--damp", opt.damp},
-          {"--block-size", opt.block_size},
-          {"--act-order", opt.act_order},
-          {"--zero", zero_mode_name(opt.zero_mode)},
-          {"--range-search", opt.range_search},
-          {"--drop-unselected", opt.drop_unselected},
-          {"--no-rtn-compare", !opt.rtn_compare},
-          // The GPU's codes differ from the CPU's at near-ties, and another GPU model or software
-          // may pick other GEMM kernels: a run resumes on the device (and model) and the driver and
-          // libraries that began it.
-          {"device", use_gpu ? "cuda: " + opt.gpu->name() : std::string("cpu")},
-          {"device software", use_gpu ? opt.gpu->software() : std::string("none")}};
-}
+// Every option that changes the output's bytes, and the inputs as they are now (gptq_options.h).
+nlohmann::json Job::resume_fingerprint() const { return tl::resume_fingerprint(opt, tokens, use_gpu); }
 
 void Job::open_journal() {
   const bool keeps = opt.sequential() && gptq && opt.save_calib.empty();

@@ -88,7 +88,6 @@ std::error_code remove_entries(const std::string& folder) {
 GptqJournal::GptqJournal(const std::string& output, const nlohmann::json& fingerprint, bool resume)
     : folder_(folder_for(output)), fingerprint_(fingerprint) {
   namespace fs = std::filesystem;
-  const std::string path = folder_ + "/" + kJournalFile;
   std::error_code ec;
   const bool exists = fs::exists(fs::symlink_status(folder_, ec));
   if (exists && !is_directory(folder_)) throw Error("exists and is not a resume journal folder", folder_);
@@ -96,6 +95,17 @@ GptqJournal::GptqJournal(const std::string& output, const nlohmann::json& finger
     if (ec != std::errc::file_exists) throw Error("cannot create the resume journal: " + ec.message(), folder_);
   }
   lock();  // from here on this process owns the folder
+  try {
+    open_locked(exists, resume);
+  } catch (...) {  // refused: the lock goes (the folder and what it holds stay as they were)
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    throw;
+  }
+}
+
+void GptqJournal::open_locked(bool exists, bool resume) {
+  const std::string path = folder_ + "/" + kJournalFile;
   if (!exists) {
     write_journal();
     return;

@@ -72,6 +72,7 @@ class GptqJournal {
   };
   void write_journal() const;
   void lock();
+  void open_locked(bool exists, bool resume);  // after lock(): a fresh journal, or the one to resume
 
   std::string folder_;
   nlohmann::json fingerprint_;

@@ -103,14 +103,17 @@ std::string load_error(const std::string& dir) {
 bool bpe_available(const std::string& fixture) {
   const std::string why = tl::tokenizer_json_unavailable_reason();
   if (!why.empty()) {
+    MESSAGE("tokenizer.json " << fixture << ": not run in this build (" << why << "); its refusal checked");
     CHECK(error_of(bpe_sample(), bpe_dir(fixture), 1 << 20).find("no PCRE2") != std::string::npos);
     return false;
   }
   if (fixture == "qwen2" && !tl::BpeTokenizer::nfc_unavailable_reason().empty()) {
+    MESSAGE("tokenizer.json qwen2: not run in this build (no utf8proc); its refusal checked");
     CHECK(error_of(bpe_sample(), bpe_dir(fixture), 1 << 20).find("normalizer: this build has no utf8proc") !=
           std::string::npos);
     return false;
   }
+  MESSAGE("tokenizer.json " << fixture << ": ran");
   return true;
 }
 
@@ -119,9 +122,11 @@ bool bpe_available(const std::string& fixture) {
 TEST_CASE("text tokens: SentencePiece ids as the sentencepiece package gives them, BOS once") {
   const std::string spm = TL_SPM_DIR;
   if (!tl::text_tokenizer_unavailable_reason().empty()) {
+    MESSAGE("SentencePiece: not run in this build (" << tl::text_tokenizer_unavailable_reason() << "); its refusal checked");
     CHECK(error_of(spm + "/sample.txt", spm, 400).find("no SentencePiece") != std::string::npos);
     return;
   }
+  MESSAGE("SentencePiece: ran");
   const nlohmann::json want = nlohmann::json::parse(std::ifstream(spm + "/sample.ids.json"));
   const std::vector<int32_t> ids = want["ids"].get<std::vector<int32_t>>();
   const tl::TextTokens t = tl::tokenize_text_file(spm + "/sample.txt", spm, 400);
