@@ -26,8 +26,10 @@ int main(int argc, char** argv) {
   app.add_option("--from", o.from,
                  "the original Hugging Face folder: its config.json (checked against the file's) and tokenizer files");
   app.add_option("--gptq-format", o.gptq_format,
-                 "GPTQ's zero-point convention: v1 (AutoGPTQ, stored z - 1; what vLLM and transformers expect) or v2 (GPTQModel)")
-      ->transform(CLI::IsMember({"v1", "v2"}, CLI::ignore_case))
+                 "GPTQ's zero-point convention: v1 (AutoGPTQ, stored z - 1; what every GPTQ reader takes), v2 "
+                 "(GPTQModel; transformers, and vLLM's gptq kernel, not its Marlin one), or auto: v1 unless a zero "
+                 "point is 0, which v1 cannot hold, then v2 (said on stderr and in --json)")
+      ->transform(CLI::IsMember({"auto", "v1", "v2"}, CLI::ignore_case))
       ->capture_default_str();
   app.add_option("--max-shard-bytes", o.max_shard_bytes, "safetensors shard size limit")->capture_default_str();
   app.add_flag("--json", o.json, "print a JSON summary on stdout");

@@ -36,6 +36,13 @@
 namespace tl {
 namespace {
 
+// A zero point 0 under GPTQ v1 (stored z - 1): --gptq-format auto writes v2 instead.
+struct V1ZeroPoint : Error {
+  V1ZeroPoint(const std::string& what, const std::string& file, const std::string& item, std::string at)
+      : Error(what, file, item), where(std::move(at)) {}
+  std::string where;  // "<weight> group g, column n"
+};
+
 namespace fs = std::filesystem;
 constexpr const char* kTool = "tl-export";
 
@@ -160,11 +167,15 @@ PartCodes integer_part(const QuantWeight& w, const HfPart& part, const ExportFor
       const double slack = 0.5 * half_ulp(z16) + zi * 0.5 * half_ulp(s16);
       if (zi < min_z || zi > 15 || std::fabs(zero + zi * s) > slack * (1 + 1e-9)) {
         char buf[320];
-        if (zi == 0 && min_z == 1 && std::fabs(zero) <= slack)
+        if (zi == 0 && min_z == 1 && std::fabs(zero) <= slack) {
+          char where[160];
+          std::snprintf(where, sizeof where, "%s group %lld, column %lld", w.name.c_str(), (long long)g,
+                        (long long)(part.n0 + n));
           std::snprintf(buf, sizeof buf,
                         "group %lld, column %lld has zero point 0, which the v1 layout (stored z - 1) cannot hold; "
-                        "use --gptq-format v2", (long long)g, (long long)(part.n0 + n));
-        else
+                        "use --gptq-format v2 or auto", (long long)g, (long long)(part.n0 + n));
+          throw V1ZeroPoint(buf, file, w.name, where);
+        }
           std::snprintf(buf, sizeof buf,
                         "group %lld, column %lld: zero / scale = %.6g is not an integer zero point 0..15 (%s stores "
                         "W = scale * (q - z)); a --zero float file cannot be exported as %s",
@@ -380,12 +391,37 @@ nlohmann::ordered_json export_config(const ExportOptions& o, const ModelConfig& 
 
 }  // namespace
 
+namespace {
+
+int export_folder(const ExportOptions& o, const std::string& format_reason);
+
+}  // namespace
+
+// --gptq-format auto: v1 (what every GPTQ reader takes) unless a zero point 0 shows up, then v2
+// from the start (the v1 attempt's temporary folder is discarded).
 int run_tl_export(const ExportOptions& o) {
+  if (o.gptq_format != "auto" && o.gptq_format != "v1" && o.gptq_format != "v2")
+    throw Error("unknown --gptq-format '" + o.gptq_format + "' (auto, v1, v2)");
+  if (o.gptq_format != "auto" || o.format != "gptq") return export_folder(o, "");
+  ExportOptions v1 = o, v2 = o;
+  v1.gptq_format = "v1";
+  v2.gptq_format = "v2";
+  try {
+    return export_folder(v1, "--gptq-format auto: every zero point is 1..15");
+  } catch (const V1ZeroPoint& e) {
+    const std::string why = "--gptq-format auto: " + e.where + " has zero point 0, which v1 (stored z - 1) cannot hold: GPTQ v2";
+    if (!o.quiet) std::fprintf(stderr, "%s: %s (checkpoint_format gptq_v2)\n", kTool, why.c_str());
+    return export_folder(v2, why);
+  }
+}
+
+namespace {
+
+int export_folder(const ExportOptions& o, const std::string& format_reason) {
   if (o.input.empty()) throw Error("missing INPUT");
   if (o.output.empty()) throw Error("missing -o OUT_DIR");
   if (o.format != "gptq" && o.format != "compressed-tensors")
     throw Error("unknown --format '" + o.format + "' (gptq, compressed-tensors)");
-  if (o.gptq_format != "v1" && o.gptq_format != "v2") throw Error("unknown --gptq-format '" + o.gptq_format + "' (v1, v2)");
   if (o.max_shard_bytes < (1u << 20)) throw Error("--max-shard-bytes below 1 MiB");
   if (fs::exists(fs::symlink_status(o.output))) throw Error("exists; tl-export writes a new folder", o.output);
   if (!o.from.empty() && !is_directory(o.from)) throw Error("--from is not a folder", o.from);
@@ -557,6 +593,7 @@ int run_tl_export(const ExportOptions& o) {
     j["output"] = o.output;
     j["format"] = o.format;
     if (!fmt.ct) j["checkpoint_format"] = fmt.gptq_v1 ? "gptq" : "gptq_v2";
+    if (!format_reason.empty()) j["checkpoint_format_reason"] = format_reason;
     j["group_size"] = stored_gs;
     j["quantized_weights"] = quant.size();
     j["hf_layers"] = hf_layers;
@@ -570,5 +607,7 @@ int run_tl_export(const ExportOptions& o) {
   }
   return 0;
 }
+
+}  // namespace
 
 }  // namespace tl

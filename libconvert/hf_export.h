@@ -5,7 +5,7 @@
 //                                 weight_packed / weight_scale / weight_zero_point / weight_shape
 //
 //   tl-export FILE.tinyloop --format gptq|compressed-tensors -o OUT_DIR [--from HF_DIR]
-//             [--gptq-format v1|v2] [--max-shard-bytes N] [--json] [--quiet]
+//             [--gptq-format auto|v1|v2] [--max-shard-bytes N] [--json] [--quiet]
 //
 // What is written (docs/format.md, "Export (tl-export)"):
 //   config.json            --from's config.json with "quantization_config" for the format and
@@ -45,7 +45,9 @@ struct ExportOptions {
   std::string output;                // folder to create
   std::string from;                  // original HF folder (config, tokenizer), optional
   std::string format = "gptq";       // "gptq" or "compressed-tensors"
-  std::string gptq_format = "v1";    // GPTQ only: "v1" (AutoGPTQ, stored z - 1) or "v2" (GPTQModel, z)
+  // GPTQ only: "v1" (AutoGPTQ, stored z - 1), "v2" (GPTQModel, z), or "auto": v1 unless a zero
+  // point is 0 (which v1 cannot store), then v2, said on stderr and in --json.
+  std::string gptq_format = "auto";
   uint64_t max_shard_bytes = 5000000000ull;  // transformers' save_pretrained default
   bool json = false;                 // JSON summary on stdout
   bool quiet = false;                // no progress on stderr

@@ -6,6 +6,9 @@
 // existing output, a --from of another model) leaves nothing behind.
 #include <doctest/doctest.h>
 
+#include <iostream>
+#include <sstream>
+
 #include <unistd.h>
 
 #include <cmath>
@@ -103,7 +106,7 @@ void check_nothing_left(const std::string& dir, const std::string& out) {
 }  // namespace
 
 TEST_CASE("tl-export: the folder reads back through the importer with the file's codes, scales and z") {
-  for (const char* fmt : {"v1", "v2", "compressed-tensors"}) {
+  for (const char* fmt : {"v1", "v2", "auto", "compressed-tensors"}) {
     CAPTURE(fmt);
     const bool ct = std::string(fmt) == "compressed-tensors";
     const std::string dir = scratch(std::string("roundtrip_") + fmt);
@@ -144,7 +147,8 @@ TEST_CASE("tl-export: the folder reads back through the importer with the file's
 
     const tl::QuantCheckpoint ck(out);
     CHECK(ck.config().format == (ct ? tl::QuantFormat::kCompressedTensors : tl::QuantFormat::kGptq));
-    if (!ct) CHECK(ck.config().gptq.checkpoint_format == (std::string(fmt) == "v1" ? "gptq" : "gptq_v2"));
+    // auto on a model whose zero points all fit v1 writes v1.
+    if (!ct) CHECK(ck.config().gptq.checkpoint_format == (std::string(fmt) == "v2" ? "gptq_v2" : "gptq"));
     CHECK_FALSE(ck.config().sym);
     CHECK(ck.quant_names().size() == 2 * 7 + 1);  // q, k, v, o, gate, up, down per layer + lm_head
     const tl::TinyloopReader in(file);
@@ -216,7 +220,7 @@ TEST_CASE("tl-export gptq: refusals name the weight or the reason and leave noth
     CHECK(e.find(": head: ") != std::string::npos);  // the first quantized weight in name order
     check_nothing_left(dir, out);
   }
-  SUBCASE("zero point 0: refused in v1, written in v2") {
+  SUBCASE("zero point 0: refused in v1, written in v2 and by auto (as v2, saying why)") {
     tl::ModelWeights w = tl::random_model_weights(llama_config(), 9);
     for (auto& b : w.pre)
       for (const char* s : tl::kBlockLinearNames) {
@@ -225,9 +229,26 @@ TEST_CASE("tl-export gptq: refusals name the weight or the reason and leave noth
         quantize(l, 32, tl::ZeroMode::kInt);
       }
     tl::write_model_tinyloop(w, dir + "/z.tinyloop", tl::DType::F16);
-    const std::string e = error_of(options(dir + "/z.tinyloop", out, ""));
+    tl::ExportOptions v1 = options(dir + "/z.tinyloop", out, "");
+    v1.gptq_format = "v1";
+    const std::string e = error_of(v1);
     CHECK(e.find("zero point 0, which the v1 layout") != std::string::npos);
+    CHECK(e.find("use --gptq-format v2 or auto") != std::string::npos);
     check_nothing_left(dir, out);
+    // auto (the default): the v1 attempt is discarded, v2 written, the reason in --json.
+    tl::ExportOptions a = options(dir + "/z.tinyloop", dir + "/auto", "");
+    a.json = true;
+    std::ostringstream json;
+    std::streambuf* was = std::cout.rdbuf(json.rdbuf());
+    const int rc = tl::run_tl_export(a);
+    std::cout.rdbuf(was);
+    CHECK(rc == 0);
+    const nlohmann::json r = nlohmann::json::parse(json.str());
+    CHECK(r["checkpoint_format"] == "gptq_v2");
+    CHECK(r["checkpoint_format_reason"].get<std::string>().find("has zero point 0, which v1 (stored z - 1) cannot hold") !=
+          std::string::npos);
+    CHECK(tl::QuantCheckpoint(dir + "/auto").config().gptq.checkpoint_format == "gptq_v2");
+    check_nothing_left(dir, dir + "/none");
     tl::ExportOptions v2 = options(dir + "/z.tinyloop", out, "");
     v2.gptq_format = "v2";
     CHECK(tl::run_tl_export(v2) == 0);
