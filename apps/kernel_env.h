@@ -14,7 +14,8 @@
 //   TL_MARLIN_HOPPER_SPLIT=1..8     tuning: force the Hopper kernel's k split
 //   TL_MARLIN_HOPPER_STREAM_K=1|-1  tuning: force or rule out stream-K
 //   TL_MARLIN_HOPPER_SK_HANDOVER=S  tuning: stream-K's hand-over cost in stages
-//   TL_MARLIN_CROSSOVERS=FILE       a crossover table (bench_kernels --tune), read by crossovers_from_env
+//   TL_MARLIN_CROSSOVERS=FILE       a crossover table (bench_kernels --tune), installed by
+//                                   runtime_options_from_env (tl-verify, bench_kernels)
 //   TL_HUGE_PAGES=0                 the tools that load whole models keep 4 KiB pages
 //                                   (run_with_huge_pages)
 //   TL_FAULT_INJECT=alloc:N|launch:N|trap:N|count
@@ -34,11 +35,12 @@
 
 #include "core/error.h"
 #include "core/fault_injection.h"
-#include "core/kernel_options.h"
+#include "cuda/kernel_options.h"
 #include "cuda/marlin_hopper_plan.h"  // plain C++: the split bound
 #include "formats/crossover_file.h"
 #if TL_HAVE_CUDA
 #include "cuda/cuda_errors.h"
+#include "cuda/tl_kernels.h"
 #endif
 
 namespace tl {
@@ -90,6 +92,25 @@ inline std::shared_ptr<const MarlinCrossovers> crossovers_from_env() {
   } catch (const Error& e) {
     throw Error(std::string("TL_MARLIN_CROSSOVERS: ") + e.what());
   }
+}
+
+// What a runtime runs with: the environment's options, and the crossover table TL_MARLIN_CROSSOVERS
+// names installed where it was measured on this GPU (cuda::use_crossovers). *note says what became
+// of a named table ("" when none is named): tl-verify and bench_kernels print it, and the report's
+// kernel options line counts the shapes it certified with.
+inline cuda::KernelOptions runtime_options_from_env(std::string* note) {
+  cuda::KernelOptions o = kernel_options_from_env();
+  note->clear();
+  const std::shared_ptr<const MarlinCrossovers> table = crossovers_from_env();
+  if (!table) return o;
+#if TL_HAVE_CUDA
+  const std::string why = cuda::use_crossovers(&o, table);
+#else
+  const std::string why = "this build has no GPU";
+#endif
+  *note = why.empty() ? "crossover table of " + std::to_string(table->shapes.size()) + " shapes (" + table->device + ")"
+                      : "crossover table not used: " + why;
+  return o;
 }
 
 // The tools that hold whole models in memory (gptq-quantize, marlin-pack, tl-verify) run with

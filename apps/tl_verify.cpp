@@ -118,7 +118,9 @@ int main(int argc, char** argv) {
     opt.e2e.score = tv::parse_score_mode(lower(score));
     opt.e2e.mode = tv::parse_e2e_mode(lower(e2e_mode));
     if (seed_opt->count() > 0) opt.seed = seed;
-    opt.kernel = tl::kernel_options_from_env();  // the runtime's options, as this shell sets them
+    std::string table_note;
+    opt.kernel = tl::runtime_options_from_env(&table_note);  // the runtime's options, as this shell sets them
+    if (!table_note.empty() && !opt.quiet) std::fprintf(stderr, "tl-verify: TL_MARLIN_CROSSOVERS: %s\n", table_note.c_str());
     for (size_t i = 0; i < flags.size(); ++i)
       if (bound_opts[i]->count() > 0) opt.bounds.push_back({flags[i].tier, flags[i].kind, values[i]});
     return tv::run_tl_verify(opt);

@@ -5,7 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
-#include "core/kernel_options.h"
+#include "cuda/kernel_options.h"
 
 namespace tl::cuda::detail {
 

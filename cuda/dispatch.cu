@@ -19,7 +19,7 @@
 // is faster than the native int4_gemm at every M measured on the H200 (M = 1 included, see
 // docs/perf.md), so there is no lower bound on M.
 //
-// Nothing here reads the environment: the options arrive as arguments (core/kernel_options.h).
+// Nothing here reads the environment: the options arrive as arguments (cuda/kernel_options.h).
 #include <algorithm>
 #include <atomic>
 #include <climits>

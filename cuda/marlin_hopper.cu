@@ -231,9 +231,10 @@ __device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity
 // 16 bytes into shared address `addr` of CTA `rank` of the cluster (distributed shared memory),
 // completing 16 bytes on that CTA's mbarrier at shared address `bar` (whose expect_tx counts
 // them): an asynchronous remote store, the value taken from registers at issue. (A plain remote
-// store released by an arrival there was no faster, and compute-sanitizer's racecheck then reports
-// every such store as a write to a block that "might have already exited": it takes only a
-// cluster barrier as proof that the target is alive. docs/perf-history.md, fifteenth pass.)
+// store released by an arrival there was no faster -- st.async 0.1-0.9 % ahead, H200, 2026-12-03 --
+// and compute-sanitizer's racecheck then reports every such store (203,200 at 7B M = 32) as a
+// write to a block that "might have already exited": it takes only a cluster barrier as proof
+// that the target is alive.)
 __device__ __forceinline__ void st_async_cluster_f4(uint32_t addr, uint32_t bar, uint32_t rank, float4 v) {
   asm volatile(
       "{\n.reg .b32 ra, rb;\n"
@@ -434,8 +435,8 @@ __device__ __forceinline__ void for_each_piece(const Params& p, bool stream_k, c
 // runs whole tiles and stream-K (p.split 1). Each walks a ring of a constant length (Cfg::ring)
 // and holds only its own end of a tile (the cluster's push and sum, or stream-K's park and
 // combine): 3.2-6.6 k instructions against 5.8-8.1 k for one kernel of both, whose ring's length
-// was a runtime value (docs/perf-history.md, sixteenth pass: with the stage loop below, 7B M = 32 4-5 %
-// faster).
+// was a runtime value (H200, 2026-12-03, 1570e8c against e6cf9a0: with the stage loop below, 7B
+// M = 32 went 1.500x -> 1.558x cuBLAS with groups and 1.503x -> 1.584x per column).
 template <int BM, int NW, int CONSUMERS, bool KI, bool SPLIT>
 __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
     marlin_hopper_kernel(const __grid_constant__ Maps maps, const Params p,
@@ -459,8 +460,8 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
 
   // The descriptors of the two copies every stage makes, first: the first copy's issue waits for
   // its descriptor, and a launch's first reads of each constant line (the parameters, the
-  // parameter space's address) miss, ~0.5 us each after the L2 flush (timeline probe,
-  // docs/perf-history.md, fourteenth pass). ptxas still schedules the set-up's parameter reads and
+  // parameter space's address) miss, ~0.5 us each after the L2 flush (timeline probe of 2416a38,
+  // H200, 2026-12-03). ptxas still schedules the set-up's parameter reads and
   // divisions first; the prefetches now follow them instead of the barriers' set-up and a 64-bit
   // division (k_range).
   if (threadIdx.x == 0) {
@@ -562,7 +563,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   // a register, even one broadcast from lane 0); c comes from warp_uniform. (Two
   // copies, one per constant c, kept the loop at 296-301 instructions per stage but doubled it
   // and the epilogue: 23.8 k instructions in all against 19.1 k, and 1-2 % slower at M = 32 and
-  // 256, docs/perf-history.md eighth pass.)
+  // 256: 7B M = 32 1.383x -> 1.399x cuBLAS with one copy, H200, 2026-12-02, against df301bb.)
   auto consume = [&](int c) {                   // c: which 64 x NW columns of the tile (KI: which stages)
     const int tid = threadIdx.x % 128;
     const int w = tid / 32, lane = tid % 32;
@@ -873,7 +874,7 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
         // push waits for nothing and no rank waits for the others to leave. (Parked locally and
         // read by the summing rank, the sum took one or two distributed-shared-memory round trips
         // per thread and the exit a cluster barrier: 1.5 and 0.8 us of a 14 us 7B o launch at
-        // M = 32, docs/perf-history.md fourteenth pass.) red_free: a receive buffer is pushed to again
+        // M = 32, timeline probe of 2416a38, H200, 2026-12-03.) red_free: a receive buffer is pushed to again
         // only after its rank has summed it (the tile before); the hand-over buffer is this CTA's
         // alone (barrier 2 below).
         if (round > 0) mbar_wait_cluster(&red_free, (round - 1) & 1);
@@ -933,8 +934,8 @@ __global__ void __launch_bounds__(Cfg<BM, NW, CONSUMERS, KI>::kThreads, 1)
   // it has landed, and no peer arrives on its red_free after the peer's last tile. The variant
   // that never splits keeps the one it had, never executed: without it ptxas laid that kernel out
   // differently (128-token main loops 205 / 211 instructions per stage against 205 / 205 with it,
-  // nvdisasm) and it ran 1-3.6 % slower with per-column scales at M = 256-1024 (H200,
-  // docs/perf-history.md, fifteenth pass).
+  // nvdisasm) and it ran 1-3.6 % slower with per-column scales at M = 256-1024 (H200, 2026-12-03:
+  // 70B gate_up at M = 256 347.4 -> 360.1 us).
   if constexpr (!T::kSplit) unreached_exit_barrier(split);
 #endif  // TL_HOPPER_DEVICE
 }

@@ -28,12 +28,12 @@ constexpr double kSplitCostStages = 2.0;
 // it switches and lost 4 % on the seventh, 7B qkv at M = 256.)
 inline double stream_k_combine_stages(int rows) { return rows <= 64 ? 2.0 : 4.0; }
 // The hand-over between two pieces of a stream-K run, in stages, that the runs are cut by
-// (stream_k_cut; 0: equal runs). The timeline of 7B qkv at M = 32 (docs/perf-history.md twelfth pass) put
-// a cut first piece's hand-over at 3.4 us against 0.37 us per stage (~9 stages), and the CTAs
-// with two pieces ending ~5.5 us after the median one (~15). H200 A/B over 0-48 (thirteenth
-// pass, the runtime's asymmetric path): 14 was best or within 1 % of it at every M and set for
-// all three variants -- 0 -> 14: 7B M = 32 / 64 +3-6 %, 70B +3-7 %, M = 256 +0-1 %, M = 1024
-// flat; 22-48 lose again at M <= 64 (runs that avoid every cut idle SMs).
+// (stream_k_cut; 0: equal runs). The timeline of 7B qkv at M = 32 (H200, 2026-12-03, a probe build
+// of df117d4) put a cut first piece's hand-over at 3.4 us against 0.37 us per stage (~9 stages),
+// and the CTAs with two pieces ending ~5.5 us after the median one (~15). H200 A/B over 0-48
+// (2026-12-03, against c129806, the runtime's asymmetric path): 14 was best or within 1 % of it
+// at every M and set for all three variants -- 0 -> 14: 7B M = 32 / 64 +3-6 %, 70B +3-7 %,
+// M = 256 +0-1 %, M = 1024 flat; 22-48 lose again at M <= 64 (runs that avoid every cut idle SMs).
 constexpr int kStreamKHandoverStages = 14;
 // Stream-K replaces the whole-tile grid only when the model has it this much cheaper: where it
 // is within a few percent the measured result was worse (large M: CTAs on tiles far apart in
@@ -43,7 +43,7 @@ constexpr double kStreamKMinGain = 0.95;
 // fewer stages per CTA than this (k_iters - share): its runs then cut nearly every tile, and
 // those combines cost ~17-22 stages of 128 tokens, not the model's 4 -- 7B qkv at M = 256 (96
 // tiles on 132 SMs) and 70B qkv at M = 384 (120 tiles) took ~17.5 us more than the whole tiles'
-// loop x the fill. H200, stream-K forced on and off at M = 128-512 (docs/perf-history.md eleventh pass):
+// loop x the fill. H200, stream-K forced on and off at M = 128-512 (2026-12-03, 6d279ab's kernel):
 // whole tiles ran those two 10 % and 9 % faster (17 and 12 stages saved); every shape where
 // stream-K saves more keeps it (70B down at M = 384: 122 stages). The other variant's stream-K
 // stays a candidate: excluded too (64-token tiles that fill one round), the plan would move 7B
@@ -97,8 +97,8 @@ TL_HOPPER_HD inline void stream_k_range(int units, int grid, int cta, int* begin
 // (tile t = column tile x m_tiles + row tile, tile_coords' order), else 1. The row tiles of one
 // column are then cut at the same stages, by CTAs that stream the same weights side by side, as
 // whole tiles do; runs over the tiles' stages end to end put them ~k_iters stages apart in time.
-// Measured on the H200 (docs/perf-history.md ninth pass): 1.5-4.6 % faster on stream-K layers with 4 or
-// 8 row tiles, 0-3 % with 2.
+// Measured on the H200 (2026-12-02, 4dc249c against 018c0fe): 1.5-4.6 % faster on stream-K layers
+// with 4 or 8 row tiles (70B qkv at M = 1024: 258.1 -> 247.8 us with groups), 0-3 % with 2.
 TL_HOPPER_HD inline int stream_k_group(int m_tiles) { return m_tiles <= kRasterRows ? m_tiles : 1; }
 // The stages the row groups share out: their column tiles' (tiles / group columns x k_iters;
 // plan_shape keeps it below kMaxStreamKUnits, so the kernel's int is enough).

@@ -31,10 +31,11 @@
 //     writes fp16 once; no block waits for another). Both are deterministic;
 //   * the epilogue is the kernel's critical path after the stream (the last block to finish
 //     ends the kernel): all its loads are issued before they are summed, 16 bytes each.
-// Measured on the H200 (docs/perf.md): ~3.6 TB/s of codes on the 70B MLP layers at M <= 8,
-// 1.83-1.87x / 2.63-2.65x cuBLAS over the 7B / 70B sets at M <= 16, g = 128; docs/kernels.md
-// has the design notes and what was tried (shared-memory rings filled by cp.async or bulk
-// copies, L2 prefetch, balanced row stripes).
+// Measured on the H200 (docs/perf.md; per layer: docs/perf-history.md, "Decode kernel (M <= 16):
+// per layer"): ~3.6 TB/s of codes on the 70B MLP layers at M <= 8, 1.83-1.87x / 2.63-2.65x
+// cuBLAS over the 7B / 70B sets at M <= 16, g = 128; docs/kernels.md has the design notes and
+// what was tried (shared-memory rings filled by cp.async or bulk copies, L2 prefetch, balanced
+// row stripes).
 #include <algorithm>
 
 #include <cooperative_groups.h>

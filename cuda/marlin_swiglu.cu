@@ -13,13 +13,13 @@
 #include "cuda/tl_kernels.h"
 
 #include "core/group_size.h"
-#include "core/swiglu_pair.h"
+#include "cuda/swiglu_pair.h"
 
 namespace tl::cuda {
 namespace {
 
 // Whether a pair the gate passes runs fused: on the decode kernel's rows, and at 9..16 rows only
-// on short warp stripes (core/swiglu_pair.h).
+// on short warp stripes (cuda/swiglu_pair.h).
 bool runs_fused(int M, int F, int K, int group_size, const KernelOptions& options) {
   if (detail::marlin_route(M, 2 * F, K, group_size, options) != detail::MarlinRoute::kDecode) return false;
   if (M <= 8) return true;

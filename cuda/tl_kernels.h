@@ -15,8 +15,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
-#include "core/gemm_plan.h"
-#include "core/kernel_options.h"
+#include "cuda/gemm_plan.h"
+#include "cuda/kernel_options.h"
 #include "core/marlin_crossovers.h"
 #include "cuda/cuda_errors.h"
 
@@ -88,7 +88,7 @@ int marlin_int4_tc_gemm(const __half* A, const int32_t* B, __half* C, const __ha
                         const KernelOptions& options = {});
 size_t marlin_workspace_ints(int N);
 
-// GemmPlan (core/gemm_plan.h): how a launcher shares a problem out on the GPU at hand.
+// GemmPlan (cuda/gemm_plan.h): how a launcher shares a problem out on the GPU at hand.
 // rc as the launcher's (kShapeUnsupported, kNoConfig, kCudaError) when it would not run.
 int marlin_plan(int M, int N, int K, int group_size, bool asym, const KernelOptions& options, GemmPlan* plan);
 // int4_gemm_plan: kernel "native" (the CUDA-core kernel) or "native-dequant" (the floor, slices =
@@ -141,7 +141,7 @@ int marlin_swiglu_asymmetric(const __half* A, const MarlinOperands& gate, const 
 // and the tiers' one rule. (The fused launch falls back to the unfused sequence only where the
 // GPU's shared memory fits no decode configuration.)
 const char* marlin_swiglu_route(int M, int F, int K, int group_size, const KernelOptions& options);
-// Its plan (core/gemm_plan.h): kernel "pair-decode" with the decode grid over the pair's 2 F
+// Its plan (cuda/gemm_plan.h): kernel "pair-decode" with the decode grid over the pair's 2 F
 // columns where it runs fused, else "pair-" + the plan of each of its two GEMMs.
 int marlin_swiglu_plan(int M, int F, int K, int group_size, const KernelOptions& options, GemmPlan* plan);
 

@@ -19,7 +19,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
-#include "core/kernel_options.h"
+#include "cuda/kernel_options.h"
 #include "cuda/device_buffer.h"
 #include "cuda/tl_kernels.h"
 #include "libconvert/model_forward.h"

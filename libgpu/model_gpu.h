@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "core/kernel_options.h"
+#include "cuda/kernel_options.h"
 #include "libconvert/model_forward.h"
 #include "libconvert/model_weights.h"
 

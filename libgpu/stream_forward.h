@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "core/kernel_options.h"
+#include "cuda/kernel_options.h"
 #include "formats/model_config.h"
 #include "libconvert/model_forward.h"
 #include "libconvert/model_source.h"

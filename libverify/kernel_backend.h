@@ -8,9 +8,9 @@
 #include <memory>
 #include <string>
 
-#include "core/gemm_plan.h"
+#include "cuda/gemm_plan.h"
 #include "core/half.h"
-#include "core/kernel_options.h"
+#include "cuda/kernel_options.h"
 
 namespace tl::verify {
 
@@ -20,7 +20,7 @@ struct KernelStatus {
   static KernelStatus failure(std::string m) { return {false, std::move(m)}; }
 };
 
-// How the backend's launcher shares a problem out: core/gemm_plan.h (kernel empty: the
+// How the backend's launcher shares a problem out: cuda/gemm_plan.h (kernel empty: the
 // launcher declines); the tiers pick their shapes from it (tier_shapes.h).
 using cuda::GemmPlan;
 

@@ -15,7 +15,7 @@ struct Requirement {
 
 bool in(int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; }
 
-// What each kernel path is, in the launchers' own terms (core/gemm_plan.h).
+// What each kernel path is, in the launchers' own terms (cuda/gemm_plan.h).
 const std::vector<Requirement>& marlin_requirements() {
   static const std::vector<Requirement> r = {
       {"decode M 1..8", [](const GemmPlan& p, int64_t M, int64_t, int64_t, int64_t) { return p.kernel == "decode" && M <= 8; }},

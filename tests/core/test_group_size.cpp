@@ -1,12 +1,12 @@
 // core/group_size.h's rules, each written once: the effective group size, the Marlin gate and
-// its words, group counts; and core/kernel_options.h's runtime defaults.
+// its words, group counts; and cuda/kernel_options.h's runtime defaults.
 #include <doctest/doctest.h>
 
 #include <string>
 
 #include "core/error.h"
 #include "core/group_size.h"
-#include "core/kernel_options.h"
+#include "cuda/kernel_options.h"
 
 TEST_CASE("group size: the effective rule 0 < group_size <= K, as one error") {
   CHECK(tl::effective_group_size_ok(4096, 128));

@@ -14,7 +14,7 @@ Checks, for every instantiation of marlin_small_m_kernel:
     PDL per MB8): 24 kernels, so that a parse that finds nothing cannot pass;
   * spill stores at most SPILL_CEILING bytes: 0 everywhere, except the SwiGLU pair at 9..16 rows,
     whose second accumulator set and W_up's three pointers overflow by 8 bytes (groups) and 36
-    bytes (per column) with nvcc 13.0: core/swiglu_pair.h runs it fused only on short warp
+    bytes (per column) with nvcc 13.0: cuda/swiglu_pair.h runs it fused only on short warp
     stripes, where those spills measured cheaper than the unfused sequence (docs/perf.md). Their
     ceilings, 16 and 48 bytes, leave two or three registers for another compiler's allocation
     and stay far below what a ring that no longer fits spills (an 8-row ring at 9..16 rows:

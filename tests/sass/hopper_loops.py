@@ -4,14 +4,14 @@
 For every tile variant of marlin_hopper_kernel (32, 64, 128 tokens) it finds the loops that issue
 the stage's wgmmas (a backward branch whose body holds >= 4 HGMMA and < 600 instructions) and
 checks the two properties the kernel's speed at M <= 64 rests on (docs/kernels.md, "Instructions
-per stage, uniform registers"; docs/perf.md, fourth and sixth passes):
+per stage, uniform registers"):
 
   * no R2UR in any of them: the stage walk is warp-uniform to the compiler, so the wgmma
     descriptors come from uniform registers. A branch it takes for divergent before a loop
-    (the epilogue's shuffles under a per-thread condition in the sixth pass) moves the
+    (the epilogue's shuffles under a per-thread condition, 2026-12-02) moves the
     descriptors to vector registers: 32 R2UR per stage at 32 tokens, 299 -> 337 instructions.
   * at most MAX_PER_STAGE instructions per loop: 274-279 per column and 294-304 with groups at
-    32 and 64 tokens (sixteenth pass: a loop per scale form, a kernel per split kind) and 205 at
+    32 and 64 tokens (a loop per scale form, a kernel per split kind) and 205 at
     128 with nvcc 13.0; the bounds leave ~4 % above the largest for another compiler's
     scheduling and stay below the 330-337 of the regression above.
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/nibbles.h"
-#include "core/swiglu_pair.h"
+#include "cuda/swiglu_pair.h"
 #include "cuda/marlin_hopper_plan.h"
 #include "formats/marlin_layout.h"
 

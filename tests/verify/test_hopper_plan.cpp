@@ -160,7 +160,7 @@ TEST_CASE("stream-K never replaces M's own whole tiles that fill the SMs in one 
   // Every column-tile count to two rounds, 1-4 row tiles of 128 tokens and the 7B / 70B k ranges:
   // where the whole tiles fit one round and stream-K's share saves fewer than the bound, the plan
   // is not stream-K over 128-token tiles; forced, it still is; and the two shapes measured on the
-  // H200 (docs/perf-history.md eleventh pass) go each way.
+  // H200 (2026-12-03, issue 18's plan rule, 93818d2) go each way.
   const auto fit = [](int, int split) { return 132 / split; };
   int excluded = 0, kept = 0;
   for (int m_tiles = 1; m_tiles <= 4; ++m_tiles)

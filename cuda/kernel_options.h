@@ -1,6 +1,7 @@
 // The kernels' runtime choices: what the launchers and the dispatcher of cuda/tl_kernels.h
-// decide that is not a function of the problem. Plain data without CUDA types, so every layer
-// above (libgpu, libverify, the tools) passes it in, in a build with or without CUDA.
+// decide that is not a function of the problem. A host-only header of cuda/'s public API (plain
+// C++, no CUDA types, compiles without nvcc), so every layer above (libgpu, libverify, the tools)
+// passes it in, in a build with or without CUDA.
 #pragma once
 
 #include <cstddef>
@@ -62,12 +63,12 @@ struct KernelOptions {
 constexpr size_t kDequantScratchBytes = size_t(64) << 20;
 // M from which the dequantize + cuBLAS floor beats the tiled kernel on the H200 (docs/perf.md).
 constexpr int kDefaultDequantMinM = 256;
-// M from which the floor beats the Hopper kernel on the H200 (docs/perf-history.md, sixth pass,
-// asymmetric, sums over the 4 layers): at M = 8192 on 70B (1.09x / 1.11x cuBLAS against
-// 0.97x / 1.04x, g = 128 / per column), on 7B the two within 1.6 % (0.94x against 0.93x /
-// 0.96x); at M = 4096 the Hopper kernel is ahead on both sets and group sizes (0.93-1.02x
-// against 0.91-0.98x). Per layer, 7B o and qkv at g = 128 hand over at 4096, which a crossover
-// table records.
+// M from which the floor beats the Hopper kernel on the H200 (2026-12-02, 901adab's Hopper kernel,
+// asymmetric, sums over the 4 layers; docs/perf.md, "Which kernel serves which M"): at M = 8192
+// on 70B (1.09x / 1.11x cuBLAS against 0.97x / 1.04x, g = 128 / per column), on 7B the two within
+// 1.6 % (0.94x against 0.93x / 0.96x); at M = 4096 the Hopper kernel is ahead on both sets and
+// group sizes (0.93-1.02x against 0.91-0.98x). Per layer, 7B o and qkv at g = 128 hand over at
+// 4096, which a crossover table records.
 constexpr int kDefaultHopperMaxM = 8192;
 // M from which int4_gemm takes its floor in a runtime: the first M above decode sizes. The kernel
 // does 2 M K N fp32 FMAs on the CUDA cores; the floor moves ~4.5 bytes per weight (codes in, the

@@ -1,6 +1,6 @@
 // How a launcher shares a problem out: the one plan type of the kernels (cuda/tl_kernels.h
 // marlin_plan / int4_gemm_plan fill it) and of the verifier that picks its shapes from it
-// (libverify/tier_shapes.cpp). Plain data without CUDA types, like core/kernel_options.h, so a
+// (libverify/tier_shapes.cpp). A host-only header like cuda/kernel_options.h (plain data, no CUDA types), so a
 // build without CUDA has it too. `kernel` views a string literal of the launcher.
 #pragma once
 
