@@ -5,7 +5,7 @@
 
 #include "apps/kernel_env.h"
 #include "apps/tool_main.h"
-#include "libconvert/gptq_options.h"
+#include "jobs/gptq_options.h"
 #include "libgpu/gptq_device.h"
 
 int main(int argc, char** argv) {

@@ -1,11 +1,11 @@
 // marlin-pack: add Marlin sections (B, permuted s, delta) to the quantized weights of a
-// .tinyloop file or a quantized checkpoint folder. The job lives in libconvert/marlin_pack_tool.cpp.
+// .tinyloop file or a quantized checkpoint folder. The job lives in jobs/marlin_pack_tool.cpp.
 #include <string>
 
 #include "apps/kernel_env.h"
 #include "apps/tool_main.h"
 #include "formats/marlin_layout.h"
-#include "libconvert/marlin_pack_tool.h"
+#include "jobs/marlin_pack_tool.h"
 
 int main(int argc, char** argv) {
   tl::run_with_huge_pages(argv);  // first: glibc reads the tunable at startup

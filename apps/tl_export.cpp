@@ -1,10 +1,10 @@
 // tl-export: a .tinyloop model -> a Hugging Face folder that transformers and vLLM load: GPTQ
 // (AutoGPTQ / GPTQModel layout) or compressed-tensors pack-quantized (llm-compressor's W4A16).
-// The job lives in libconvert/hf_export.cpp.
+// The job lives in jobs/hf_export.cpp.
 #include <string>
 
 #include "apps/tool_main.h"
-#include "libconvert/hf_export.h"
+#include "jobs/hf_export.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Writes a quantized .tinyloop model as a Hugging Face checkpoint folder: GPTQ (qweight / qzeros / "

@@ -1,10 +1,10 @@
 // tl-inspect: list what a .tinyloop, safetensors (file, folder, index) or calibration file
 // holds, check it end to end, or extract one weight's arrays to safetensors for numpy/PyTorch.
-// The job lives in libconvert/inspect_tool.cpp.
+// The job lives in jobs/inspect_tool.cpp.
 #include <string>
 
 #include "apps/tool_main.h"
-#include "libconvert/inspect_tool.h"
+#include "jobs/inspect_tool.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Lists the tensors, quantized weights (group size, provenance), Marlin sections and "

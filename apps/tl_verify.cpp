@@ -7,7 +7,7 @@
 #include "apps/tool_main.h"
 #include "libverify/e2e_tier.h"
 #include "libverify/tier_table.h"
-#include "libverify/verify_tool.h"
+#include "jobs/verify_tool.h"
 
 int main(int argc, char** argv) {
   tl::run_with_huge_pages(argv);  // first: glibc reads the tunable at startup

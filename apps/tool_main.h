@@ -14,6 +14,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/version.h"
 #include "core/error.h"
 #include "core/exit_codes.h"
 #include "formats/atomic_output.h"
@@ -34,6 +35,9 @@ int tool_main(const char* tool, Body&& body) {
   mallopt(M_TRIM_THRESHOLD, 16 << 20);
   try {
     return body();
+  } catch (const tl::GateFailed& e) {
+    std::fprintf(stderr, "%s: %s\n", tool, e.what());
+    return exit_code::kGateFailed;
   } catch (const tl::Error& e) {
     std::fprintf(stderr, "%s: %s\n", tool, e.what());
     return exit_code::kBadInput;
@@ -49,7 +53,7 @@ int tool_main(const char* tool, Body&& body) {
 // Every tool's --version prints "<tool> <version>", and its --help ends with its exit codes
 // (core/exit_codes.h; a tool's own footer goes before them, through add_footer).
 inline void add_version_flag(CLI::App& app, const char* tool) {
-  app.set_version_flag("--version", std::string(tool) + " " + TL_VERSION);
+  app.set_version_flag("--version", std::string(tool) + " " + kVersion);
   app.footer("\n" + exit_code::exit_codes_help(tool));
 }
 inline void add_footer(CLI::App& app, const std::string& text) { app.footer(text + "\n" + app.get_footer()); }

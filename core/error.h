@@ -1,5 +1,7 @@
-// The one error type of the tinyloop libraries. Libraries throw tl::Error; only the entry
-// function of each tool catches it and maps it to exit code 2 (bad input / usage / I/O).
+// The error types of the tinyloop libraries. Libraries throw tl::Error; only the entry function
+// of each tool (apps/tool_main.h) catches it and maps it to exit code 2 (bad input / usage / I/O).
+// A job throws tl::GateFailed when a requirement the user asked for is not met (marlin-pack
+// --require-all): the same boundary maps it to exit code 1 (exit_code::kGateFailed).
 #pragma once
 
 #include <stdexcept>
@@ -26,6 +28,11 @@ class Error : public std::runtime_error {
     return s + message;
   }
   std::string file_, item_;
+};
+
+class GateFailed : public Error {
+ public:
+  using Error::Error;
 };
 
 }  // namespace tl

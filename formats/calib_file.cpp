@@ -10,6 +10,7 @@
 
 #include "formats/atomic_output.h"
 #include "core/error.h"
+#include "core/version.h"
 #include "core/utf8.h"
 #include "formats/file_check.h"
 #include "formats/h5_util.h"
@@ -120,7 +121,7 @@ CalibWriter::CalibWriter(const std::string& path) : impl_(std::make_unique<Impl>
     h5::Handle root = h5::open_group(f, "/", path);
     h5::write_attr(root, "format", kCalibFormat, path);
     h5::write_attr(root, "format_version", kCalibVersion, path);
-    h5::write_attr(root, "producer_version", TL_VERSION, path);
+    h5::write_attr(root, "producer_version", kVersion, path);
     h5::create_group(f, "hessian", path);
   });
 }

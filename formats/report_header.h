@@ -6,14 +6,12 @@
 
 #include <nlohmann/json.hpp>
 
-#ifndef TL_VERSION
-#define TL_VERSION "0.0.0"
-#endif
+#include "core/version.h"
 
 namespace tl {
 
 inline nlohmann::json report_header(const char* tool, int schema_version) {
-  return {{"tool", tool}, {"version", TL_VERSION}, {"schema_version", schema_version}};
+  return {{"tool", tool}, {"version", kVersion}, {"schema_version", schema_version}};
 }
 
 }  // namespace tl

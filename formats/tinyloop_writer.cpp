@@ -8,9 +8,7 @@
 #include "formats/h5_write.h"
 #include "formats/tinyloop_schema.h"
 
-#ifndef TL_VERSION
-#define TL_VERSION "0.0.0"
-#endif
+#include "core/version.h"
 
 namespace tl {
 
@@ -23,7 +21,7 @@ TinyloopWriter::TinyloopWriter(const std::string& path, const std::string& produ
     h5::write_attr(root, "format", schema::kFormat, path);
     h5::write_attr(root, "format_version", kTinyloopFormatVersion, path);
     h5::write_attr(root, "producer", producer, path);
-    h5::write_attr(root, "producer_version", TL_VERSION, path);
+    h5::write_attr(root, "producer_version", kVersion, path);
     h5::create_group(f, schema::kTensors, path);
     h5::create_group(f, schema::kQuant, path);
   });

@@ -18,9 +18,7 @@
 #include "formats/atomic_output.h"
 #include "formats/file_check.h"
 
-#ifndef TL_VERSION
-#define TL_VERSION "0"
-#endif
+#include "core/version.h"
 
 namespace tl {
 namespace {
@@ -205,7 +203,7 @@ void GptqJournal::record_stage(const std::string& stage, const std::vector<const
   st.name = stage;
   st.file = "stage-" + std::to_string(stages_.size()) + ".tinyloop";
   {
-    TinyloopWriter w(folder_ + "/" + st.file, std::string("gptq-quantize ") + TL_VERSION + " (resume journal)");
+    TinyloopWriter w(folder_ + "/" + st.file, std::string("gptq-quantize ") + kVersion + " (resume journal)");
     for (const QuantWeight* q : weights) {
       w.write_quant(*q);
       st.weights.push_back(q->name);

@@ -22,7 +22,7 @@
 #include "formats/tinyloop_file.h"
 #include "libconvert/gptq_checkpoint.h"
 #include "formats/marlin_layout.h"
-#include "libconvert/marlin_pack_tool.h"
+#include "jobs/marlin_pack_tool.h"
 #include "int4_layer_fixture.h"
 
 using int4_fixture::Layer;

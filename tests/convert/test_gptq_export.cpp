@@ -1,4 +1,4 @@
-// tl-export --format gptq | compressed-tensors (libconvert/hf_export.h): a quantized .tinyloop
+// tl-export --format gptq | compressed-tensors (jobs/hf_export.h): a quantized .tinyloop
 // written as an HF folder and read back with the project's importer (quant_checkpoint.h, which
 // follows the AutoGPTQ / GPTQModel and compressed-tensors layouts): codes and scales bit for bit, the zero point as z * scale, every
 // dense tensor unchanged under its HF name, q | k | v split, config and tokenizer carried, shards;
@@ -27,7 +27,7 @@
 #include "formats/safetensors.h"
 #include "formats/tinyloop_file.h"
 #include "libconvert/quant_checkpoint.h"
-#include "libconvert/hf_export.h"
+#include "jobs/hf_export.h"
 #include "libconvert/minmax_quantizer.h"
 #include "libconvert/model_weights.h"
 

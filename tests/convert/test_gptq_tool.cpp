@@ -25,7 +25,7 @@
 #include "formats/safetensors.h"
 #include "formats/tinyloop_file.h"
 #include "libconvert/gptq.h"
-#include "libconvert/gptq_quantize_tool.h"
+#include "jobs/gptq_quantize_tool.h"
 #include "libconvert/hessian.h"
 
 namespace {

@@ -18,7 +18,7 @@
 #include "formats/safetensors.h"
 #include "formats/tinyloop_file.h"
 #include "libconvert/checkpoint_import.h"
-#include "libconvert/gptq_quantize_tool.h"
+#include "jobs/gptq_quantize_tool.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "formats/tinyloop_file.h"
 #include "formats/marlin_layout.h"
-#include "libconvert/marlin_pack_tool.h"
+#include "jobs/marlin_pack_tool.h"
 
 namespace {
 

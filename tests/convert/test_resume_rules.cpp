@@ -1,4 +1,4 @@
-// gptq-quantize's --resume table walked row by row (libconvert/gptq_options.h): the command line
+// gptq-quantize's --resume table walked row by row (jobs/gptq_options.h): the command line
 // itself is enumerated, so an option added later without a row fails here, and every option the
 // table records is changed on the command line and must be refused by a real journal's --resume,
 // naming its key. The cases come from the CLI and the table, not from a list in this file: an
@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "libconvert/gptq_journal.h"
-#include "libconvert/gptq_options.h"
+#include "jobs/gptq_options.h"
 
 namespace {
 

@@ -22,7 +22,7 @@
 #include "formats/tinyloop_file.h"
 #include "formats/text_tokens.h"
 #include "formats/token_file.h"
-#include "libconvert/gptq_quantize_tool.h"
+#include "jobs/gptq_quantize_tool.h"
 #include "libconvert/model_forward.h"
 #include "libconvert/model_weights.h"
 

@@ -38,7 +38,7 @@
 #include "formats/token_file.h"
 #include "gpu_support/gpu_test_util.h"
 #include "libconvert/gptq.h"
-#include "libconvert/gptq_quantize_tool.h"
+#include "jobs/gptq_quantize_tool.h"
 #include "libconvert/model_forward.h"
 #include "libconvert/model_weights.h"
 #include "libconvert/token_calibration.h"

@@ -17,7 +17,7 @@
 #include "core/error.h"
 #include "formats/text_tokens.h"
 #include "formats/token_file.h"
-#include "libconvert/hf_export.h"
+#include "jobs/hf_export.h"
 #include "libconvert/minmax_quantizer.h"
 #include "libconvert/model_weights.h"
 #include "libverify/e2e_tier.h"

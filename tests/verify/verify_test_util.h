@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "libverify/verify_tool.h"
+#include "jobs/verify_tool.h"
 
 namespace tl::verify::testing {
 

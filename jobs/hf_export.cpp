@@ -1,5 +1,5 @@
 // tl-export --format gptq | compressed-tensors; see hf_export.h.
-#include "libconvert/hf_export.h"
+#include "jobs/hf_export.h"
 
 #include <fcntl.h>
 #include <stdio.h>

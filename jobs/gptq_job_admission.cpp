@@ -1,10 +1,10 @@
 // The gptq-quantize job's admission: which weights, where GPTQ runs, the calibration input, the memory it
 // needs (all before anything large is read), and the copy of everything not quantized here (gptq_job.h).
-#include "libconvert/gptq_job.h"
+#include "jobs/gptq_job.h"
 
 #include "formats/atomic_output.h"
 #include "formats/text_tokens.h"
-#include "libconvert/gptq_options.h"
+#include "jobs/gptq_options.h"
 
 namespace tl::gptq_job {
 

@@ -22,7 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "libconvert/gptq_quantize_tool.h"
+#include "jobs/gptq_quantize_tool.h"
 
 namespace CLI {
 class App;

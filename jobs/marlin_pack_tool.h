@@ -12,8 +12,8 @@
 // --drop-native: a packed weight is written compact (tinyloop_file.h: the Marlin section + zero,
 // one copy of the codes). Before its q/scale are dropped, the fresh section is decoded back and
 // compared with them bit for bit (the pack tier's check, run at the only moment both exist).
-// --require-all: if any weight would stay unpacked, nothing is written and the exit code is 1
-// (exit_code::kGateFailed), with the reasons on stderr.
+// --require-all: if any weight would stay unpacked, nothing is written and tl::GateFailed names
+// the count and the reasons (the tool's boundary: exit 1, exit_code::kGateFailed).
 //
 // Already-packed weights: the repack is idempotent. The section is rebuilt from q/scale/zero
 // and compared with the stored one; identical -> kept ("verified"), different -> refused (exit

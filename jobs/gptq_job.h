@@ -38,11 +38,9 @@
 #include "libconvert/model_weights.h"
 #include "libconvert/token_calibration.h"
 
-#include "libconvert/gptq_quantize_tool.h"
+#include "jobs/gptq_quantize_tool.h"
 
-#ifndef TL_VERSION
-#define TL_VERSION "0"
-#endif
+#include "core/version.h"
 
 namespace tl::gptq_job {
 

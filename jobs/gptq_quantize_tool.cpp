@@ -1,4 +1,4 @@
-#include "libconvert/gptq_quantize_tool.h"
+#include "jobs/gptq_quantize_tool.h"
 
 #include <cstdio>
 #include <new>
@@ -9,11 +9,9 @@
 #include "formats/file_check.h"
 #include "formats/token_file.h"
 #include "libconvert/eigen_blocking.h"
-#include "libconvert/gptq_job.h"
+#include "jobs/gptq_job.h"
 
-#ifndef TL_VERSION
-#define TL_VERSION "0"
-#endif
+#include "core/version.h"
 
 namespace tl {
 
@@ -74,7 +72,7 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
   job.admit();
   job.open_journal();
 
-  TinyloopWriter out(opt.output, std::string("gptq-quantize ") + TL_VERSION);
+  TinyloopWriter out(opt.output, std::string("gptq-quantize ") + kVersion);
   job.copy_dense(out);
   double total_work = 0;
   for (const ImportEntry* e : job.linears) total_work += Job::gptq_flops(e->K(), e->N());

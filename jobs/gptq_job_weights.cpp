@@ -1,6 +1,6 @@
 // The gptq-quantize job's weight loops: one weight at a time per worker (streamed), or GPTQ's sequential mode on
 // the CPU forward or on the GPU, each weight written in a fixed order (gptq_job.h).
-#include "libconvert/gptq_job.h"
+#include "jobs/gptq_job.h"
 
 #include <memory>
 
@@ -83,7 +83,7 @@ nlohmann::json Job::provenance() const {
   nlohmann::json p = {{"method", opt.method},
                       {"group", opt.group_size.name()},
                       {"zero", zero_mode_name(opt.zero_mode)},
-                      {"producer", std::string("gptq-quantize ") + TL_VERSION}};
+                      {"producer", std::string("gptq-quantize ") + kVersion}};
   if (opt.range_search) p["range_search"] = "shrink 1.0..0.21 in 80 steps, least |W_hat - W|^2.4";
   return p;
 }

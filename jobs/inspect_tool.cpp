@@ -1,4 +1,4 @@
-#include "libconvert/inspect_tool.h"
+#include "jobs/inspect_tool.h"
 #include "libconvert/model_source.h"
 
 #include <algorithm>

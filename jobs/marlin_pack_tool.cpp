@@ -1,5 +1,5 @@
 // marlin-pack: the tool job behind apps/marlin_pack.cpp (see marlin_pack_tool.h).
-#include "libconvert/marlin_pack_tool.h"
+#include "jobs/marlin_pack_tool.h"
 #include "libconvert/model_source.h"
 
 #include <algorithm>
@@ -40,11 +40,6 @@ struct WeightReport {
 uint64_t section_bytes(const MarlinSection& m) {
   return m.B.size() * sizeof(int32_t) + (m.s.size() + m.delta.size()) * sizeof(half_bits);
 }
-
-// Raised by the --require-all check; run_marlin_pack turns it into exit 1.
-struct GateUnmet {
-  std::string message;
-};
 
 // Skip reasons counted (core/group_size.h MarlinGateTally), for the summary and --require-all.
 std::string reason_counts(const std::vector<WeightReport>& ws) {
@@ -180,9 +175,9 @@ struct Job {
       if (!selected(name) || !gate.ok) unpacked.add(name, selected(name) ? gate.reason : "not selected by --only");
     }
     if (o.require_all && unpacked.count() > 0)
-      throw GateUnmet{"--require-all: " + std::to_string(unpacked.count()) + " of " + std::to_string(quant.size()) +
+      throw GateFailed("--require-all: " + std::to_string(unpacked.count()) + " of " + std::to_string(quant.size()) +
                       " weight(s) would stay unpacked (" + unpacked.text() + "; first: " + unpacked.first() +
-                      "); nothing written"};
+                      "); nothing written");
     Progress progress(kTool, quant.size(), work, o.quiet);
     out.copy_config_and_attributes(in);
     for (const std::string& name : in.dense_names()) {
@@ -333,19 +328,16 @@ int run_marlin_pack(const MarlinPackOptions& o) {
       throw Error("expected a .tinyloop (HDF5) file or a quantized checkpoint folder", o.input);
   }
 
-  try {
+  {
     TinyloopWriter out(job.target, kTool);  // temporary file; removed unless committed
     if (kind == "tinyloop") job.run_tinyloop(out);
     else job.run_checkpoint(out);
     size_t skipped = 0;
     for (const WeightReport& r : job.weights) skipped += r.status == "skipped";
     if (o.require_all && skipped > 0)  // a checkpoint's weights are known only once read
-      throw GateUnmet{"--require-all: " + std::to_string(skipped) + " of " + std::to_string(job.weights.size()) +
-                      " weight(s) stayed unpacked (" + reason_counts(job.weights) + "); nothing written"};
+      throw GateFailed("--require-all: " + std::to_string(skipped) + " of " + std::to_string(job.weights.size()) +
+                      " weight(s) stayed unpacked (" + reason_counts(job.weights) + "); nothing written");
     out.commit();
-  } catch (const GateUnmet& g) {
-    std::fprintf(stderr, "%s: %s\n", kTool, g.message.c_str());
-    return exit_code::kGateFailed;
   }
 
   const nlohmann::json rep = job.report_json(kind);

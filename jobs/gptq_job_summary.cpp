@@ -1,5 +1,5 @@
 // The gptq-quantize job's summary: the --json document and its totals (gptq_job.h).
-#include "libconvert/gptq_job.h"
+#include "jobs/gptq_job.h"
 
 namespace tl::gptq_job {
 

@@ -1,5 +1,5 @@
 // gptq-quantize's command line and its --resume table (gptq_options.h).
-#include "libconvert/gptq_options.h"
+#include "jobs/gptq_options.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/error.h"
+#include "core/version.h"
 #include "formats/file_check.h"
 #include "formats/memory_budget.h"
 #include "libconvert/gptq_backend.h"
@@ -150,7 +151,7 @@ uint64_t tokens_hash(const std::vector<int32_t>& t) {
 nlohmann::json resume_fingerprint(const GptqQuantizeOptions& opt, const std::vector<int32_t>& tokens, bool use_gpu) {
   char hash[32];
   std::snprintf(hash, sizeof hash, "%016llx", (unsigned long long)tokens_hash(tokens));
-  nlohmann::json f = {{"producer", std::string("gptq-quantize ") + TL_VERSION},
+  nlohmann::json f = {{"producer", std::string("gptq-quantize ") + kVersion},
                       {"input files", input_identity(opt.input)},
                       {"calibration tokens", {{"count", tokens.size()}, {"fnv1a64", hash}}},
                       // An in-process option (benchmarks), not on the command line.

@@ -1,4 +1,4 @@
-#include "libverify/verify_tool.h"
+#include "jobs/verify_tool.h"
 
 #include <algorithm>
 #include <chrono>
