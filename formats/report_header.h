@@ -4,13 +4,15 @@
 // by the code that writes it and bumped when a key changes meaning or goes away.
 #pragma once
 
+#include <string>
+
 #include <nlohmann/json.hpp>
 
 #include "core/version.h"
 
 namespace tl {
 
-inline nlohmann::json report_header(const char* tool, int schema_version) {
+inline nlohmann::json report_header(const std::string& tool, int schema_version) {
   return {{"tool", tool}, {"version", kVersion}, {"schema_version", schema_version}};
 }
 

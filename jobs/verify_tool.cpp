@@ -22,6 +22,8 @@
 #include "libverify/verify_report.h"
 
 namespace tl::verify {
+
+constexpr const char* kTool = "tl-verify";  // the job's lines and reports
 namespace {
 
 uint64_t clock_seed() {
@@ -67,7 +69,7 @@ int run_tl_verify(const VerifyOptions& o) {
   if ((o.e2e.per_layer || !o.e2e.reference.empty()) && (!want_e2e || !o.e2e.has_eval_input()))
     throw Error("--reference and --per-layer need the e2e tier and --tokens or --text", "", "--reference/--per-layer");
   if (o.e2e.has_eval_input() && !want_e2e)
-    err << "tl-verify: warning: --tokens / --text is not scored: the e2e tier is not among --tiers\n";
+    err << kTool << ": warning: --tokens / --text is not scored: the e2e tier is not among --tiers\n";
   // Report targets are checked (folder, kind of file) and reserved before any work.
   auto reserve = [](const std::string& path) {
     return path.empty() ? nullptr : std::make_unique<AtomicOutput>(path, OutputSink::kStream);
@@ -97,6 +99,7 @@ int run_tl_verify(const VerifyOptions& o) {
   }
 
   VerifyReport report;
+  report.tool = kTool;
   report.file = o.file;
   report.seed = o.seed ? *o.seed : clock_seed();
   report.kernel_options = cuda::kernel_options_line(o.kernel);
@@ -123,6 +126,7 @@ int run_tl_verify(const VerifyOptions& o) {
   ctx.small_shapes = o.small_shapes;
   ctx.thorough = o.thorough;
   ctx.progress = o.quiet ? nullptr : &err;
+  ctx.tool = kTool;
   // The e2e tier scores the model beside the kernel tiers, on the same opened FILE and the same
   // launcher options; its full result makes the drift report.
   E2eOptions e2e_options = o.e2e;
@@ -130,6 +134,7 @@ int run_tl_verify(const VerifyOptions& o) {
   e2e_options.opened = reader;
   e2e_options.kernel = o.kernel;
   e2e_options.progress = ctx.progress;
+  e2e_options.tool = kTool;
   std::optional<E2eResult> e2e;
   for (size_t i = 0; i < tiers.size(); ++i) {
     TierResult r;
@@ -140,7 +145,7 @@ int run_tl_verify(const VerifyOptions& o) {
       r = run_tier(tiers[i], bounds[i], ctx);
     }
     if (r.status == Status::kSkipped)
-      err << "tl-verify: " << tier_spec(r.id).name << ": skipped: " << r.reason << "\n";
+      err << kTool << ": " << tier_spec(r.id).name << ": skipped: " << r.reason << "\n";
     report.tiers.push_back(std::move(r));
   }
   report.exit_code = report_exit_code(report);
@@ -156,11 +161,11 @@ int run_tl_verify(const VerifyOptions& o) {
   }
   // The seed after the run, right before any failure lines: an error thrown on the way (a damaged
   // file: exit 2) stays the one and last line.
-  err << "tl-verify: seed " << report.seed << " (reproduce with --seed " << report.seed << ")\n";
+  err << kTool << ": seed " << report.seed << " (reproduce with --seed " << report.seed << ")\n";
   for (const TierResult& t : report.tiers)
     for (const CaseResult& c : t.cases)
       if (c.status == Status::kFailed)
-        err << "tl-verify: FAILED " << tier_spec(t.id).name << ": " << c.label << ": " << c.message
+        err << kTool << ": FAILED " << tier_spec(t.id).name << ": " << c.label << ": " << c.message
             << "\n";
   if (json_out) json_out->write_text([&](std::ostream& f) { f << report_to_json(report).dump(2) << "\n"; });
   if (md_out) md_out->write_text([&](std::ostream& f) { write_markdown_report(report, f); });

@@ -294,7 +294,7 @@ nlohmann::json drift_report_json(const E2eResult& r) {
       per_layer.push_back({{"weight", l.weight}, {"kld_mean", l.kld_mean}, {"kld_mean_err", l.kld_mean_err},
                            {"ln_ppl_ratio", l.ln_ppl_ratio}, {"n_scored", l.n}});
   }
-  nlohmann::json j = report_header("tl-verify", 1);
+  nlohmann::json j = report_header(o.tool, 1);
   j.update({
       {"report", "drift"},
       {"tier", "e2e"},

@@ -178,7 +178,7 @@ void score_cpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
     const ForwardMode mode = modes[mi];
     const bool decode = mode == ForwardMode::kDecode;
     const int64_t per_task = decode ? batch : 1, tasks = (n_win + per_task - 1) / per_task;
-    Progress progress("tl-verify", size_t(tasks), double(n_win), opt.progress == nullptr, opt.progress);
+    Progress progress(opt.tool, size_t(tasks), double(n_win), opt.progress == nullptr, opt.progress);
     progress.set_sparse(true);
     parallel_for(tasks, threads, [&](int64_t task) {
       const int64_t w0 = task * per_task, nb = std::min(per_task, n_win - w0);
@@ -221,7 +221,7 @@ void score_cpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
   const int64_t n = per_layer_windows, D = q.config().d_model;
   const size_t per_pass = size_t(std::max<int64_t>(1, (int64_t(1) << 30) / std::max<int64_t>(1, n * ctx * D * 4)));
   const Tensor embed = ref_src->read_embedding();
-  Progress progress("tl-verify", names.size(), 0, opt.progress == nullptr, opt.progress);
+  Progress progress(opt.tool, names.size(), 0, opt.progress == nullptr, opt.progress);
   for (size_t p0 = 0; p0 < names.size(); p0 += per_pass) {
     const size_t p1 = std::min(names.size(), p0 + per_pass);
     std::vector<CpuStream> ps(1);

@@ -103,7 +103,7 @@ void score_per_layer_gpu(const std::vector<int32_t>& tokens, const WindowPlan& p
   while (per_pass > 1 &&
          gpu::plan_stream_run(pl_models, pl_sizes, pass_specs(0, per_pass), gpu::device_free_bytes()).residuals_on_host)
     per_pass = (per_pass + 1) / 2;
-  Progress pl_progress("tl-verify", names.size(), 0, opt.progress == nullptr, opt.progress);
+  Progress pl_progress(opt.tool, names.size(), 0, opt.progress == nullptr, opt.progress);
   for (size_t p0 = 0; p0 < names.size(); p0 += per_pass) {
     const size_t p1 = std::min(names.size(), p0 + per_pass);
     const std::vector<gpu::StreamSpec> ps = pass_specs(p0, p1);
@@ -256,7 +256,7 @@ void score_gpu(const std::vector<int32_t>& tokens, const WindowPlan& plan, const
   // the fp16 path's of each model and mode in 1, the path being scored in 2.
   const auto t_head = Clock::now();
   const int64_t L = std::max<int64_t>(1, splan.chunk_positions), n_batches = (n_win + batch - 1) / batch;
-  Progress progress("tl-verify", size_t(n_batches), double(n_win), opt.progress == nullptr, opt.progress);
+  Progress progress(opt.tool, size_t(n_batches), double(n_win), opt.progress == nullptr, opt.progress);
   progress.set_sparse(true);
   for (Scored* m : models)
     for (size_t r = 0; r < m->res.rows.size(); ++r)

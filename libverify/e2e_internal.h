@@ -34,9 +34,9 @@ inline std::string fmt(const char* f, double v) {
   return b;
 }
 
-// A phase line on the run's progress stream ("tl-verify: ..."), nothing when quiet.
+// A phase line on the run's progress stream ("<tool>: ..."), nothing when quiet.
 inline void note(const E2eOptions& opt, const std::string& line) {
-  if (opt.progress) *opt.progress << "tl-verify: " << line << "\n" << std::flush;
+  if (opt.progress) *opt.progress << opt.tool << ": " << line << "\n" << std::flush;
 }
 
 // Window w of the plan, tokens copied into `chunk` at offset w_local * ctx.

@@ -52,7 +52,7 @@ void stream_blocks(const std::vector<const ModelSource*>& sources, const std::ve
                    BlockTimes* total, bool overlap) {
   const int64_t S = int64_t(steps.size());
   if (S == 0) return;
-  Progress progress("tl-verify", size_t(S), double(S), opt.progress == nullptr, opt.progress);
+  Progress progress(opt.tool, size_t(S), double(S), opt.progress == nullptr, opt.progress);
   progress.set_sparse(true);
   // Reads step s's block of every source, then stages them: {read seconds, staging seconds}. The
   // memory-mapped sources (an HF reference) read on threads of their own beside the HDF5 ones,

@@ -125,6 +125,7 @@ struct E2eOptions {
   int64_t cpu_check_tokens = 16;
   cuda::KernelOptions kernel = cuda::runtime_kernel_options();  // the GPU paths' launcher options
   std::ostream* progress = nullptr;  // progress lines (every 10 % or 10 s without a terminal), ETA
+  std::string tool;                  // the caller's name: the prefix of its lines, the reports' "tool"
 };
 
 // The e2e tier's numeric options, defined once: the range each must be in, why, and where it

@@ -50,7 +50,7 @@ QuantWeight random_quant_weight(Rng& rng, const std::string& name, int64_t K, in
     const double s = half_to_float(w.scale[i]);
     w.zero[i] = float_to_half(float(-(z(rng) + jitter(rng)) * s));
   }
-  w.provenance = {{"method", "random"}, {"note", "tl-verify synthetic weight"}};
+  w.provenance = {{"method", "random"}, {"note", "synthetic weight of a parity tier"}};
   return w;
 }
 

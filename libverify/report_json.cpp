@@ -57,7 +57,7 @@ json report_to_json(const VerifyReport& r) {
                      {"cases", cases},
                      {"not_reached", t.not_reached}});
   }
-  json j = report_header("tl-verify", 2);
+  json j = report_header(r.tool, 2);
   j["file"] = r.file.empty() ? json(nullptr) : json(r.file);
   j["seed"] = r.seed;
   j["device"] = r.device.empty() ? json(nullptr) : json(r.device);

@@ -6,7 +6,7 @@
 namespace tl::verify {
 
 void write_text_report(const VerifyReport& r, std::ostream& out) {
-  out << "tl-verify: " << (r.file.empty() ? std::string("synthetic random data") : r.file)
+  out << r.tool << ": " << (r.file.empty() ? std::string("synthetic random data") : r.file)
       << ", seed " << r.seed << " (reproduce with --seed " << r.seed << ")"
       << ", device: " << (r.device.empty() ? "none" : r.device) << "\n";
   if (!r.device.empty()) out << "kernel options: " << r.kernel_options << "\n";

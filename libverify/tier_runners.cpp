@@ -23,8 +23,8 @@ namespace {
 // One progress line per case (core/progress.h) on the context's stream (none: silent).
 class CaseProgress {
  public:
-  CaseProgress(std::ostream* out, const char* tier, size_t total)
-      : tier_(tier), p_("tl-verify", total, 0, out == nullptr, out ? out : &std::cerr) {}
+  CaseProgress(const RunContext& ctx, const char* tier, size_t total)
+      : tier_(tier), p_(ctx.tool, total, 0, ctx.progress == nullptr, ctx.progress ? ctx.progress : &std::cerr) {}
   void done(const CaseResult& c) {
     char buf[512];
     if (c.status == Status::kSkipped)
@@ -94,7 +94,7 @@ void run_synthetic(TierId id, const TierBounds& b, const RunContext& ctx, TierRe
   std::vector<Problem> problems;
   for (const ShapeCase& s : shapes.cases) problems.push_back({s.M, s.N, s.K, s.group_size});
   admit_tier(id, ctx, problems);
-  CaseProgress progress(ctx.progress, name, shapes.cases.size());
+  CaseProgress progress(ctx, name, shapes.cases.size());
   for (size_t i = 0; i < shapes.cases.size(); ++i) {
     const ShapeCase& s = shapes.cases[i];
     Rng rng = case_rng(ctx.seed, name, i);
@@ -177,7 +177,7 @@ void run_native_on_file(const TierBounds& b, const RunContext& ctx, const std::v
     return;
   }
   const TinyloopReader& f = *ctx.file;
-  CaseProgress progress(ctx.progress, "native", names.size() * std::size(kFileTierMs));
+  CaseProgress progress(ctx, "native", names.size() * std::size(kFileTierMs));
   for (size_t wi = 0; wi < names.size(); ++wi) {
     const QuantWeight w = f.read_quant(names[wi], /*with_marlin=*/false);
     for (size_t mi = 0; mi < std::size(kFileTierMs); ++mi) {
@@ -215,7 +215,7 @@ void run_swiglu_on_file(const TierBounds& b, const RunContext& ctx, const std::v
     return;
   }
   const MarlinSectionReader sections(f);
-  CaseProgress progress(ctx.progress, "swiglu", pairs.size() * std::size(kFileTierMs));
+  CaseProgress progress(ctx, "swiglu", pairs.size() * std::size(kFileTierMs));
   for (size_t pi = 0; pi < pairs.size(); ++pi) {
     const EntryInfo gi = f.info(pairs[pi].first), ui = f.info(pairs[pi].second);
     const std::string label = pairs[pi].first + "+up";
@@ -294,7 +294,7 @@ void run_on_file(TierId id, const TierBounds& b, const RunContext& ctx, TierResu
   }
   const bool per_m = id != TierId::kPack;
   const MarlinSectionReader sections(f);
-  CaseProgress progress(ctx.progress, name, names.size() * (per_m ? std::size(kFileTierMs) : 1));
+  CaseProgress progress(ctx, name, names.size() * (per_m ? std::size(kFileTierMs) : 1));
   for (size_t wi = 0; wi < names.size(); ++wi) {
     const EntryInfo info = f.info(names[wi]);
     if (!info.has_marlin) {

@@ -20,6 +20,7 @@ struct RunContext {
   bool small_shapes = false;             // only cheap synthetic shapes (tests on a CPU emulation)
   bool thorough = false;                 // more shapes per kernel path (--thorough)
   std::ostream* progress = nullptr;      // one line per case
+  std::string tool;                      // the caller's name: its progress lines' prefix
 };
 
 // The kernel tiers (every tier but e2e, which is a scorer of its own: e2e_tier.h).

@@ -43,6 +43,7 @@ struct TierResult {
 };
 
 struct VerifyReport {
+  std::string tool;         // the caller's name: the text report's prefix, the JSON's "tool"
   std::string file;         // empty: synthetic run
   uint64_t seed = 0;
   std::string device;       // empty when no GPU backend was opened

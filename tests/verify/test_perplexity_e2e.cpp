@@ -44,6 +44,7 @@ tl::ModelWeights tiny_model(bool quantize) {
 E2eResult known_result() {
   E2eResult r;
   r.status = Status::kPassed;
+  r.options.tool = "tl-verify";  // what the job sets (jobs/verify_tool.cpp)
   r.options.file = "m.tinyloop";
   r.options.tokens = "eval.u32";
   r.options.ctx = 512;
@@ -205,6 +206,7 @@ CpuCase cpu_case(const std::string& name) {
 // The e2e tier on the CPU over the case's file and tokens, windows of 64.
 E2eOptions cpu_options(const CpuCase& c) {
   E2eOptions o;
+  o.tool = "tl-verify";  // what the job sets (jobs/verify_tool.cpp): the drift report's producer
   o.file = c.file;
   o.tokens = c.tokens;
   o.ctx = 64;
