@@ -1,4 +1,5 @@
 #include "jobs/inspect_tool.h"
+#include "jobs/inspect_kinds.h"
 #include "libconvert/model_source.h"
 
 #include <algorithm>
@@ -8,7 +9,6 @@
 #include <sstream>
 
 #include "formats/atomic_output.h"
-#include "formats/calib_file.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "formats/file_check.h"
@@ -16,9 +16,7 @@
 #include "formats/h5_write.h"
 #include "formats/report_header.h"
 #include "formats/safetensors.h"
-#include "formats/tinyloop_schema.h"
 #include "libconvert/checkpoint_import.h"
-#include "libconvert/quant_checkpoint.h"
 
 namespace tl {
 
@@ -62,17 +60,6 @@ bool natural_less(const std::string& a, const std::string& b) {
   return i == a.size();                               // a prefix first
 }
 
-static std::vector<std::string> natural_sorted(std::vector<std::string> v) {
-  std::sort(v.begin(), v.end(), natural_less);
-  return v;
-}
-
-static uint64_t file_bytes(const std::string& path) {
-  std::error_code ec;
-  const auto n = std::filesystem::file_size(path, ec);
-  return ec ? 0 : uint64_t(n);
-}
-
 FileKind detect_file_kind(const std::string& path) {
   if (detect_input(path, "a .tinyloop, safetensors or calibration file") != InputKind::kHdf5)
     return FileKind::Safetensors;  // every folder, a .safetensors file, an index .json
@@ -87,166 +74,14 @@ FileKind detect_file_kind(const std::string& path) {
   throw Error("HDF5 file without a root 'format' attribute: expected a .tinyloop or calibration file", path);
 }
 
-static int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-
-static nlohmann::json summary_tinyloop(const std::string& path) {
-  TinyloopReader r(path);
-  nlohmann::json s = {{"file", path}, {"kind", "tinyloop"}};
-  s["attributes"] = r.root_attributes();
-  s["format_version"] = s["attributes"].value("format_version", 0);
-  if (r.has_config()) {
-    nlohmann::json c;
-    to_json(c, r.config());
-    s["config"] = c;
-  } else {
-    s["config"] = nullptr;
-  }
-  uint64_t total = 0, dense_bytes = 0, quant_bytes = 0, marlin_bytes = 0;
-  int64_t dense_params = 0, quant_params = 0, packed = 0;
-  s["tensors"] = nlohmann::json::array();
-  for (const std::string& n : natural_sorted(r.dense_names())) {
-    const EntryInfo e = r.info(n);
-    const uint64_t bytes = uint64_t(numel(e.shape)) * dtype_size(e.dtype);
-    s["tensors"].push_back({{"name", n}, {"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"bytes", bytes},
-                            {"stored_bytes", e.stored_bytes}, {"attributes", e.attributes}});
-    total += e.stored_bytes;
-    dense_bytes += e.stored_bytes;
-    dense_params += numel(e.shape);
-  }
-  s["quantized"] = nlohmann::json::array();
-  const hid_t f = r.impl()->file;
-  for (const std::string& n : natural_sorted(r.quant_names())) {
-    r.check_quant(n);  // a malformed layout is exit 2 here too, not a listing of garbage
-    const EntryInfo e = r.info(n);
-    const int64_t K = e.shape[0], N = e.shape[1];
-    nlohmann::json prov = e.attributes;
-    for (const std::string& a : schema::kQuantLayoutAttrs) prov.erase(a);
-    nlohmann::json q = {{"name", n},
-                        {"K", K},
-                        {"N", N},
-                        {"bits", e.attributes.value("bits", 0)},
-                        {"group_size", e.group_size},
-                        {"G", e.group_size > 0 ? (K + e.group_size - 1) / e.group_size : 0},
-                        {"stored_bytes", e.stored_bytes},
-                        {"provenance", prov}};
-    // Datasets besides q/scale/zero/marlin: runtime channels (frac4, sign_bit) or unknown ones.
-    nlohmann::json extra = nlohmann::json::array();
-    const std::string gp = "/quant/" + n;
-    for (const std::string& c : h5::list_links(f, gp, path))
-      if (c != "q" && c != "scale" && c != "zero" && c != "marlin") extra.push_back(c);
-    q["extra_datasets"] = extra;
-    // Bytes by what is stored, never by what a layout implies: a packed weight may hold its
-    // Marlin section and zero only (no q / scale), and the split still adds up.
-    uint64_t mb = 0;
-    if (e.has_marlin) {
-      const std::string mp = gp + "/marlin";
-      mb = e.marlin_bytes;
-      q["marlin"] = {{"groupsize", e.marlin_groupsize},
-                     {"layout", h5::attr_string(f, mp, "layout", path)},
-                     {"B_shape", h5::dataset_info(f, mp + "/B", path).shape},
-                     {"s_shape", h5::dataset_info(f, mp + "/s", path).shape},
-                     {"compact", e.compact}};  // codes only here (docs/format.md, compact weights)
-      // A padded section (N not a multiple of 128): its columns, the extra ones zero weights.
-      if (e.marlin_n > 0 && e.marlin_n != e.shape.at(1)) q["marlin"]["padded_n"] = e.marlin_n;
-      ++packed;
-    } else {
-      q["marlin"] = nullptr;
-    }
-    s["quantized"].push_back(q);
-    total += e.stored_bytes;
-    marlin_bytes += mb;
-    quant_bytes += e.stored_bytes - std::min(mb, e.stored_bytes);
-    quant_params += K * N;
-  }
-  s["stored_bytes"] = total;
-  const int64_t nq = int64_t(s["quantized"].size());
-  s["summary"] = {
-      {"parameters", dense_params + quant_params},
-      {"dense_parameters", dense_params},
-      {"quantized_parameters", quant_params},
-      {"dense_tensors", s["tensors"].size()},
-      {"quantized_weights", nq},
-      {"packed", packed},
-      {"unpacked", nq - packed},
-      {"bytes", {{"dense", dense_bytes}, {"quantized", quant_bytes}, {"marlin", marlin_bytes}, {"total", total}}},
-      // Everything a quantized weight stores (codes, scales, zeros, runtime channels, Marlin
-      // section) per weight: what the file costs per parameter, not the nominal bit width.
-      {"bits_per_quantized_weight",
-       quant_params > 0 ? nlohmann::json(double(quant_bytes + marlin_bytes) * 8 / double(quant_params)) : nullptr},
-      {"file_bytes", file_bytes(path)}};
-  return s;
-}
-
-static nlohmann::json summary_safetensors(const std::string& path) {
-  SafetensorsReader r(path);
-  nlohmann::json s = {{"file", path}, {"kind", "safetensors"}, {"shards", r.shard_paths()}, {"metadata", r.metadata()}};
-  s["tensors"] = nlohmann::json::array();
-  uint64_t total = 0;
-  int64_t params = 0;
-  for (const std::string& n : natural_sorted(r.names())) {
-    const SafetensorsEntry& e = r.entry(n);
-    s["tensors"].push_back({{"name", n}, {"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"bytes", e.nbytes},
-                            {"shard", e.shard}});
-    total += e.nbytes;
-    params += numel(e.shape);
-  }
-  s["bytes"] = total;
-  uint64_t fb = 0;
-  for (const std::string& p : r.shard_paths()) fb += file_bytes(p);
-  s["summary"] = {{"parameters", params},
-                  {"tensors", s["tensors"].size()},
-                  {"shards", r.shard_paths().size()},
-                  {"bytes", {{"tensors", total}}},
-                  {"file_bytes", fb}};
-  // A 4-bit checkpoint folder (quant_checkpoint.h): its format as the tools read it, or why not.
-  if (is_directory(path) && is_quant_checkpoint(path)) {
-    try {
-      const QuantCheckpoint ck(path);
-      const QuantCheckpointConfig& c = ck.config();
-      s["checkpoint"] = {{"format", quant_format_name(c.format)},
-                         {"group_size", c.group_size},
-                         {"symmetric", c.sym},
-                         {"quantized_layers", ck.quant_names().size()},
-                         {"dense_tensors", ck.dense_names().size()}};
-    } catch (const Error& e) {
-      s["checkpoint"] = {{"refused", e.what()}};
-    }
-  }
-  return s;
-}
-
-static nlohmann::json summary_calib(const std::string& path) {
-  CalibReader r(path);
-  h5::Handle f = h5::open_file(path);
-  const bool golden = !h5::has_attr(f, "/", "format");
-  nlohmann::json s = {{"file", path}, {"kind", "calibration"}, {"layout", golden ? "golden" : "tinyloop-calib"}};
-  s["hessians"] = nlohmann::json::array();
-  uint64_t total = 0;
-  for (const std::string& n : natural_sorted(r.names())) {
-    const std::string dp = golden ? "/" + n : "/hessian/" + n;
-    const h5::DatasetInfo di = h5::dataset_info(f, dp, path);
-    const int64_t ns = golden ? h5::attr_int(f, "/", "nsamples", path) : h5::attr_int(f, dp, "nsamples", path);
-    const uint64_t bytes = uint64_t(numel(di.shape)) * di.type_size;
-    s["hessians"].push_back({{"name", n}, {"dtype", di.type_class == H5T_FLOAT && di.type_size == 4 ? "F32" : "?"},
-                             {"shape", di.shape}, {"nsamples", ns}, {"bytes", bytes}});
-    total += bytes;
-  }
-  s["summary"] = {{"hessians", s["hessians"].size()}, {"bytes", {{"hessians", total}}}, {"file_bytes", file_bytes(path)}};
-  return s;
-}
 
 nlohmann::json inspect_summary(const std::string& path) {
   switch (detect_file_kind(path)) {
-    case FileKind::Tinyloop: return summary_tinyloop(path);
-    case FileKind::Calibration: return summary_calib(path);
+    case FileKind::Tinyloop: return inspect::summary_tinyloop(path);
+    case FileKind::Calibration: return inspect::summary_calib(path);
     case FileKind::Safetensors: break;
   }
-  return summary_safetensors(path);
+  return inspect::summary_safetensors(path);
 }
 
 // ---- table rendering ----
@@ -481,12 +316,8 @@ std::string format_inspect_table(const nlohmann::json& s) {
 int check_all_entries(const std::string& path, bool progress) {
   // The listing's entries, in its order, give the progress lines their labels and weights.
   const nlohmann::json s = inspect_summary(path);
-  struct Item {
-    std::string name, label;
-    uint64_t bytes;
-    bool quantized;
-  };
-  std::vector<Item> items;
+  using inspect::CheckItem;
+  std::vector<CheckItem> items;
   const auto add = [&](const nlohmann::json& e, const std::string& detail, uint64_t bytes, bool quantized = false) {
     items.push_back({e["name"], e["name"].get<std::string>() + " " + detail + " " + human_bytes(bytes), bytes, quantized});
   };
@@ -501,37 +332,15 @@ int check_all_entries(const std::string& path, bool progress) {
       add(e, e["dtype"].get<std::string>() + " " + shape_of(e["shape"]), e["bytes"]);
   }
   uint64_t total = 0;
-  for (const Item& i : items) total += i.bytes;
+  for (const CheckItem& i : items) total += i.bytes;
   // A small file is read back in a blink: progress lines would only bury the verdict (and the
   // one-line error of a damaged file), so they are for files that take a while.
   Progress p("tl-inspect", items.size(), double(total), !progress || total < kCheckProgressMinBytes);
-  const auto done = [&](const Item& i) { p.finished(i.label, double(i.bytes)); };
+  const inspect::ItemDone done = [&](const CheckItem& i) { p.finished(i.label, double(i.bytes)); };
   switch (kind) {
-    case FileKind::Tinyloop: {
-      TinyloopReader r(path);
-      if (r.has_config()) r.config();
-      for (const Item& i : items) {
-        p.started(i.name);
-        if (i.quantized) r.read_quant(i.name);
-        else r.read_dense(i.name);
-        done(i);
-      }
-      break;
-    }
-    case FileKind::Calibration: {
-      CalibReader r(path);
-      for (const Item& i : items) { p.started(i.name); r.read(i.name); done(i); }
-      break;
-    }
-    case FileKind::Safetensors: {
-      SafetensorsReader r(path);
-      for (const Item& i : items) {
-        p.started(i.name);
-        r.read(i.name).check_finite(r.shard_paths()[size_t(r.entry(i.name).shard)]);
-        done(i);
-      }
-      break;
-    }
+    case FileKind::Tinyloop: inspect::read_back_tinyloop(path, items, p, done); break;
+    case FileKind::Calibration: inspect::read_back_calib(path, items, p, done); break;
+    case FileKind::Safetensors: inspect::read_back_safetensors(path, items, p, done); break;
   }
   return int(items.size());
 }
@@ -560,17 +369,11 @@ std::string resolve_entry_name(const std::string& path, const std::string& name,
   std::vector<std::string> names;
   const char* what = "no such tensor";
   switch (kind) {
-    case FileKind::Tinyloop: {
-      TinyloopReader r(path);
-      names = r.dense_names();
-      for (const std::string& n : r.quant_names()) names.push_back(n);
-      what = "no such tensor or quantized weight";
-      break;
-    }
-    case FileKind::Calibration: names = CalibReader(path).names(); what = "no such Hessian"; break;
-    case FileKind::Safetensors: names = SafetensorsReader(path).names(); break;
+    case FileKind::Tinyloop: names = inspect::tinyloop_names(path); what = "no such tensor or quantized weight"; break;
+    case FileKind::Calibration: names = inspect::calib_names(path); what = "no such Hessian"; break;
+    case FileKind::Safetensors: names = inspect::safetensors_names(path); break;
   }
-  names = natural_sorted(std::move(names));
+  names = inspect::natural_sorted(std::move(names));
   const auto stored = [&](const std::string& n) { return std::binary_search(names.begin(), names.end(), n, natural_less); };
   if (stored(name)) return name;
   // HF names come with or without ".weight" (the module or its parameter).
@@ -605,77 +408,16 @@ std::string resolve_entry_name(const std::string& path, const std::string& name,
   throw Error(std::string(what) + "; did you mean '" + best + "'?", path, name);
 }
 
-static Tensor half_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<half_bits>& v) {
-  Tensor t;
-  t.name = name;
-  t.dtype = DType::F16;
-  t.shape = std::move(shape);
-  t.data.resize(v.size() * 2);
-  std::copy(v.begin(), v.end(), t.as<uint16_t>());
-  return t;
-}
-
 nlohmann::json extract_entry(const std::string& path, const std::string& name, const std::string& out) {
-  std::vector<Tensor> ts;
-  std::map<std::string, std::string> meta = {{"source", path}, {"entry", name}};
+  inspect::Extracted x;
   switch (detect_file_kind(path)) {
-    case FileKind::Tinyloop: {
-      TinyloopReader r(path);
-      if (r.has_quant(name)) {
-        const QuantWeight w = r.read_quant(name);
-        const int64_t G = w.groups();
-        Tensor q;
-        q.name = "q";
-        q.dtype = DType::U8;
-        q.shape = {w.K, w.N};
-        q.data = w.q;
-        ts.push_back(std::move(q));
-        ts.push_back(half_tensor("scale", {G, w.N}, w.scale));
-        ts.push_back(half_tensor("zero", {G, w.N}, w.zero));
-        const std::vector<float> wh = w.dequantize();
-        ts.push_back(Tensor::from_float("w_hat", {w.K, w.N}, wh.data(), DType::F32));
-        if (w.marlin) {
-          Tensor b;
-          b.name = "marlin.B";
-          b.dtype = DType::I32;
-          const int64_t NP = w.marlin->columns(w.N);  // a padded section's columns
-          b.shape = {w.K / 16, 2 * NP};
-          b.data.resize(w.marlin->B.size() * 4);
-          std::copy(w.marlin->B.begin(), w.marlin->B.end(), b.as<int32_t>());
-          ts.push_back(std::move(b));
-          ts.push_back(half_tensor("marlin.s", {G, NP}, w.marlin->s));
-          ts.push_back(half_tensor("marlin.delta", {G, NP}, w.marlin->delta));
-          meta["marlin_groupsize"] = std::to_string(w.marlin->groupsize);
-          meta["marlin_layout"] = w.marlin->layout;
-        }
-        meta["kind"] = "quantized";
-        meta["group_size"] = std::to_string(w.group_size);
-        meta["K"] = std::to_string(w.K);
-        meta["N"] = std::to_string(w.N);
-      } else if (r.has_dense(name)) {
-        ts.push_back(r.read_dense(name));
-        meta["kind"] = "dense";
-      } else {
-        throw Error("no such tensor or quantized weight", path, name);
-      }
-      break;
-    }
-    case FileKind::Calibration: {
-      CalibReader r(path);
-      const Hessian h = r.read(name);
-      ts.push_back(Tensor::from_float("H", {h.K, h.K}, h.H.data(), DType::F32));
-      meta["kind"] = "hessian";
-      meta["nsamples"] = std::to_string(h.nsamples);
-      break;
-    }
-    case FileKind::Safetensors: {
-      SafetensorsReader r(path);
-      if (!r.contains(name)) throw Error("no such tensor", path, name);
-      ts.push_back(r.read(name));
-      meta["kind"] = "dense";
-      break;
-    }
+    case FileKind::Tinyloop: inspect::extract_tinyloop(path, name, &x); break;
+    case FileKind::Calibration: inspect::extract_calib(path, name, &x); break;
+    case FileKind::Safetensors: inspect::extract_safetensors(path, name, &x); break;
   }
+  std::vector<Tensor>& ts = x.arrays;
+  std::map<std::string, std::string> meta = {{"source", path}, {"entry", name}};
+  for (const auto& [k, v] : x.meta) meta[k] = v;
   std::vector<const Tensor*> ptrs;
   nlohmann::json desc = {{"file", path}, {"entry", name}, {"output", out}, {"arrays", nlohmann::json::array()}};
   for (const Tensor& t : ts) {
