@@ -6,7 +6,7 @@ set -euo pipefail
 build=${1:-build-sm90}
 root=$(cd "$(dirname "$0")/.." && pwd)
 dest="$root/.device/bin"
-rm -rf "$dest"
+rm -rf "$dest" "$root/.device/lib"
 mkdir -p "$dest"
 staged=()
 # GPU test runner and benchmark first; then whatever else was built (test runners, tools).
@@ -19,6 +19,12 @@ for f in "$build/tests/test_cuda" "$build/tests/test_gpu" "$build/bench/bench_ke
   strip --strip-debug "$dest/$name" 2>/dev/null || true
   staged+=("$name")
 done
+# The shared libraries the static device build still links (SentencePiece: Debian ships no static
+# archive) go into .device/lib, the binaries' rpath ($ORIGIN/../lib).
+mkdir -p "$root/.device/lib"
+for f in "$dest"/*; do
+  ldd "$f" 2>/dev/null | awk '/libsentencepiece/ {print $3}'
+done | sort -u | while read -r lib; do cp -L "$lib" "$root/.device/lib/"; done
 if [ ${#staged[@]} -eq 0 ]; then
   echo "stage_device: nothing built in $build (run 'make device' first)" >&2
   exit 2
