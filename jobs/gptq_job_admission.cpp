@@ -3,7 +3,7 @@
 #include "jobs/gptq_job.h"
 
 #include "formats/atomic_output.h"
-#include "formats/text_tokens.h"
+#include "text/text_tokens.h"
 #include "jobs/gptq_options.h"
 
 namespace tl::gptq_job {

@@ -54,7 +54,7 @@ struct GptqQuantizeOptions {
   std::string output;                // .tinyloop to write
   std::string calib;                 // calibration .h5 (formats/calib_file.h); gptq needs it
   std::string calib_tokens;          // or: token file; calibrate sequentially on the CPU forward
-  std::string calib_text;            // or: a UTF-8 text, tokenized with `tokenizer` (formats/text_tokens.h)
+  std::string calib_text;            // or: a UTF-8 text, tokenized with `tokenizer` (text/text_tokens.h)
   std::string tokenizer;             // the folder of tokenizer.model; empty: INPUT when it is a folder
   bool sequential() const { return !calib_tokens.empty() || !calib_text.empty(); }
   const std::string& calib_source() const { return calib_text.empty() ? calib_tokens : calib_text; }

@@ -13,7 +13,7 @@
 #include "core/progress.h"
 #include "formats/atomic_output.h"
 #include "formats/file_check.h"
-#include "formats/text_tokens.h"
+#include "text/text_tokens.h"
 #include "formats/token_file.h"
 #include "libconvert/model_forward.h"
 #include "libconvert/model_weights.h"

@@ -97,7 +97,7 @@ struct E2eOptions {
   std::string file;            // the quantized (ideally Marlin-packed) .tinyloop, or a quantized folder
   std::shared_ptr<const TinyloopReader> opened;  // FILE, when the caller has it open (else opened by path)
   std::string tokens;          // token file (formats/token_file.h), or:
-  std::string text;            // a UTF-8 text file, tokenized with `tokenizer` (formats/text_tokens.h)
+  std::string text;            // a UTF-8 text file, tokenized with `tokenizer` (text/text_tokens.h)
   std::string tokenizer;       // the folder of tokenizer.model; empty: --reference when it is a folder
   bool has_eval_input() const { return !tokens.empty() || !text.empty(); }
   std::string baseline;        // optional second .tinyloop scored beside it

@@ -20,7 +20,7 @@
 
 #include "formats/calib_file.h"
 #include "formats/tinyloop_file.h"
-#include "formats/text_tokens.h"
+#include "text/text_tokens.h"
 #include "formats/token_file.h"
 #include "jobs/gptq_quantize_tool.h"
 #include "libconvert/model_forward.h"

@@ -1,10 +1,10 @@
-// Text tokenization with a model folder's tokenizer.json (formats/text_tokens.h ->
-// formats/bpe_tokenizer.h): an archive of files (tokenizer.json, text.txt) as the folder and the
+// Text tokenization with a model folder's tokenizer.json (text/text_tokens.h ->
+// text/bpe_tokenizer.h): an archive of files (tokenizer.json, text.txt) as the folder and the
 // text; the text is tokenized as tl-verify --text does. The tokenizer.json is untrusted input
 // like any other: its regexes run in PCRE2 (bounded by PCRE2's match limit), its vocabulary and
 // merges feed the BPE loop.
 #include "fuzz_util.h"
-#include "formats/text_tokens.h"
+#include "text/text_tokens.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tl::fuzz::Files files = tl::fuzz::unpack_files(data, size);

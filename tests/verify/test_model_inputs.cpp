@@ -15,7 +15,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "formats/text_tokens.h"
+#include "text/text_tokens.h"
 #include "formats/token_file.h"
 #include "jobs/hf_export.h"
 #include "libconvert/minmax_quantizer.h"

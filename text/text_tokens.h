@@ -10,7 +10,7 @@
 //                    tokenizer_config.json's add_bos_token is true or absent (LlamaTokenizer's
 //                    default).
 //   tokenizer.json   otherwise (byte-level BPE: Llama 3, Qwen2 / 2.5 / 3, GPT-2, SmolLM): read by
-//                    formats/bpe_tokenizer.h, ids as HF `tokenizers` gives them for
+//                    text/bpe_tokenizer.h, ids as HF `tokenizers` gives them for
 //                    Tokenizer.from_file(...).encode(text): added (special) tokens written in
 //                    the text become their ids; the BOS rule is the file's own post_processor
 //                    (Llama 3's TemplateProcessing prepends <|begin_of_text|>; Qwen2 and GPT-2

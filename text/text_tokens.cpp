@@ -1,5 +1,5 @@
 // See text_tokens.h.
-#include "formats/text_tokens.h"
+#include "text/text_tokens.h"
 
 #include <fstream>
 #include <sstream>
@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "formats/bpe_tokenizer.h"
+#include "text/bpe_tokenizer.h"
 #include "formats/file_check.h"
 
 #if TL_HAVE_SENTENCEPIECE

@@ -1,4 +1,4 @@
-// Text inputs (formats/text_tokens.h): the shipped SentencePiece fixture (tests/data/spm) gives the
+// Text inputs (text/text_tokens.h): the shipped SentencePiece fixture (tests/data/spm) gives the
 // ids the Python sentencepiece package gives for the same whole-file text, with BOS once as
 // tokenizer_config.json says; the byte-level BPE fixtures (tests/data/bpe: Llama 3, Qwen2, GPT-2
 // and SmolLM layouts) give the ids HF `tokenizers` gives, each feature of theirs shown to matter by
@@ -15,9 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "fixtures.h"
-#include "formats/bpe_tokenizer.h"
-#include "formats/text_tokens.h"
+#include "formats/fixtures.h"
+#include "text/bpe_tokenizer.h"
+#include "text/text_tokens.h"
 
 namespace {
 
