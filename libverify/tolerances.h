@@ -18,6 +18,8 @@
 // maximum is reported too.
 #pragma once
 
+#include <cstdint>
+
 namespace tl::verify {
 
 constexpr double kHalfUnitRoundoff = 1.0 / 2048.0;        // u16 = 2^-11
@@ -106,5 +108,32 @@ constexpr double kKernelMaxRelFro = 1e-3;
 // 16-row MMA tile, both boundary tiles) plus evenly spaced rows between. NaN/Inf are checked
 // on every output element.
 constexpr int kReferenceRowsMax = 64;
+
+// ---- e2e (the model's perplexity through each kernel path) ----
+// Rationale in docs/model.md, "e2e bounds".
+// The Marlin and native paths compute the same X * W_hat and differ only by fp16 rounding of
+// the weight products and of the outputs (~2^-11 relative per GEMM), which moves PPL by far less
+// than 0.1 %; 1 % is the contract and catches any real kernel fault (a wrong group or
+// scale moves PPL by tens of %).
+constexpr double kE2eMaxDriftPct = 1.0;
+// Mean KL(fp16 || path) in nats per token: logit perturbations of relative size eps ~ 1e-3 give
+// KL ~ eps^2 * var(logits) / 2 ~ 1e-5 for logits with sd ~ 3; 2e-3 is a >100x margin that a
+// single misrouted group in any layer still exceeds.
+constexpr double kE2eMaxMeanKld = 2e-3;
+// CPU forward (fp32) vs GPU fp16 path on window 0: relative Frobenius error of the logits. fp16
+// activations at every GEMM input (2^-12 relative RMS each, ~7 roundings per block, random
+// accumulation over <= 16 blocks) give ~ 2^-12 * sqrt(112) ~ 3e-3; bound 2e-2.
+constexpr double kE2eCpuCheckMaxRel = 2e-2;
+// Decode vs prefill on one path: |PPL_decode / PPL_prefill - 1| in %. The same weights and the
+// same function, evaluated with GEMMs of another M: on the GPU other kernels (decode vs tiled /
+// Hopper / floor) whose fp16 outputs round their fp32 sums differently (~2^-11 relative per GEMM
+// output, the CPU check's 5e-4 .. 1e-3 relative on the logits being fp32 vs fp16, a larger
+// difference), on the CPU the same fp32 products in other blocks. Such perturbations move each
+// token's NLL by ~1e-3 at most with random sign, so the mean NLL by far less; 0.1 % (1e-3 on
+// ln PPL) keeps a > 10x margin, while a decode kernel that misreads one group or tile moves PPL
+// by percents (the drift bound's faults).
+constexpr double kE2eDecodeMaxPplPct = 0.1;
+// The decode batch: windows in lockstep, M of every decode-mode GEMM; the decode kernel's M.
+constexpr int64_t kE2eMaxDecodeBatch = 16;
 
 }  // namespace tl::verify
