@@ -124,53 +124,71 @@ class InOrder {
 
 constexpr int kForwardWork = 1;  // Progress kind of the calibration forward (kind 0: GPTQ sweeps)
 
-// The whole run's state; each member function below is one phase of the tool.
-struct Job {
+// What a run will do, decided before anything large is read (admit_plan, in the phases' one
+// order: the linears, where GPTQ runs, each weight's Hessian, the calibration tokens, the memory
+// it needs) and fixed from then on: the Job that runs it reads it and cannot change it.
+struct GptqPlan {
   const GptqQuantizeOptions& opt;
-  const bool gptq;
-  const int threads;
-  CheckpointImport in;
+  bool gptq = false;
+  int threads = 1;
   std::vector<const ImportEntry*> linears;
   std::set<std::string> selected;             // their names (the calibration's selection)
   std::map<std::string, size_t> index_of;     // name -> index into linears
-  std::unique_ptr<CalibReader> calib;
+  MarlinGateTally marlin_misfits;             // selected weights the Marlin kernel cannot run
+  bool use_gpu = false;                       // GPTQ on opt.gpu (--device)
+  std::string device_note;                    // said at the start: where GPTQ runs
+  std::unique_ptr<CalibReader> calib;         // --calib
   std::vector<std::string> hnames;            // Hessian name per linear ("" without --calib)
-  std::vector<int32_t> tokens;                // --calib-tokens
+  std::vector<int32_t> tokens;                // --calib-tokens / --calib-text
   int64_t calib_windows = 0;
+
+  // One GPU: one weight at a time on it (the CPU workers would only queue behind each other).
+  int workers() const { return use_gpu ? 1 : int(std::min<size_t>(size_t(threads), linears.size())); }
+  std::string misfits_text() const;
+  Error hessian_size_error(size_t i, int64_t K) const;
+};
+
+// The plan of a run on `in` (gptq_job_admission.cpp); tl::Error for anything it refuses.
+GptqPlan admit_plan(const GptqQuantizeOptions& opt, const CheckpointImport& in);
+
+// The run: its plan, and what running it makes (the reports, the phases' times, the journal).
+// Each member function below is one phase after the plan.
+struct Job {
+  const GptqQuantizeOptions& opt;
+  CheckpointImport in;
+  const GptqPlan plan;
+  // The plan's fields under their own names, read-only.
+  const bool& gptq = plan.gptq;
+  const int& threads = plan.threads;
+  const std::vector<const ImportEntry*>& linears = plan.linears;
+  const std::set<std::string>& selected = plan.selected;
+  const std::map<std::string, size_t>& index_of = plan.index_of;
+  const std::unique_ptr<CalibReader>& calib = plan.calib;
+  const std::vector<std::string>& hnames = plan.hnames;
+  const std::vector<int32_t>& tokens = plan.tokens;
+  const int64_t& calib_windows = plan.calib_windows;
+  const bool& use_gpu = plan.use_gpu;
+
   std::vector<WeightReport> reports;
   size_t n_dense = 0, n_copied = 0;
   std::mutex h5_mu;                           // every HDF5 call (input, calibration, output)
-
-  MarlinGateTally marlin_misfits;             // selected weights the Marlin kernel cannot run
-  bool use_gpu = false;                       // GPTQ on opt.gpu (choose_device)
-  std::string device_note;                    // said at the start: where GPTQ runs
   GptqPhaseTimes phases;                      // --json "phases" (summed over workers)
   std::mutex phases_mu;
   std::unique_ptr<GptqJournal> journal;       // sequential runs, CPU or GPU (open_journal)
 
   explicit Job(const GptqQuantizeOptions& o)
-      : opt(o), gptq(o.method == "gptq"), threads(resolve_threads(o.threads)), in(o.input, o.only) {}
+      : opt(o), in(o.input, o.only), plan(admit_plan(o, in)), reports(plan.linears.size()) {
+    open_journal();
+  }
   void add_phase(double GptqPhaseTimes::*field, double seconds) {
     std::lock_guard<std::mutex> lock(phases_mu);
     phases.*field += seconds;
   }
-  // One GPU: one weight at a time on it (the CPU workers would only queue behind each other).
-  int workers() const { return use_gpu ? 1 : int(std::min<size_t>(size_t(threads), linears.size())); }
-  // --device: GPTQ on the GPU when asked (cuda: it must be usable) or when one is (auto).
-  void choose_device();
+  int workers() const { return plan.workers(); }
   int inner_threads() const { return std::max(1, threads / workers()); }
-  void select_linears();
-  std::string misfits_text() const;
   // Said after a successful run, next to the summary: a run that stops on bad input (some of it,
   // a NaN weight say, is found only while reading) prints its one error line and nothing else.
   void warn_misfits() const;
-  // --calib: every selected weight's Hessian located (all missing ones listed in one error).
-  void open_calibration();
-  Error hessian_size_error(size_t i, int64_t K) const;
-  // --calib-tokens: the tokens (checked against the vocabulary) and the window count.
-  void read_tokens();
-  // Peak memory, before anything large is read (formats/memory_budget.h).
-  void admit();
   // Sequential calibration (either device) without --save-calib: the resume journal
   // (gptq_journal.h), checked against this run's fingerprint with --resume. --resume elsewhere is
   // refused by name.

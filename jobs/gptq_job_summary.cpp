@@ -54,9 +54,9 @@ nlohmann::json Job::summary_json(double wall) const {
                  {"sweep", phase(phases.sweep)},       {"write", phase(phases.write)},
                  {"write_wait", phase(phases.write_wait)}};
   s["drop_unselected"] = opt.drop_unselected;
-  s["marlin"] = {{"runnable", linears.size() - marlin_misfits.count()},
-                 {"not_runnable", marlin_misfits.count()},
-                 {"reasons", marlin_misfits.text()}};
+  s["marlin"] = {{"runnable", linears.size() - plan.marlin_misfits.count()},
+                 {"not_runnable", plan.marlin_misfits.count()},
+                 {"reasons", plan.marlin_misfits.text()}};
   s["weights"] = jw;
   if (gptq) {
     s["calib"] = opt.calib;

@@ -150,7 +150,7 @@ void Job::quantize_streaming(TinyloopWriter& out, Progress& progress) {
         std::lock_guard<std::mutex> lock(h5_mu);
         h = calib->read(hnames[i]);
       }
-      if (calib && !hnames[i].empty() && h.K != e.K()) throw hessian_size_error(i, h.K);  // checked up front too
+      if (calib && !hnames[i].empty() && h.K != e.K()) throw plan.hessian_size_error(i, h.K);  // checked up front too
       const auto tq = Clock::now();
       add_phase(&GptqPhaseTimes::load, since(t0));
       const QuantWeight qw = quantize_one(i, W, h, progress);

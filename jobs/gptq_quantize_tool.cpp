@@ -64,20 +64,14 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
   const auto t_start = Clock::now();
   validate_options(opt);
   pin_eigen_blocking();  // before any worker runs an Eigen product (eigen_blocking.h)
-  Job job(opt);
-  job.select_linears();
-  job.choose_device();
-  job.open_calibration();
-  job.read_tokens();
-  job.admit();
-  job.open_journal();
+  Job job(opt);  // the plan (admit_plan: every check before anything large is read), the journal
 
   TinyloopWriter out(opt.output, std::string("gptq-quantize ") + kVersion);
   job.copy_dense(out);
   double total_work = 0;
   for (const ImportEntry* e : job.linears) total_work += Job::gptq_flops(e->K(), e->N());
   Progress progress(opt.tool, job.linears.size(), total_work, opt.quiet);
-  if (!job.device_note.empty()) progress.note(job.device_note);
+  if (!job.plan.device_note.empty()) progress.note(job.plan.device_note);
   // The one line of a failure says what of the run is kept: a GPU that fails at block 60 of 80
   // (or a disk that fills at the commit) loses no completed stage.
   // Called inside a handler: rethrows the error, with the kept stages named where there are any.
