@@ -1,7 +1,8 @@
-// Internal to libconvert: the gptq-quantize job's state and phases, one room per job --
-// admission (gptq_job_admission.cpp: selection, device, calibration, memory, the dense copy),
-// the weight loops (gptq_job_weights.cpp: streamed, sequential on the CPU and on the GPU) and the
-// summary (gptq_job_summary.cpp). gptq_quantize_tool.cpp runs the phases in order.
+// Internal to the gptq-quantize job (jobs/): its plan and its run, one room per part -- the plan
+// (gptq_job_admission.cpp: admit_plan decides selection, device, calibration and memory before
+// anything large is read; also the dense copy), the weight loops (gptq_job_weights.cpp: streamed,
+// sequential on the CPU and on the GPU) and the summary (gptq_job_summary.cpp).
+// gptq_quantize_tool.cpp makes the Job (its plan, its journal) and runs it.
 #pragma once
 
 #include <algorithm>
