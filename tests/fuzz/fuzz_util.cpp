@@ -1,4 +1,5 @@
 #include "fuzz_util.h"
+#include "test_env.h"
 
 #include "formats/tinyloop_file.h"
 
@@ -41,8 +42,7 @@ void read_whole_tinyloop(const std::string& path) {
 
 const std::string& scratch() {
   static const std::string dir = [] {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string t = std::string(tmp && *tmp ? tmp : "/tmp") + "/tl-fuzz-XXXXXX";
+    std::string t = tl::test_env::tmpdir() + "/tl-fuzz-XXXXXX";
     std::vector<char> buf(t.begin(), t.end());
     buf.push_back('\0');
     if (!mkdtemp(buf.data())) std::abort();

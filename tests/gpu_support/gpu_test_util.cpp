@@ -1,4 +1,5 @@
 // Implementation of the GPU test helpers (see gpu_test_util.h).
+#include "test_env.h"
 #include "gpu_support/gpu_test_util.h"
 
 #include <algorithm>
@@ -8,13 +9,7 @@ namespace tl::test {
 
 uint64_t test_seed() {
   static const uint64_t seed = [] {
-    uint64_t s;
-    if (const char* env = std::getenv("TL_TEST_SEED")) {
-      s = std::strtoull(env, nullptr, 0);
-    } else {
-      std::random_device rd;
-      s = (uint64_t(rd()) << 32) ^ rd();
-    }
+    const uint64_t s = test_env::seed();
     std::fprintf(stderr, "test_cuda: random seed %llu (set TL_TEST_SEED to reproduce)\n",
                  static_cast<unsigned long long>(s));
     return s;
@@ -23,8 +18,7 @@ uint64_t test_seed() {
 }
 
 bool quick_mode() {
-  const char* v = std::getenv("TL_TEST_QUICK");
-  return v && std::string(v) == "1";
+  return test_env::quick();
 }
 
 std::vector<half_bits> random_halves(Rng& rng, size_t count, double lo, double hi) {

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "test_env.h"
 #include "jobs/verify_tool.h"
 
 namespace tl::verify::testing {
@@ -22,11 +23,7 @@ inline std::string scratch_dir(const std::string& name) {
 
 // A seed for tests that assert a property on fresh random data (print it with INFO: a failure
 // reproduces with that seed, given as TL_TEST_SEED).
-inline uint64_t fresh_seed() {
-  if (const char* env = std::getenv("TL_TEST_SEED")) return std::strtoull(env, nullptr, 0);
-  std::random_device rd;
-  return (uint64_t(rd()) << 32) ^ rd();
-}
+inline uint64_t fresh_seed() { return test_env::seed(); }
 
 struct RunOutput {
   int rc = -1;
