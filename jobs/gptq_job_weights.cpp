@@ -238,7 +238,7 @@ void Job::quantize_sequential(TinyloopWriter& out, Progress& progress) {
   }
   progress.note("loading the model as float32 for the CPU forward ...");
   const auto t_load = Clock::now();
-  ModelWeights mw = load_model_weights(opt.input, false);
+  ModelWeights mw = load_model_weights(ModelSource(in, /*with_marlin=*/false));  // the input as opened for the plan
   phases.load = since(t_load);
   progress.note("model loaded (" + format_duration(since(t_load)) + ")");
   const auto t_calib = Clock::now();

@@ -115,7 +115,8 @@ struct ModelSource::Impl {
   std::map<std::string, size_t> by_name;
   // One of these is open.
   std::shared_ptr<const TinyloopReader> reader;
-  std::unique_ptr<CheckpointImport> imp;
+  std::unique_ptr<CheckpointImport> imp_owned;  // opened here, or
+  const CheckpointImport* imp = nullptr;        // the caller's (ModelSource(const CheckpointImport&))
   std::map<std::string, const ImportEntry*> imp_entry;
   std::unique_ptr<QuantCheckpoint> ck;
   std::set<std::string> ck_quant;  // quantized layer prefixes of a quantized folder
@@ -157,7 +158,10 @@ void ModelSource::Impl::open_tinyloop() {
 
 void ModelSource::Impl::open_import() {
   kind = ModelKind::kHfFolder;
-  imp = std::make_unique<CheckpointImport>(path, "^$");  // nothing selected: every linear dense
+  if (!imp) {
+    imp_owned = std::make_unique<CheckpointImport>(path, "^$");  // nothing selected: every linear dense
+    imp = imp_owned.get();
+  }
   if (!imp->has_config()) throw Error("expected a model config (config.json beside the weights)", path, "config");
   config = imp->config();
   for (const ImportEntry& e : imp->entries()) {
@@ -400,6 +404,22 @@ ModelSource::ModelSource(std::shared_ptr<const TinyloopReader> reader, bool with
   m.with_marlin = with_marlin;
   m.reader = std::move(reader);
   m.open_tinyloop();
+  m.index_entries();
+  m.check_model();
+  m.check_complete();
+}
+
+ModelSource::ModelSource(const CheckpointImport& opened, bool with_marlin) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.path = opened.path();
+  m.with_marlin = with_marlin;
+  if (const TinyloopReader* r = opened.tinyloop()) {
+    m.reader = std::shared_ptr<const TinyloopReader>(std::shared_ptr<const TinyloopReader>(), r);  // not owned
+    m.open_tinyloop();
+  } else {
+    m.imp = &opened;
+    m.open_import();
+  }
   m.index_entries();
   m.check_model();
   m.check_complete();

@@ -36,6 +36,8 @@
 
 namespace tl {
 
+class CheckpointImport;
+
 // What a path is, the one place it is decided (every tool asks here before opening anything).
 enum class InputKind {
   kHdf5,               // an HDF5 file: a .tinyloop (or a calibration file, which tl-inspect reads)
@@ -93,6 +95,10 @@ class ModelSource {
   explicit ModelSource(const std::string& path, bool with_marlin = true);
   // A .tinyloop the caller has open already (tl-verify opens FILE once for every tier).
   ModelSource(std::shared_ptr<const TinyloopReader> reader, bool with_marlin);
+  // A checkpoint the caller has imported already (gptq-quantize's input: a .tinyloop or an HF
+  // folder), read through that import's open files rather than opening them again. `opened`
+  // must outlive the source; its --only selection does not matter here (every entry is read).
+  ModelSource(const CheckpointImport& opened, bool with_marlin);
   ~ModelSource();
   ModelSource(const ModelSource&) = delete;
   ModelSource& operator=(const ModelSource&) = delete;
