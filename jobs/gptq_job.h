@@ -129,6 +129,7 @@ constexpr int kForwardWork = 1;  // Progress kind of the calibration forward (ki
 // order: the linears, where GPTQ runs, each weight's Hessian, the calibration tokens, the memory
 // it needs) and fixed from then on: the Job that runs it reads it and cannot change it.
 struct GptqPlan {
+  explicit GptqPlan(const GptqQuantizeOptions& o) : opt(o) {}
   const GptqQuantizeOptions& opt;
   bool gptq = false;
   int threads = 1;

@@ -139,7 +139,7 @@ Error GptqPlan::hessian_size_error(size_t i, int64_t K) const {
 
 // The phases in their one order: each reads what the ones before it decided.
 GptqPlan admit_plan(const GptqQuantizeOptions& opt, const CheckpointImport& in) {
-  GptqPlan p{opt};
+  GptqPlan p(opt);
   p.gptq = opt.method == "gptq";
   p.threads = resolve_threads(opt.threads);
   select_linears(p, in);

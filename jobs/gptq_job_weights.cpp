@@ -385,7 +385,14 @@ void Job::quantize_sequential_gpu(TinyloopWriter& out, Progress& progress) {
   const bool complete = journal_complete();
   if (complete) progress.note("every stage is in the journal: no calibration to run");
   try {
-    if (!complete) opt.gpu->calibrate(opt.input, tokens, opt.calib_seq, calib_windows, selected, calls, &phases);
+    if (!complete) {
+      std::unique_ptr<const ModelSource> src;
+      {  // the input as the plan opened it; its metadata reads are HDF5 calls beside the writer's
+        std::lock_guard<std::mutex> lock(h5_mu);
+        src = std::make_unique<const ModelSource>(in, /*with_marlin=*/false);
+      }
+      opt.gpu->calibrate(*src, tokens, opt.calib_seq, calib_windows, selected, calls, &phases);
+    }
   } catch (...) {
     // The GPU failed (or a read did): the writes already queued are finished weights and stages
     // -- they land, so the journal keeps every stage the GPU completed. A failure of the writer

@@ -26,6 +26,8 @@
 
 namespace tl {
 
+class ModelSource;
+
 // Seconds per phase of a GPTQ run (--json "phases"); a phase a path does not separate is -1.
 struct GptqPhaseTimes {
   double load = 0;      // reading the checkpoint (what the run waited for)
@@ -82,10 +84,11 @@ class GptqDevice {
   // Throws tl::Error naming the numbers when even spilled activations do not fit the GPU.
   virtual SequentialMemory plan(const ModelConfig& c, int64_t n_seq, int64_t seq_len,
                                 const std::set<std::string>& selected) const = 0;
-  // model: what ModelSource opens. tokens: at least n_seq * seq_len ids checked against the
+  // model: the model as the caller opened it (gptq-quantize: its input's import; reads of an
+  // HDF5 model take calls.hdf5_mutex). tokens: at least n_seq * seq_len ids checked against the
   // vocabulary. Quantizes every weight in `selected` (linear names of the forward) in the
   // block schedule's order.
-  virtual void calibrate(const std::string& model, const std::vector<int32_t>& tokens, int64_t seq_len,
+  virtual void calibrate(const ModelSource& model, const std::vector<int32_t>& tokens, int64_t seq_len,
                          int64_t n_seq, const std::set<std::string>& selected, const SequentialCalls& calls,
                          GptqPhaseTimes* times) = 0;
 };

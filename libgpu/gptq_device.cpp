@@ -46,7 +46,7 @@ class NoGpu final : public GptqDevice {
   SequentialMemory plan(const ModelConfig&, int64_t, int64_t, const std::set<std::string>&) const override {
     throw Error(unavailable_reason());
   }
-  void calibrate(const std::string&, const std::vector<int32_t>&, int64_t, int64_t, const std::set<std::string>&,
+  void calibrate(const ModelSource&, const std::vector<int32_t>&, int64_t, int64_t, const std::set<std::string>&,
                  const SequentialCalls&, GptqPhaseTimes*) override {
     throw Error(unavailable_reason());
   }
@@ -169,7 +169,7 @@ class CudaGptqDevice final : public GptqDevice {
     return m;
   }
 
-  void calibrate(const std::string& model, const std::vector<int32_t>& tokens, int64_t seq_len, int64_t n_seq,
+  void calibrate(const ModelSource& src, const std::vector<int32_t>& tokens, int64_t seq_len, int64_t n_seq,
                  const std::set<std::string>& selected, const SequentialCalls& calls, GptqPhaseTimes* times) override;
 
  private:
@@ -180,26 +180,11 @@ class CudaGptqDevice final : public GptqDevice {
   std::unique_ptr<GpuGptq> gptq_;
 };
 
-void CudaGptqDevice::calibrate(const std::string& model, const std::vector<int32_t>& tokens, int64_t seq_len,
+void CudaGptqDevice::calibrate(const ModelSource& src, const std::vector<int32_t>& tokens, int64_t seq_len,
                                int64_t n_seq, const std::set<std::string>& selected, const SequentialCalls& calls,
                                GptqPhaseTimes* times) {
   const std::string why = unavailable_reason();
   if (!why.empty()) throw Error(why);
-  // Opened and closed under calls.hdf5_mutex: opening an HDF5 model forks its guarded check
-  // (formats/h5_guard.h), which must not happen while the writer thread is inside libhdf5.
-  struct LockedStream {
-    std::mutex* mu;
-    std::unique_ptr<ModelSource> stream;
-    LockedStream(std::mutex* m, const std::string& path) : mu(m) {
-      const auto lock = hdf5_lock(mu);
-      stream = std::make_unique<ModelSource>(path, /*with_marlin=*/false);
-    }
-    ~LockedStream() {
-      const auto lock = hdf5_lock(mu);
-      stream.reset();
-    }
-  } locked(calls.hdf5_mutex, model);
-  const ModelSource& src = *locked.stream;
   const ModelConfig& c = src.config();
   if (seq_len <= 0 || n_seq <= 0 || int64_t(tokens.size()) < n_seq * seq_len)
     throw Error("calibration needs " + std::to_string(n_seq) + " windows of " + std::to_string(seq_len) + " tokens");

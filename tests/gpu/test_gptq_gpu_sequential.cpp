@@ -33,6 +33,7 @@
 #include "libconvert/gptq.h"
 #include "jobs/gptq_quantize_tool.h"
 #include "libconvert/model_forward.h"
+#include "libconvert/model_source.h"
 #include "libconvert/model_weights.h"
 #include "libconvert/token_calibration.h"
 #include "libgpu/gptq_device.h"
@@ -84,7 +85,7 @@ CalibOut run_gpu(const std::string& model, const std::vector<int32_t>& tokens, i
   calls.hessian = [&](const tl::Hessian& h) { out.hessians[h.name] = h; };
   calls.activations_on_host = on_host;
   tl::GptqPhaseTimes t;
-  dev->calibrate(model, tokens, T, n_seq, selected, calls, &t);
+  dev->calibrate(tl::ModelSource(model, false), tokens, T, n_seq, selected, calls, &t);
   CHECK(t.forward > 0);
   CHECK(t.hessian > 0);
   CHECK(t.sweep > 0);
@@ -310,12 +311,12 @@ TEST_CASE("gptq gpu calibration: bad input is an error before any work") {
   calls.quantized = [](const std::string&, tl::GptqResult&&, int64_t, double) { FAIL("nothing may be quantized"); };
   std::vector<int32_t> tokens(64, 1);
   tokens[37] = int32_t(cfg.vocab);  // one id past the vocabulary
-  CHECK_THROWS_WITH(dev->calibrate(path, tokens, 16, 4, {"pre.0.attn_qkv"}, calls, nullptr),
+  CHECK_THROWS_WITH(dev->calibrate(tl::ModelSource(path, false), tokens, 16, 4, {"pre.0.attn_qkv"}, calls, nullptr),
                     doctest::Contains("token id 300 outside [0, 300)"));
   tokens[37] = 1;
-  CHECK_THROWS_WITH(dev->calibrate(path, tokens, 16, 4, {"embed"}, calls, nullptr),
+  CHECK_THROWS_WITH(dev->calibrate(tl::ModelSource(path, false), tokens, 16, 4, {"embed"}, calls, nullptr),
                     doctest::Contains("not a linear weight"));
-  CHECK_THROWS_WITH(dev->calibrate(path, tokens, 16, 5, {"pre.0.attn_qkv"}, calls, nullptr),
+  CHECK_THROWS_WITH(dev->calibrate(tl::ModelSource(path, false), tokens, 16, 5, {"pre.0.attn_qkv"}, calls, nullptr),
                     doctest::Contains("needs 5 windows of 16 tokens"));
 }
 
