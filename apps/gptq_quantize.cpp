@@ -1,5 +1,5 @@
 // gptq-quantize INPUT -o OUTPUT.tinyloop [options]: asymmetric min-max GPTQ (or RTN) of every
-// selected linear weight of a checkpoint. Flags -> tl::run_gptq_quantize (libconvert).
+// selected linear weight of a checkpoint. Flags (jobs/gptq_options.h) -> tl::run_gptq_quantize (jobs/).
 #include <memory>
 #include <string>
 

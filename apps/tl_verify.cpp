@@ -1,5 +1,5 @@
 // tl-verify: parity tiers of a Marlin-packed .tinyloop (or of the kernels on random data),
-// ULP reports, and an exit code a CI gate reads. All logic is in libverify (verify_tool.h);
+// ULP reports, and an exit code a CI gate reads. The job is jobs/verify_tool.h over libverify;
 // the flags, --tiers values and bound flags come from libverify's tier table.
 #include <map>
 
