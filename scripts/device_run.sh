@@ -2,7 +2,7 @@
 # Runs on the GPU machine (through the `run` tool, carrying .device): the CUDA tests, the
 # compute-sanitizer checks and the kernel benchmark, with logs and JSON under $OUT and a short
 # summary printed last.
-#   bash scripts/device_run.sh [test] [sanitize] [bench-quick] [bench] [ab] [verify] [tiers]
+#   bash scripts/device_run.sh [test] [test-stream] [tokens] [native-floor] [sanitize] [bench-quick] [bench] [ab] [verify] [tiers]
 #                              [tiers-thorough] [faults] [demo] [crosscheck] [hfcalib] [sanitize-model]
 #                              [gptq-devices] [gptq-bench] [gptq-big] [cli-gpu] [families] [e2e-big]
 #                              [e2e-depth]
@@ -41,6 +41,8 @@ set -uo pipefail
 OUT=${OUT:-$PWD/.device/out}
 mkdir -p "$OUT"
 bin=.device/bin
+# A carry packed by scripts/stage_device.sh --xz: unpacked once.
+[ -d "$bin" ] || [ ! -f .device/staged.tar.xz ] || tar -C .device -xJf .device/staged.tar.xz
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(test sanitize bench-quick)
@@ -63,6 +65,14 @@ pid_of_comm() {
     [ "$(cat "$d/comm" 2>/dev/null)" = "$1" ] && { echo "${d#/proc/}"; return; }
   done
 }
+
+# The runners' data paths are the staging machine's (scripts/stage_device.sh wrote its root): where
+# this copy lives elsewhere, that path is made a link to it, and the runners' scratch folders exist.
+if [ -f .device/source_root ]; then
+  src_root=$(cat .device/source_root)
+  if [ "$src_root" != "$PWD" ] && [ ! -e "$src_root" ]; then mkdir -p "$(dirname "$src_root")" && ln -s "$PWD" "$src_root"; fi
+  mkdir -p "$src_root/build-sm90/tests/tmp" "$src_root/build/tests/tmp"
+fi
 
 doctest_line() { grep -E "^\[doctest\] (test cases|assertions)" "$1" | tr '\n' ' '; }
 
@@ -124,6 +134,23 @@ for step in "${steps[@]}"; do
         timeout "${TEST_TIMEOUT:-180}" "$bin/$runner" > "$OUT/$runner.log" 2>&1; rc=$?
         note "$runner: rc=$rc $(doctest_line "$OUT/$runner.log") ($(( $(date +%s) - start )) s)"
       done
+      ;;
+    test-stream)  # the streamed forward's and the GPU model's tests alone (TEST_TIMEOUT s)
+      start=$(date +%s)
+      timeout "${TEST_TIMEOUT:-180}" "$bin/test_gpu" -tc="stream forward*,model gpu*,gptq gpu calibration*,gptq-quantize --device cuda*" \
+        > "$OUT/test_gpu-stream.log" 2>&1; rc=$?
+      note "test_gpu (stream, model, sequential GPTQ): rc=$rc $(doctest_line "$OUT/test_gpu-stream.log") ($(( $(date +%s) - start )) s)"
+      ;;
+    tokens)  # the tokenizers in the device build: each test says whether it ran (test_text)
+      timeout 60 "$bin/test_text" > "$OUT/test_text.log" 2>&1; rc=$?
+      note "test_text: rc=$rc $(doctest_line "$OUT/test_text.log"); $(grep -c ': ran' "$OUT/test_text.log") ran, $(grep -c 'not run' "$OUT/test_text.log") not run"
+      ;;
+    native-floor)  # int4_gemm's CUDA-core kernel against its dequantize + cuBLAS floor at decode sizes
+      # (kDefaultNativeFloorMinM): the kernel / floor ratio per M on the 7B and 70B layers.
+      timeout "${BENCH_TIMEOUT:-150}" "$bin/bench_kernels" --sets 7b,70b --m 1,2,4,8,12,16,24,32 --g 128 \
+        > "$OUT/bench-native-floor.log" 2>&1; rc=$?
+      note "native floor bench: rc=$rc"
+      while IFS= read -r l; do note "  $l"; done < <(grep -A9 "native int4_gemm time" "$OUT/bench-native-floor.log")
       ;;
     sanitize)
       for tool in memcheck racecheck synccheck; do
