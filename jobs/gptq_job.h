@@ -230,17 +230,27 @@ struct Job {
   // The work of one weight's GPTQ sweep in FLOPs (the lazy-batch updates: 2 K^2 N), the unit
   // of the progress ETA, shared with the calibration forward (block_forward_flops).
   static double gptq_flops(int64_t K, int64_t N) { return 2.0 * double(N) * double(K) * double(K); }
+  // Where every finished weight goes, whatever the mode: the output (in the order the mode's
+  // driver calls it: input order, or the calibration's), each write timed into phases.write, and
+  // the journal's completed stages. Every call is an HDF5 call and takes h5_mu.
+  struct Sink {
+    Job& job;
+    TinyloopWriter& out;
+    void write(const QuantWeight& qw);
+    void record_stage(const std::string& stage, const std::vector<const QuantWeight*>& weights);
+  };
+  // The drivers, one per mode, each delivering to the sink.
   // Weights one at a time per worker: read -> quantize -> write (in input order).
-  void quantize_streaming(TinyloopWriter& out, Progress& progress);
+  void quantize_streaming(Sink& sink, Progress& progress);
   // The calibration's stage lines and forward FLOPs into the progress (both devices).
   static CalibrationEvents calibration_events(Progress& progress);
   // --calib-tokens: GPTQ's sequential mode on the CPU forward (token_calibration.h); each
   // block's weights are quantized as soon as its Hessians are complete, written at the end.
-  void quantize_sequential(TinyloopWriter& out, Progress& progress);
+  void quantize_sequential(Sink& sink, Progress& progress);
   // --calib-tokens on the GPU: the model streamed block by block (libgpu/gptq_device.h); each
   // weight is written as soon as it exists, in the calibration's fixed order (the block
   // schedule, not the checkpoint's: a sharded HF file sorts layer 10 before layer 2).
-  void quantize_sequential_gpu(TinyloopWriter& out, Progress& progress);
+  void quantize_sequential_gpu(Sink& sink, Progress& progress);
   // schema_version 2: the header, group_size a number (-1 = per row, as GPTQ writes it), bytes
   // and bits per weight, and which weights the Marlin kernel cannot run.
   nlohmann::json summary_json(double wall) const;

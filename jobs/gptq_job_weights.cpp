@@ -127,8 +127,20 @@ void Job::log_done(size_t i, const QuantWeight& qw, double seconds, Progress& pr
   progress.finished(line, gptq_flops(K, N));
 }
 
+void Job::Sink::write(const QuantWeight& qw) {
+  std::lock_guard<std::mutex> lock(job.h5_mu);
+  const auto tw = Clock::now();
+  out.write_quant(qw);
+  job.phases.write += since(tw);
+}
+
+void Job::Sink::record_stage(const std::string& stage, const std::vector<const QuantWeight*>& weights) {
+  std::lock_guard<std::mutex> lock(job.h5_mu);
+  job.journal->record_stage(stage, weights);
+}
+
 // Weights one at a time per worker: read -> quantize -> write (in input order).
-void Job::quantize_streaming(TinyloopWriter& out, Progress& progress) {
+void Job::quantize_streaming(Sink& sink, Progress& progress) {
   phases.forward = phases.hessian = -1;  // no forward here
   if (!use_gpu) phases.cholesky = -1;   // the CPU does not time the factor apart from the sweep
   InOrder order;
@@ -156,12 +168,7 @@ void Job::quantize_streaming(TinyloopWriter& out, Progress& progress) {
       const QuantWeight qw = quantize_one(i, W, h, progress);
       if (!use_gpu) add_phase(&GptqPhaseTimes::sweep, since(tq));  // the GPU reports its own phases
       W = std::vector<float>();
-      order.run(i, [&] {
-        std::lock_guard<std::mutex> lock(h5_mu);
-        const auto tw = Clock::now();
-        out.write_quant(qw);
-        phases.write += since(tw);
-      });
+      order.run(i, [&] { sink.write(qw); });
       log_done(i, qw, since(t0), progress);
     } catch (const InOrder::Aborted&) {
       return;  // the worker whose weight failed reports that error
@@ -217,17 +224,16 @@ bool Job::journal_complete() const {
 
 // --calib-tokens: GPTQ's sequential mode on the CPU forward (token_calibration.h); each
 // block's weights are quantized as soon as its Hessians are complete, written at the end.
-void Job::quantize_sequential(TinyloopWriter& out, Progress& progress) {
+void Job::quantize_sequential(Sink& sink, Progress& progress) {
   std::vector<std::optional<QuantWeight>> done(linears.size());
   auto write_done = [&] {
     const auto t_write = Clock::now();
     progress.note("writing " + std::to_string(linears.size()) + " quantized weight(s) ...");
     for (size_t i = 0; i < linears.size(); ++i) {
       if (!done[i]) throw Error("internal: weight was not calibrated", opt.calib_source(), linears[i]->name);
-      out.write_quant(*done[i]);
+      sink.write(*done[i]);
       done[i].reset();
     }
-    phases.write = since(t_write);
     progress.note("quantized weights written (" + format_duration(since(t_write)) + ")");
   };
   if (journal_complete()) {
@@ -275,7 +281,7 @@ void Job::quantize_sequential(TinyloopWriter& out, Progress& progress) {
         if (journal && !hs.empty()) {
           std::vector<const QuantWeight*> stage;
           for (const Hessian* h : hs) stage.push_back(&*done[index_of.at(h->name)]);
-          journal->record_stage(calibration_stage(hs.front()->name), stage);
+          sink.record_stage(calibration_stage(hs.front()->name), stage);
         }
       },
       calibration_events(progress), resumed);
@@ -296,7 +302,7 @@ void Job::quantize_sequential(TinyloopWriter& out, Progress& progress) {
 // --resume, the GPU asks for a journaled stage's weights when it reaches the stage (one stage in
 // host memory at a time): they are read then, written first (where the uninterrupted run wrote
 // them) and its blocks run with their W_hat.
-void Job::quantize_sequential_gpu(TinyloopWriter& out, Progress& progress) {
+void Job::quantize_sequential_gpu(Sink& sink, Progress& progress) {
   constexpr size_t kWritesInFlight = 3;
   std::unique_ptr<CalibWriter> save;
   if (!opt.save_calib.empty()) save = std::make_unique<CalibWriter>(opt.save_calib);
@@ -312,14 +318,7 @@ void Job::quantize_sequential_gpu(TinyloopWriter& out, Progress& progress) {
   std::vector<std::shared_ptr<const QuantWeight>> resumed_weights;
   // The writer's weights of the stage in progress, kept until the journal records the stage.
   std::map<std::string, std::vector<QuantWeight>> stage_weights;
-  auto write = [&](const QuantWeight& qw) {
-    const auto tw = Clock::now();
-    {
-      std::lock_guard<std::mutex> lock(h5_mu);
-      out.write_quant(qw);
-    }
-    phases.write += since(tw);
-  };
+  auto write = [&sink](const QuantWeight& qw) { sink.write(qw); };
   // Declared after everything its tasks use: destroyed (joined) before them, also when unwinding.
   SerialWorker writer(kWritesInFlight);
   phases.write_wait = 0;
@@ -364,13 +363,10 @@ void Job::quantize_sequential_gpu(TinyloopWriter& out, Progress& progress) {
   };
   if (journal)
     calls.stage_done = [&](const std::string& stage) {
-      writer.post([this, &stage_weights, stage] {
+      writer.post([&sink, &stage_weights, stage] {
         std::vector<const QuantWeight*> ws;
         for (const QuantWeight& qw : stage_weights[stage]) ws.push_back(&qw);
-        {
-          std::lock_guard<std::mutex> lock(h5_mu);
-          journal->record_stage(stage, ws);
-        }
+        sink.record_stage(stage, ws);
         stage_weights.erase(stage);
       });
     };

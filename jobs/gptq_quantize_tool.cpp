@@ -80,10 +80,11 @@ int run_gptq_quantize(const GptqQuantizeOptions& opt) {
     throw Error(what + " (" + std::to_string(job.journal->stages()) + " completed stage(s) kept in " +
                 job.journal->folder() + ": the same command with --resume continues)");
   };
+  Job::Sink sink{job, out};
   try {
-    if (!opt.sequential()) job.quantize_streaming(out, progress);
-    else if (job.use_gpu) job.quantize_sequential_gpu(out, progress);
-    else job.quantize_sequential(out, progress);
+    if (!opt.sequential()) job.quantize_streaming(sink, progress);
+    else if (job.use_gpu) job.quantize_sequential_gpu(sink, progress);
+    else job.quantize_sequential(sink, progress);
     progress.end();
     out.commit();
   } catch (const Error& e) {
