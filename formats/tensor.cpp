@@ -51,11 +51,13 @@ bool dtype_is_float(DType t) {
   return t == DType::F64 || t == DType::F32 || t == DType::F16 || t == DType::BF16;
 }
 
-int64_t Tensor::numel() const {
+int64_t shape_numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
 }
+
+int64_t Tensor::numel() const { return shape_numel(shape); }
 
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";

@@ -22,7 +22,7 @@ struct Tensor {
   std::vector<int64_t> shape;  // row-major; a 2-D linear weight in .tinyloop is [K, N]
   std::vector<uint8_t> data;   // little-endian raw bytes, numel() * dtype_size(dtype)
 
-  int64_t numel() const;
+  int64_t numel() const;  // shape_numel(shape)
   size_t nbytes() const { return data.size(); }
   std::string shape_str() const;  // "[4096, 11008]"
 
@@ -41,6 +41,8 @@ struct Tensor {
                            const float* values, DType dtype);
 };
 
+// The number of elements of a shape (1 for a scalar's empty shape).
+int64_t shape_numel(const std::vector<int64_t>& shape);
 std::string shape_str(const std::vector<int64_t>& shape);
 
 // src [rows, cols] of float dtype t -> dst[c * ld + n0 + r] as float32: a transposed copy into

@@ -17,7 +17,7 @@ nlohmann::json summary_calib(const std::string& path) {
     const std::string dp = golden ? "/" + n : "/hessian/" + n;
     const h5::DatasetInfo di = h5::dataset_info(f, dp, path);
     const int64_t ns = golden ? h5::attr_int(f, "/", "nsamples", path) : h5::attr_int(f, dp, "nsamples", path);
-    const uint64_t bytes = uint64_t(numel(di.shape)) * di.type_size;
+    const uint64_t bytes = uint64_t(shape_numel(di.shape)) * di.type_size;
     s["hessians"].push_back({{"name", n}, {"dtype", di.type_class == H5T_FLOAT && di.type_size == 4 ? "F32" : "?"},
                              {"shape", di.shape}, {"nsamples", ns}, {"bytes", bytes}});
     total += bytes;

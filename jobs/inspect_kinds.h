@@ -32,12 +32,6 @@ inline uint64_t file_bytes(const std::string& path) {
   return ec ? 0 : uint64_t(n);
 }
 
-inline int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 // One entry of --check's read-back: its name, its progress label and bytes, and whether it is a
 // quantized weight (a .tinyloop's other read).
 struct CheckItem {

@@ -19,7 +19,7 @@ nlohmann::json summary_safetensors(const std::string& path) {
     s["tensors"].push_back({{"name", n}, {"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"bytes", e.nbytes},
                             {"shard", e.shard}});
     total += e.nbytes;
-    params += numel(e.shape);
+    params += shape_numel(e.shape);
   }
   s["bytes"] = total;
   uint64_t fb = 0;

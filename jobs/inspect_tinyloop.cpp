@@ -26,12 +26,12 @@ nlohmann::json summary_tinyloop(const std::string& path) {
   s["tensors"] = nlohmann::json::array();
   for (const std::string& n : natural_sorted(r.dense_names())) {
     const EntryInfo e = r.info(n);
-    const uint64_t bytes = uint64_t(numel(e.shape)) * dtype_size(e.dtype);
+    const uint64_t bytes = uint64_t(shape_numel(e.shape)) * dtype_size(e.dtype);
     s["tensors"].push_back({{"name", n}, {"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"bytes", bytes},
                             {"stored_bytes", e.stored_bytes}, {"attributes", e.attributes}});
     total += e.stored_bytes;
     dense_bytes += e.stored_bytes;
-    dense_params += numel(e.shape);
+    dense_params += shape_numel(e.shape);
   }
   s["quantized"] = nlohmann::json::array();
   const hid_t f = r.impl()->file;

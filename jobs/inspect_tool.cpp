@@ -313,15 +313,19 @@ std::string format_inspect_table(const nlohmann::json& s) {
   return o.str();
 }
 
-int check_all_entries(const std::string& path, bool progress) {
-  // The listing's entries, in its order, give the progress lines their labels and weights.
-  const nlohmann::json s = inspect_summary(path);
+int check_all_entries(const nlohmann::json& s, bool progress) {
+  // The listing's entries, in its order, give the progress lines their labels and weights; its
+  // file and kind say what to open (no second look at the file).
+  const std::string path = s["file"];
+  const std::string kind_name = s["kind"];
+  FileKind kind = FileKind::Safetensors;
+  for (FileKind k : {FileKind::Tinyloop, FileKind::Calibration})
+    if (kind_name == file_kind_name(k)) kind = k;
   using inspect::CheckItem;
   std::vector<CheckItem> items;
   const auto add = [&](const nlohmann::json& e, const std::string& detail, uint64_t bytes, bool quantized = false) {
     items.push_back({e["name"], e["name"].get<std::string>() + " " + detail + " " + human_bytes(bytes), bytes, quantized});
   };
-  const FileKind kind = detect_file_kind(path);
   if (kind == FileKind::Tinyloop) {
     for (const auto& e : s["tensors"]) add(e, e["dtype"].get<std::string>() + " " + shape_of(e["shape"]), e["stored_bytes"]);
     for (const auto& e : s["quantized"])
@@ -460,7 +464,7 @@ int run_inspect(const InspectOptions& o) {
     return 0;
   }
   nlohmann::json s = inspect_summary(o.path);
-  if (o.check) s["checked_entries"] = check_all_entries(o.path, !o.quiet);
+  if (o.check) s["checked_entries"] = check_all_entries(s, !o.quiet);
   if (o.quiet) return 0;
   if (o.json) std::printf("%s\n", dump_with_header(s).c_str());
   else std::printf("%s%s", format_inspect_table(s).c_str(),

@@ -35,11 +35,11 @@ nlohmann::json inspect_summary(const std::string& path);
 // Human-readable rendering of inspect_summary(): lines stay readable (provenance is shortened;
 // the full values are in the JSON).
 std::string format_inspect_table(const nlohmann::json& summary);
-// Reads every tensor back (checksums, dtypes, shapes, finite values); throws on the first
-// problem. Returns the number of entries read. progress: one tl::Progress line per entry on
+// Reads back every entry a listing (inspect_summary's, of the same file) names: checksums,
+// dtypes, shapes, finite values; throws on the first problem. Returns the number of entries read. progress: one tl::Progress line per entry on
 // stderr, for files large enough that the read-back takes a while (kCheckProgressMinBytes).
 constexpr uint64_t kCheckProgressMinBytes = uint64_t(64) << 20;
-int check_all_entries(const std::string& path, bool progress = false);
+int check_all_entries(const nlohmann::json& summary, bool progress = false);
 
 // The entry --extract NAME means: NAME itself, else NAME + ".weight", else their mapping by
 // checkpoint import (hf_to_tinyloop_name: a Hugging Face name to the TinyLoop entry it is
